@@ -1,0 +1,94 @@
+"""memproc settings: one `MEMPROC` dict read lazily with defaults, the way DRF reads REST_FRAMEWORK."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from django.utils.module_loading import import_string
+
+from memproc.exceptions import ConfigurationError
+
+DEFAULTS: dict[str, Any] = {
+    # Back ends (dotted paths, or {"CLASS": ..., "OPTIONS": {...}})
+    "EMBEDDER": "memproc.embedders.MiniLMEmbedder",
+    "VECTOR_STORE": "auto",
+    "TOKENIZER": "memproc.processors.tokens.QuicktokCounter",
+    "DEFAULT_MODEL": "local/echo",
+    # Per-provider options: {"openai": {"api_key": ..., "base_url": ..., "timeout": 60}}
+    "MODELS": {},
+    # Vector search
+    "HNSW_EF_SEARCH": 100,
+    "EXACT_SEARCH_MAX_ROWS": 20000,
+    "EMBEDDING_CHUNK_CHARS": 2000,
+    # Attachments
+    "ATTACHMENT_STORAGE": "memproc_attachments",
+    "MAX_ATTACHMENT_BYTES": 10 * 1024 * 1024,
+    "INLINE_ATTACHMENT_BYTES": 0,
+    "ATTACHMENT_CONTENT_TYPES": [
+        "image/png",
+        "image/jpeg",
+        "image/gif",
+        "image/webp",
+        "application/pdf",
+        "text/plain",
+        "text/markdown",
+        "text/csv",
+        "application/json",
+    ],
+    "ATTACHMENT_URL_EXPIRY": 3600,
+    # Background work: "inline" (after commit, in-process) or "celery"
+    "BACKGROUND": "inline",
+    # API
+    "RESOURCE_RESOLVER": "memproc.api.permissions.user_resources",
+    "MAX_REQUEST_MESSAGES": 200,
+    # Tripwires
+    "STORE_BLOCKED_CONTENT": True,
+    # Agent loop
+    "MAX_TOOL_STEPS": 8,
+}
+
+
+class MemprocSettings:
+    """Reads settings.MEMPROC lazily; unknown keys are an error, not a silent default."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"memproc has no setting {name!r}")
+        value = user_settings().get(name, DEFAULTS[name])
+        self.__dict__[name] = value
+        return value
+
+    def reload(self) -> None:
+        self.__dict__.clear()
+
+
+settings = MemprocSettings()
+
+
+def user_settings() -> dict[str, Any]:
+    return getattr(django_settings, "MEMPROC", None) or {}
+
+
+def build_from_setting(value: Any, *, setting: str, **extra: Any) -> Any:
+    """Builds an object named by a setting: a dotted path, `{"CLASS", "OPTIONS"}`, a class or an instance."""
+    options: dict[str, Any] = {}
+    if isinstance(value, dict):
+        options = dict(value.get("OPTIONS", {}))
+        value = value.get("CLASS")
+    if isinstance(value, str):
+        try:
+            value = import_string(value)
+        except ImportError as exc:
+            raise ConfigurationError(f"MEMPROC[{setting!r}]: cannot import {value!r}: {exc}") from exc
+    if isinstance(value, type):
+        return value(**options, **extra)
+    return value
+
+
+@receiver(setting_changed)
+def _reload_settings(*, setting: str, **kwargs: Any) -> None:
+    if setting == "MEMPROC":
+        settings.reload()

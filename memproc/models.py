@@ -1,0 +1,222 @@
+"""memproc's stored data: resources, threads, messages, working memory, embeddings, tripwires, files."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from memproc.fields import VectorField
+from memproc.storage import attachment_storage
+
+
+class Resource(models.Model):
+    """The owner of threads and resource-scoped working memory: a user, an account, a tenant."""
+
+    id = models.CharField(primary_key=True, max_length=255)
+    working_memory = models.TextField(blank=True, default="")
+    working_memory_version = models.PositiveIntegerField(default=0, editable=False)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class Thread(models.Model):
+    id = models.CharField(primary_key=True, max_length=255)
+    resource = models.ForeignKey(Resource, on_delete=models.CASCADE, related_name="threads")
+    title = models.CharField(max_length=255, blank=True, default="")
+    agent_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    working_memory = models.TextField(blank=True, default="")
+    working_memory_version = models.PositiveIntegerField(default=0, editable=False)
+    # The highest `Message.sequence` handed out; bumped with an UPDATE that locks the row.
+    last_sequence = models.BigIntegerField(default=0, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["resource", "-updated_at"], name="memproc_thread_res_upd")]
+
+    def __str__(self) -> str:
+        return self.title or self.id
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        SYSTEM = "system", _("System")
+        USER = "user", _("User")
+        ASSISTANT = "assistant", _("Assistant")
+        TOOL = "tool", _("Tool")
+
+    id = models.CharField(primary_key=True, max_length=255)
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="messages")
+    resource_id = models.CharField(max_length=255)
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.JSONField(default=dict)
+    text = models.TextField(blank=True, default="")
+    token_count = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    sequence = models.BigIntegerField()
+
+    class Meta:
+        ordering = ["thread", "sequence"]
+        constraints = [
+            models.UniqueConstraint(fields=["thread", "sequence"], name="memproc_message_thread_seq"),
+        ]
+        indexes = [
+            models.Index(fields=["resource_id", "created_at"], name="memproc_msg_res_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.text[:60]}"
+
+
+class WorkingMemoryRevision(models.Model):
+    class Scope(models.TextChoices):
+        THREAD = "thread", _("Thread")
+        RESOURCE = "resource", _("Resource")
+
+    class Source(models.TextChoices):
+        MODEL = "model", _("Model tool")
+        API = "api", _("API")
+        ADMIN = "admin", _("Admin")
+        CODE = "code", _("Code")
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    scope = models.CharField(max_length=16, choices=Scope.choices)
+    key = models.CharField(max_length=255, help_text=_("The thread id or resource id."))
+    old = models.TextField(blank=True, default="")
+    new = models.TextField(blank=True, default="")
+    version = models.PositiveIntegerField()
+    source = models.CharField(max_length=16, choices=Source.choices)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="memproc_working_memory_revisions",
+    )
+    thread_id = models.CharField(max_length=255, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["scope", "key", "-created_at"], name="memproc_wmrev_key")]
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.key} v{self.version}"
+
+
+class MessageEmbedding(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="embeddings")
+    # Denormalised so a scoped search filters this table alone.
+    thread_id = models.CharField(max_length=255)
+    resource_id = models.CharField(max_length=255)
+    chunk = models.PositiveIntegerField(default=0)
+    model = models.CharField(max_length=255, help_text=_("The embedder id."))
+    dimensions = models.PositiveIntegerField()
+    content_hash = models.CharField(max_length=64)
+    vector = VectorField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["message", "model", "chunk"], name="memproc_emb_msg_model_chunk"),
+        ]
+        indexes = [
+            models.Index(fields=["model", "resource_id"], name="memproc_emb_model_res"),
+            models.Index(fields=["model", "thread_id"], name="memproc_emb_model_thread"),
+            models.Index(fields=["model", "content_hash"], name="memproc_emb_model_hash"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.message_id}#{self.chunk} ({self.model})"
+
+
+class TripwireLog(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending", _("Pending")
+        CONFIRMED = "confirmed", _("Confirmed")
+        FALSE_POSITIVE = "false_positive", _("False positive")
+
+    class Phase(models.TextChoices):
+        INPUT = "input", _("Input")
+        OUTPUT = "output", _("Output")
+        STREAM = "stream", _("Stream")
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent_id = models.CharField(max_length=255, blank=True, default="")
+    processor_id = models.CharField(max_length=255)
+    phase = models.CharField(max_length=16, choices=Phase.choices)
+    reason = models.TextField()
+    retry = models.BooleanField(default=False)
+    metadata = models.JSONField(default=dict, blank=True)
+    # Plain ids, not FKs: a blocked first turn has no stored thread, and a log outlives deletions.
+    thread_id = models.CharField(max_length=255, blank=True, default="")
+    resource_id = models.CharField(max_length=255, blank=True, default="")
+    content = models.JSONField(null=True, blank=True, help_text=_("The blocked messages, if stored."))
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    reviewed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="memproc_tripwire_reviews",
+    )
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    note = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["status", "-created_at"], name="memproc_trip_status"),
+            models.Index(fields=["agent_id", "-created_at"], name="memproc_trip_agent"),
+            models.Index(fields=["processor_id", "-created_at"], name="memproc_trip_proc"),
+            models.Index(fields=["resource_id", "-created_at"], name="memproc_trip_res"),
+            models.Index(fields=["thread_id"], name="memproc_trip_thread"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.processor_id} ({self.phase}): {self.reason[:60]}"
+
+
+def attachment_upload_to(instance: Attachment, filename: str) -> str:
+    return f"memproc/{instance.resource_id or '_'}/{instance.sha256[:2]}/{instance.sha256}/{filename}"
+
+
+class Attachment(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    resource_id = models.CharField(max_length=255)
+    message = models.ForeignKey(
+        Message, null=True, blank=True, on_delete=models.SET_NULL, related_name="attachments"
+    )
+    file = models.FileField(upload_to=attachment_upload_to, storage=attachment_storage, max_length=500)
+    name = models.CharField(max_length=255)
+    content_type = models.CharField(max_length=255)
+    size = models.PositiveBigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["resource_id", "sha256"], name="memproc_attachment_res_sha", condition=~Q(sha256="")
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

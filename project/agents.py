@@ -1,0 +1,1 @@
+"""The demo site's agents (autodiscovered by memproc at start-up)."""

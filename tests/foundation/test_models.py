@@ -1,0 +1,65 @@
+import numpy as np
+import pytest
+from django.db import IntegrityError, connection, transaction
+
+from memproc.models import Message, MessageEmbedding, Resource, Thread
+
+pytestmark = pytest.mark.django_db
+
+
+def make_message(thread: Thread, seq: int, text: str = "hi") -> Message:
+    return Message.objects.create(
+        id=f"{thread.id}-m{seq}",
+        thread=thread,
+        resource_id=thread.resource_id,
+        role="user",
+        content={"parts": [{"type": "text", "text": text}]},
+        text=text,
+        sequence=seq,
+    )
+
+
+@pytest.fixture
+def thread() -> Thread:
+    resource = Resource.objects.create(id="user-1")
+    return Thread.objects.create(id="t1", resource=resource, title="First")
+
+
+def test_embedding_vector_round_trips(thread: Thread) -> None:
+    message = make_message(thread, 1)
+    vector = np.array([0.25, -0.5, 1.0], dtype=np.float32)
+    MessageEmbedding.objects.create(
+        message=message, thread_id=thread.id, resource_id=thread.resource_id,
+        model="hash-3", dimensions=3, content_hash="x", vector=vector,
+    )
+    stored = MessageEmbedding.objects.get(message=message)
+    assert stored.vector.dtype == np.float32
+    np.testing.assert_allclose(stored.vector, vector)
+
+
+def test_message_sequence_is_unique_per_thread(thread: Thread) -> None:
+    make_message(thread, 1)
+    other = Thread.objects.create(id="t2", resource=thread.resource)
+    make_message(other, 1)  # the same sequence in another thread is fine
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Message.objects.create(id="dup", thread=thread, resource_id="user-1", role="user", sequence=1)
+
+
+@pytest.mark.postgres
+def test_postgres_column_is_pgvector_and_orders_by_cosine_distance(thread: Thread) -> None:
+    for i, vec in enumerate(([1, 0, 0], [0, 1, 0], [0.9, 0.1, 0])):
+        MessageEmbedding.objects.create(
+            message=make_message(thread, i), thread_id=thread.id, resource_id=thread.resource_id,
+            model="m", dimensions=3, content_hash=str(i), vector=np.array(vec, dtype=np.float32),
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = 'memproc_messageembedding'::regclass AND attname = 'vector'"
+        )
+        assert cursor.fetchone()[0] == "vector"
+        cursor.execute(
+            "SELECT message_id FROM memproc_messageembedding ORDER BY vector <=> %s::vector LIMIT 2",
+            ["[1,0,0]"],
+        )
+        assert [r[0] for r in cursor.fetchall()] == ["t1-m0", "t1-m2"]
