@@ -38,36 +38,28 @@ def processor_id(processor: Any) -> str:
 
 @dataclass
 class ProcessorContext:
-    """What one processor call sees. `messages` is read-only: return new objects, never mutate."""
+    """What one processor call sees. `messages` is read-only: return new objects, never mutate.
+
+    `loaded_ids` are the ids of messages that memory loaded (history, recall); everything else in
+    `messages` is the turn's own new input (and, on output, its responses).
+    """
 
     processor_id: str
     messages: Sequence[Message]
-    system_messages: Sequence[Message]
-    phase: str
-    turn: Turn | None = None
+    system_messages: Sequence[Message] = ()
+    phase: str = "input"
+    thread_id: str | None = None
+    resource_id: str | None = None
+    agent: Agent | None = None
+    store: MemoryStore | None = None
     state: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def agent(self) -> Agent | None:
-        return self.turn.agent if self.turn else None
-
-    @property
-    def thread_id(self) -> str | None:
-        return self.turn.thread_id if self.turn else None
-
-    @property
-    def resource_id(self) -> str | None:
-        return self.turn.resource_id if self.turn else None
-
-    @property
-    def store(self) -> MemoryStore | None:
-        return self.turn.store if self.turn else None
+    loaded_ids: frozenset[str] = frozenset()
+    turn: Turn | None = None  # the runner's turn object; memory processors record writes on it
 
     @property
     def new_messages(self) -> list[Message]:
         """The turn's own new messages in `messages` (not history or recall loaded from memory)."""
-        loaded = self.turn.loaded_ids if self.turn else frozenset()
-        return [m for m in self.messages if m.id not in loaded]
+        return [m for m in self.messages if m.id not in self.loaded_ids]
 
     def abort(self, reason: str | None = None, *, retry: bool = False, metadata: dict[str, Any] | None = None) -> NoReturn:
         """Stops the turn with a tripwire. Never returns."""

@@ -1,0 +1,136 @@
+"""The Agent: instructions, a model, memory, tools and processors; `generate` and `stream` run a turn."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import sync_to_async
+
+from memproc.events import GenerateResult, StreamEvent
+from memproc.exceptions import ConfigurationError
+from memproc.messages import Message, MessageInput
+from memproc.processors.base import processor_id
+from memproc.processors.runner import build_chains
+from memproc.tools import Tool
+
+if TYPE_CHECKING:
+    from memproc.llm.types import ChatModel
+    from memproc.memory import Memory
+
+
+class Agent:
+    """An LLM agent with optional memory.
+
+    Processor order (DESIGN §2): memory processors, then `input_processors`, before the model;
+    `output_processors`, then memory processors (which save), after it.
+    """
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        instructions: str = "",
+        model: str | ChatModel | None = None,
+        memory: Memory | None = None,
+        tools: Sequence[Tool | Callable[..., Any]] = (),
+        input_processors: Sequence[Any] = (),
+        output_processors: Sequence[Any] = (),
+        max_processor_retries: int = 0,
+        max_steps: int | None = None,
+        name: str = "",
+        description: str = "",
+    ) -> None:
+        if not id or not isinstance(id, str):
+            raise ConfigurationError("Agent(id=...) must be a non-empty string")
+        if max_processor_retries < 0:
+            raise ConfigurationError("max_processor_retries must be >= 0")
+        for processor in [*input_processors, *output_processors]:
+            processor_id(processor)  # fails early on something that is not a processor
+        self.id = id
+        self.name = name or id
+        self.description = description
+        self.instructions = instructions
+        self._model_spec = model
+        self.memory = memory
+        self.tools = [_as_tool(t) for t in tools]
+        self.input_processors = list(input_processors)
+        self.output_processors = list(output_processors)
+        self.max_processor_retries = max_processor_retries
+        self._max_steps = max_steps
+
+    def __repr__(self) -> str:
+        return f"<Agent {self.id}>"
+
+    @property
+    def model(self) -> ChatModel:
+        from memproc.llm import resolve_model
+
+        return resolve_model(self._model_spec)
+
+    @property
+    def model_id(self) -> str:
+        spec = self._model_spec
+        return spec if isinstance(spec, str) else getattr(spec, "id", "") or "default"
+
+    @property
+    def max_steps(self) -> int:
+        from memproc.conf import settings
+
+        return self._max_steps or settings.MAX_TOOL_STEPS
+
+    def instructions_message(self) -> Message:
+        return Message.create("system", self.instructions, id=f"instructions:{self.id}")
+
+    def processor_chains(self) -> tuple[list[Any], list[Any]]:
+        memory_in, memory_out = self.memory.processors() if self.memory is not None else ([], [])
+        return build_chains(memory_input=memory_in, memory_output=memory_out,
+                            user_input=self.input_processors, user_output=self.output_processors)
+
+    def generate(self, messages: MessageInput, *, thread_id: str | None = None,
+                 resource_id: str | None = None) -> GenerateResult:
+        from memproc.services.turns import turn_events
+
+        return _drain(turn_events(self, messages, thread_id=thread_id, resource_id=resource_id))
+
+    def stream(self, messages: MessageInput, *, thread_id: str | None = None,
+               resource_id: str | None = None) -> Iterator[StreamEvent]:
+        from memproc.services.turns import turn_events
+
+        yield from turn_events(self, messages, thread_id=thread_id, resource_id=resource_id, streaming=True)
+
+    async def agenerate(self, messages: MessageInput, *, thread_id: str | None = None,
+                        resource_id: str | None = None) -> GenerateResult:
+        """The turn runs in a worker thread (the ORM is sync); async processors are awaited there."""
+        return await sync_to_async(self.generate, thread_sensitive=True)(
+            messages, thread_id=thread_id, resource_id=resource_id
+        )
+
+    async def astream(self, messages: MessageInput, *, thread_id: str | None = None,
+                      resource_id: str | None = None) -> AsyncIterator[StreamEvent]:
+        events = self.stream(messages, thread_id=thread_id, resource_id=resource_id)
+        step = sync_to_async(_next_or_none, thread_sensitive=True)
+        while (event := await step(events)) is not None:
+            yield event
+
+
+def _next_or_none(events: Iterator[StreamEvent]) -> StreamEvent | None:
+    return next(events, None)
+
+
+def _drain(gen: Any) -> GenerateResult:
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value
+
+
+def _as_tool(value: Any) -> Tool:
+    if isinstance(value, Tool):
+        return value
+    if callable(value):
+        from memproc.tools import tool
+
+        return tool(value)
+    raise ConfigurationError(f"{value!r} is not a tool")

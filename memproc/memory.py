@@ -1,0 +1,203 @@
+"""Memory: the configuration that adds memory processors to an agent, and the API over stored data."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from memproc.exceptions import ConfigurationError, ValidationError
+from memproc.messages import Message, MessageInput, to_messages
+
+RECALL_DEFAULTS = {"top_k": 4, "message_range": 1, "scope": "resource", "threshold": None}
+WORKING_MEMORY_DEFAULTS = {"enabled": True, "scope": "resource", "template": None, "schema": None}
+
+
+class Memory:
+    """Which memory an agent has (history, semantic recall, working memory) and the programmatic API
+    over threads, messages and working memory. Defaults follow Mastra's."""
+
+    def __init__(
+        self,
+        *,
+        last_messages: int | bool = 10,
+        semantic_recall: bool | dict[str, Any] = False,
+        working_memory: bool | dict[str, Any] = False,
+        embedder: Any = None,
+        vector_store: Any = None,
+        generate_title: bool = False,
+        read_only: bool = False,
+    ) -> None:
+        if last_messages is True or (not isinstance(last_messages, bool) and (
+                not isinstance(last_messages, int) or last_messages < 0)):
+            raise ConfigurationError("Memory(last_messages=...) must be an integer >= 0 or False")
+        self.last_messages = last_messages
+        self.recall_options = _options(semantic_recall, RECALL_DEFAULTS, "semantic_recall")
+        self.working_memory_options = _options(working_memory, WORKING_MEMORY_DEFAULTS, "working_memory")
+        if self.working_memory_options and not self.working_memory_options.get("enabled", True):
+            self.working_memory_options = None
+        self.embedder = embedder
+        self.vector_store = vector_store
+        self.generate_title = generate_title
+        self.read_only = read_only
+        self._processors = self._build_processors()
+
+    @property
+    def uses_semantic_recall(self) -> bool:
+        return self.recall_options is not None
+
+    def _build_processors(self) -> dict[str, Any]:
+        from memproc.processors.message_history import MessageHistory
+        from memproc.processors.semantic_recall import SemanticRecall
+        from memproc.processors.working_memory import WorkingMemory
+
+        built: dict[str, Any] = {}
+        if self.working_memory_options:
+            wm = self.working_memory_options
+            built["working-memory"] = WorkingMemory(scope=wm["scope"], template=wm.get("template"),
+                                                    schema=wm.get("schema"), read_only=self.read_only)
+        if self.last_messages is not False:
+            built["message-history"] = MessageHistory(int(self.last_messages), read_only=self.read_only)
+        if self.recall_options:
+            built["semantic-recall"] = SemanticRecall(embedder=self.embedder, vector_store=self.vector_store,
+                                                      **self.recall_options)
+        return built
+
+    def processors(self) -> tuple[list[Any], list[Any]]:
+        """(input, output) memory processors in pipeline order (DESIGN §2 rules 1-2)."""
+        p = self._processors
+        order_in = ["working-memory", "message-history", "semantic-recall"]
+        order_out = ["semantic-recall", "message-history"]
+        return [p[i] for i in order_in if i in p], [p[i] for i in order_out if i in p]
+
+    @property
+    def working_memory_processor(self) -> Any:
+        return self._processors.get("working-memory")
+
+    # --- threads ---------------------------------------------------------------------------------
+
+    def create_thread(self, *, resource_id: str, thread_id: str | None = None, title: str = "",
+                      metadata: dict[str, Any] | None = None) -> Any:
+        from memproc.services.threads import thread_create
+
+        return thread_create(resource_id=resource_id, thread_id=thread_id, title=title, metadata=metadata)
+
+    def get_thread(self, thread_id: str) -> Any:
+        from memproc.selectors import thread_get
+
+        return thread_get(thread_id=thread_id)
+
+    def list_threads(self, *, resource_id: str) -> list[Any]:
+        from memproc.selectors import threads_for_resources
+
+        return list(threads_for_resources(resource_ids=[resource_id]))
+
+    def update_thread(self, thread_id: str, *, title: str | None = None,
+                      metadata: dict[str, Any] | None = None) -> Any:
+        from memproc.services.threads import thread_update
+
+        return thread_update(thread=self._thread(thread_id), title=title, metadata=metadata)
+
+    def delete_thread(self, thread_id: str) -> None:
+        from memproc.services.threads import thread_delete
+
+        thread_delete(thread=self._thread(thread_id))
+
+    def clone_thread(self, thread_id: str, *, new_thread_id: str | None = None, title: str | None = None) -> Any:
+        from memproc.services.threads import thread_clone
+
+        return thread_clone(thread=self._thread(thread_id), new_thread_id=new_thread_id, title=title)
+
+    def _thread(self, thread_id: str) -> Any:
+        thread = self.get_thread(thread_id)
+        if thread is None:
+            raise LookupError(f"No thread with id {thread_id!r}")
+        return thread
+
+    # --- messages --------------------------------------------------------------------------------
+
+    def save_messages(self, messages: MessageInput, *, thread_id: str, resource_id: str,
+                      embed: bool | None = None) -> list[Message]:
+        """Saves messages at the end of a thread; embeds them (after commit) when recall is on."""
+        from memproc import background
+        from memproc.services.recall import sources_embed, sources_for
+        from memproc.services.threads import messages_save
+
+        values = to_messages(messages)
+        rows = messages_save(thread_id=thread_id, resource_id=resource_id, messages=values)
+        saved_ids = {r.id for r in rows}
+        saved = [m for m in values if m.id in saved_ids]
+        if (self.uses_semantic_recall if embed is None else embed) and saved:
+            sources = sources_for(saved, thread_id=thread_id, resource_id=resource_id)
+            background.enqueue(
+                "memproc.embed_messages", kwargs={"message_ids": [s.message_id for s in sources]},
+                inline=lambda: sources_embed(sources=sources, embedder=self.embedder),
+            )
+        return saved
+
+    def delete_messages(self, message_ids: Sequence[str]) -> int:
+        from memproc.services.threads import messages_delete
+
+        return messages_delete(message_ids=message_ids)
+
+    def recall(self, *, thread_id: str, resource_id: str | None = None, query: str | None = None,
+               last_messages: int | None = None) -> list[Message]:
+        """History (and, with a query and recall on, related messages), in time order."""
+        from memproc.selectors import messages_recent
+        from memproc.services.store import DjangoMemoryStore
+
+        limit = self.last_messages if last_messages is None else last_messages
+        history = messages_recent(thread_id=thread_id, limit=int(limit or 0))
+        if not query or not self.recall_options:
+            return history
+        recall = self._processors["semantic-recall"]
+        from memproc.processors.base import ProcessorContext
+
+        query_message = Message.create("user", query)
+        ctx = ProcessorContext(processor_id=recall.id, messages=(*history, query_message), thread_id=thread_id,
+                               resource_id=resource_id, store=DjangoMemoryStore(),
+                               loaded_ids=frozenset(m.id for m in history))
+        found = recall.recall(ctx, query) or ([], [])
+        merged = {m.id: m for m in [*history, *found[0], *found[1]]}
+        return sorted(merged.values(), key=lambda m: (m.created_at is None, m.created_at))
+
+    # --- working memory --------------------------------------------------------------------------
+
+    def get_working_memory(self, *, thread_id: str | None = None, resource_id: str | None = None) -> str:
+        from memproc.selectors import working_memory_get
+
+        scope, key = self._working_memory_key(thread_id, resource_id)
+        return working_memory_get(scope=scope, key=key)[0]
+
+    def update_working_memory(self, value: Any, *, thread_id: str | None = None,
+                              resource_id: str | None = None, source: str = "code", actor: Any = None,
+                              replace: bool = False) -> str:
+        from memproc.services.working_memory import working_memory_update
+
+        wm = self.working_memory_processor
+        if wm is None:
+            raise ConfigurationError("This Memory has no working memory")
+        scope, key = self._working_memory_key(thread_id, resource_id)
+        text, _ = working_memory_update(scope=scope, key=key, value=value, source=source, mode=wm.mode,
+                                        template=wm.template, schema=wm.schema, actor=actor, replace=replace)
+        return text
+
+    def _working_memory_key(self, thread_id: str | None, resource_id: str | None) -> tuple[str, str]:
+        wm = self.working_memory_processor
+        scope = wm.scope if wm is not None else ("thread" if thread_id else "resource")
+        key = thread_id if scope == "thread" else resource_id
+        if not key:
+            raise ValidationError(f"Working memory of scope {scope!r} needs a {scope}_id")
+        return scope, key
+
+
+def _options(value: bool | dict[str, Any], defaults: dict[str, Any], name: str) -> dict[str, Any] | None:
+    if value is False or value is None:
+        return None
+    if value is True:
+        return dict(defaults)
+    if isinstance(value, dict):
+        unknown = set(value) - set(defaults)
+        if unknown:
+            raise ConfigurationError(f"Memory({name}=...) has unknown options: {', '.join(sorted(unknown))}")
+        return {**defaults, **value}
+    raise ConfigurationError(f"Memory({name}=...) must be True, False or a dict")

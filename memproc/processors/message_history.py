@@ -1,0 +1,80 @@
+"""MessageHistory: loads the thread's recent messages before the input; saves the turn's new ones."""
+
+from __future__ import annotations
+
+from memproc.exceptions import ConfigurationError
+from memproc.messages import Message, new_id
+from memproc.processors.base import ProcessorContext
+
+
+class MessageHistory:
+    """Input: puts the thread's newest `last_messages` messages, in order, before the new input (one
+    query; none on a new thread). Messages a client echoes back (ids already stored in this thread)
+    are not duplicated: the stored copy wins. An id stored in another thread gets a fresh id.
+
+    Output: records the turn's new messages for the turn's atomic save, without system messages,
+    without internal tool calls (working memory) and without tool calls that have no result. It never
+    saves when `read_only`. It sits first on input among memory processors' history loaders and last on
+    output, so it saves what the other processors made of the turn.
+    """
+
+    id = "message-history"
+
+    def __init__(self, last_messages: int = 10, *, read_only: bool = False) -> None:
+        if isinstance(last_messages, bool) or not isinstance(last_messages, int) or last_messages < 0:
+            raise ConfigurationError("MessageHistory(last_messages=...) must be an integer >= 0")
+        self.last_messages = last_messages
+        self.read_only = read_only
+
+    def process_input(self, ctx: ProcessorContext) -> list[Message] | None:
+        turn, store = ctx.turn, ctx.store
+        if turn is None or store is None or not ctx.thread_id:
+            return None
+        history: list[Message] = []
+        if turn.thread_exists and self.last_messages:
+            history = store.messages_recent(thread_id=ctx.thread_id, limit=self.last_messages)
+        stored_here = {m.id for m in history}
+        new = ctx.new_messages
+        elsewhere: set[str] = set()
+        if len(new) > 1 and turn.thread_exists:  # a client echoing the conversation back
+            unknown = [m.id for m in new if m.id not in stored_here]
+            for message_id, thread_id in store.messages_existing(ids=unknown).items():
+                (stored_here if thread_id == ctx.thread_id else elsewhere).add(message_id)
+        kept = [
+            m.replace(id=new_id()) if m.id in elsewhere else m
+            for m in ctx.messages
+            if m.id not in stored_here or m.id in ctx.loaded_ids
+        ]
+        turn.mark_loaded(history)
+        turn.info["history"] = [m.id for m in history]
+        if not history and len(kept) == len(ctx.messages) and not elsewhere:
+            return None
+        return history + kept
+
+    def process_output_result(self, ctx: ProcessorContext) -> list[Message] | None:
+        turn = ctx.turn
+        if turn is None or not ctx.thread_id:
+            return None
+        to_save = savable(ctx.new_messages, internal_tools=turn.internal_tool_names)
+        if not self.read_only:
+            turn.writes.messages = to_save
+        return to_save
+
+
+def savable(messages: list[Message], *, internal_tools: set[str]) -> list[Message]:
+    """Drops system messages, internal tool calls and their results, and calls that have no result."""
+    answered = {r.tool_call_id for m in messages for r in m.tool_results}
+    kept: list[Message] = []
+    for message in messages:
+        if message.role == "system":
+            continue
+        parts = tuple(
+            p
+            for p in message.parts
+            if not (getattr(p, "tool_name", None) in internal_tools)
+            and not (p.type == "tool-call" and p.tool_call_id not in answered)
+        )
+        if not parts:
+            continue
+        kept.append(message if parts == message.parts else message.replace(parts=parts))
+    return kept

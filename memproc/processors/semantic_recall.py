@@ -1,0 +1,138 @@
+"""SemanticRecall: finds related past messages by meaning; embeds the turn's new messages."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from memproc.exceptions import ConfigurationError
+from memproc.messages import Message
+from memproc.processors.base import ProcessorContext
+
+logger = logging.getLogger(__name__)
+
+CROSS_THREAD_HEADER = (
+    "Remembered from another conversation with this user. These messages are from earlier threads; "
+    "use them only if relevant:"
+)
+
+
+class SemanticRecall:
+    """Input: embeds the last new user message, searches the scope (the resource's threads, or this
+    thread) for the `top_k` most similar stored messages, and loads each hit with `message_range`
+    neighbours from the hit's own thread. Messages already in the prompt are dropped; this thread's
+    hits join the history in time order; other threads' hits go into one system message marked as
+    remembered from another conversation. Any failure (embedder, vector store) is logged and the turn
+    goes on without recall.
+
+    Output: asks the turn to embed its new user and assistant messages after the save commits (one
+    batched embedder call); it never blocks or fails the turn.
+    """
+
+    id = "semantic-recall"
+
+    def __init__(
+        self,
+        *,
+        embedder: Any = None,
+        vector_store: Any = None,
+        top_k: int = 4,
+        message_range: int | dict[str, int] = 1,
+        scope: str = "resource",
+        threshold: float | None = None,
+    ) -> None:
+        if top_k < 1:
+            raise ConfigurationError("SemanticRecall(top_k=...) must be >= 1")
+        if scope not in ("resource", "thread"):
+            raise ConfigurationError("SemanticRecall(scope=...) must be 'resource' or 'thread'")
+        if isinstance(message_range, dict):
+            self.before, self.after = int(message_range.get("before", 0)), int(message_range.get("after", 0))
+        else:
+            self.before = self.after = int(message_range)
+        if self.before < 0 or self.after < 0:
+            raise ConfigurationError("SemanticRecall(message_range=...) must be >= 0")
+        if threshold is not None and not -1.0 <= threshold <= 1.0:
+            raise ConfigurationError("SemanticRecall(threshold=...) is a cosine similarity in [-1, 1]")
+        self._embedder = embedder
+        self.vector_store = vector_store
+        self.top_k = top_k
+        self.scope = scope
+        self.threshold = threshold
+
+    @property
+    def embedder(self) -> Any:
+        from memproc.embedders import get_embedder
+
+        return get_embedder(self._embedder)
+
+    def process_input(self, ctx: ProcessorContext) -> list[Message] | None:
+        turn, store = ctx.turn, ctx.store
+        if turn is None or store is None:
+            return None
+        query = next((m.text for m in reversed(ctx.new_messages) if m.role == "user" and m.text.strip()), "")
+        if not query:
+            return None
+        try:
+            recalled = self.recall(ctx, query)
+        except Exception:
+            logger.exception("memproc: semantic recall failed; the turn goes on without it")
+            turn.info["recall_error"] = True
+            return None
+        if recalled is None:
+            return None
+        same_thread, other_threads = recalled
+        turn.mark_loaded(same_thread)
+        turn.info["recalled"] = [
+            {"id": m.id, "thread_id": m.thread_id, "text": m.text} for m in [*same_thread, *other_threads]
+        ]
+        loaded = [m for m in ctx.messages if m.id in ctx.loaded_ids]
+        new = [m for m in ctx.messages if m.id not in ctx.loaded_ids]
+        history = sorted([*loaded, *same_thread], key=_time_key)
+        result = history + new
+        if other_threads:
+            result.insert(0, cross_thread_message(other_threads))
+        return result
+
+    def recall(self, ctx: ProcessorContext, query: str) -> tuple[list[Message], list[Message]] | None:
+        embedder = self.embedder
+        vector = np.asarray(embedder.embed([query])[0], dtype=np.float32)
+        scope_filter: dict[str, Any] = (
+            {"resource_id": ctx.resource_id} if self.scope == "resource" else {"thread_id": ctx.thread_id}
+        )
+        present = {m.id for m in ctx.messages}
+        hits = ctx.store.vectors_search(
+            embedder_id=embedder.id, vector=vector, top_k=self.top_k + len(present),
+            threshold=self.threshold, vector_store=self.vector_store, **scope_filter,
+        )
+        hits = [h for h in hits if h.message_id not in present][: self.top_k]
+        if not hits:
+            return None
+        groups = ctx.store.messages_around(
+            message_ids=[h.message_id for h in hits], before=self.before, after=self.after
+        )
+        same: list[Message] = []
+        other: list[Message] = []
+        for thread_id, messages in groups.items():
+            fresh = [m for m in messages if m.id not in present]
+            (same if thread_id == ctx.thread_id else other).extend(fresh)
+        return same, other
+
+    def process_output_result(self, ctx: ProcessorContext) -> list[Message] | None:
+        if ctx.turn is not None:
+            ctx.turn.writes.embed = [m for m in ctx.new_messages if m.role in ("user", "assistant")]
+            ctx.turn.writes.embedder = self._embedder
+        return None
+
+
+def cross_thread_message(messages: list[Message]) -> Message:
+    lines = [CROSS_THREAD_HEADER]
+    for m in sorted(messages, key=lambda m: (m.thread_id or "", _time_key(m))):
+        when = m.created_at.strftime("%Y-%m-%d %H:%M") if m.created_at else ""
+        lines.append(f"- [{when}] {m.role}: {m.text}")
+    return Message.create("system", "\n".join(lines), id="semantic-recall:other-threads")
+
+
+def _time_key(message: Message) -> Any:
+    return message.created_at.timestamp() if message.created_at else 0.0

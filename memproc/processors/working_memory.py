@@ -1,0 +1,133 @@
+"""WorkingMemory: injects the working memory as one system message and offers the update tool."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from memproc.exceptions import ConfigurationError, ToolError, ValidationError
+from memproc.messages import Message
+from memproc.processors.base import ProcessorContext
+from memproc.tools import Tool, ToolContext
+
+TOOL_NAME = "updateWorkingMemory"
+
+DEFAULT_TEMPLATE = """# User Information
+- **First Name**:
+- **Last Name**:
+- **Location**:
+- **Occupation**:
+- **Interests**:
+- **Goals**:
+- **Events**:
+- **Facts**:
+- **Projects**:"""
+
+MARKDOWN_INSTRUCTIONS = """WORKING MEMORY
+You have a working memory: information about the user and the conversation that persists across \
+messages{scope_note}. Keep it current: when you learn something worth remembering, call the \
+`{tool}` tool with the COMPLETE updated Markdown (it replaces the whole memory). Follow the template. \
+Never erase existing information unless the user asks you to. Do not mention the working memory to \
+the user.{read_only_note}"""
+
+SCHEMA_INSTRUCTIONS = """WORKING MEMORY
+You have a working memory stored as JSON that persists across messages{scope_note}. When you learn \
+something worth remembering, call `{tool}` with only the fields that changed: objects are merged, \
+`null` deletes a field, arrays replace the old array. The JSON schema it must match:
+<working_memory_schema>
+{schema}
+</working_memory_schema>{read_only_note}"""
+
+
+class WorkingMemory:
+    """Input: reads the working memory of the thread or the resource and adds one system message with
+    the instructions, the template (or schema) and the current data; offers the model the
+    `updateWorkingMemory` tool (not when read-only). The tool validates at once (the model sees a
+    refusal as a tool error) and records the change on the turn; the change is written with the turn's
+    save, with compare-and-swap, and a revision row. The tool's calls are never saved to history.
+    """
+
+    id = "working-memory"
+
+    def __init__(
+        self,
+        *,
+        scope: str = "resource",
+        template: str | None = None,
+        schema: dict[str, Any] | None = None,
+        read_only: bool = False,
+    ) -> None:
+        if scope not in ("resource", "thread"):
+            raise ConfigurationError("WorkingMemory(scope=...) must be 'resource' or 'thread'")
+        if schema is not None and (not isinstance(schema, dict) or schema.get("type", "object") != "object"):
+            raise ConfigurationError("WorkingMemory(schema=...) must be a JSON schema of type object")
+        self.scope = scope
+        self.schema = schema
+        self.template = template if template is not None else ("" if schema else DEFAULT_TEMPLATE)
+        self.read_only = read_only
+
+    @property
+    def mode(self) -> str:
+        return "schema" if self.schema else "markdown"
+
+    def key_for(self, thread_id: str | None, resource_id: str | None) -> str | None:
+        return thread_id if self.scope == "thread" else resource_id
+
+    def process_input(self, ctx: ProcessorContext) -> list[Message] | None:
+        turn, store = ctx.turn, ctx.store
+        key = self.key_for(ctx.thread_id, ctx.resource_id)
+        if turn is None or store is None or not key:
+            return None
+        current = ""
+        if self.scope == "resource" or turn.thread_exists:
+            current = store.working_memory_get(scope=self.scope, key=key).text
+        ctx.state["current"] = current
+        turn.info["working_memory"] = current
+        if not self.read_only:
+            turn.add_tool(self.update_tool(ctx.state, key))
+        return [*ctx.messages, self.system_message(current)]
+
+    def system_message(self, current: str) -> Message:
+        scope_note = " with this user, in every conversation" if self.scope == "resource" else " in this conversation"
+        read_only_note = "\nThe working memory is read-only in this conversation." if self.read_only else ""
+        if self.mode == "schema":
+            head = SCHEMA_INSTRUCTIONS.format(scope_note=scope_note, tool=TOOL_NAME, read_only_note=read_only_note,
+                                              schema=json.dumps(self.schema, indent=2))
+        else:
+            head = MARKDOWN_INSTRUCTIONS.format(scope_note=scope_note, tool=TOOL_NAME, read_only_note=read_only_note)
+            head += f"\n<working_memory_template>\n{self.template}\n</working_memory_template>"
+        data = current or ("{}" if self.mode == "schema" else self.template)
+        return Message.create("system", f"{head}\n<working_memory>\n{data}\n</working_memory>", id="working-memory")
+
+    def update_tool(self, state: dict[str, Any], key: str) -> Tool:
+        if self.mode == "schema":
+            params = {"type": "object", "properties": {"memory": {"type": "object"}}, "required": ["memory"]}
+            description = "Update the working memory: send only changed fields (objects merge, null deletes)."
+        else:
+            params = {"type": "object", "properties": {"memory": {"type": "string"}}, "required": ["memory"]}
+            description = "Replace the working memory with the complete updated Markdown."
+
+        def execute(memory: Any, context: ToolContext) -> dict[str, Any]:
+            return self.apply_update(state, key, memory, context)
+
+        return Tool(name=TOOL_NAME, description=description, parameters=params, execute=execute,
+                    wants_context=True, internal=True)
+
+    def apply_update(self, state: dict[str, Any], key: str, memory: Any, context: ToolContext) -> dict[str, Any]:
+        from memproc.services.turns import PendingWorkingMemory
+        from memproc.services.working_memory import compute_next
+
+        try:
+            new = compute_next(current=state.get("current", ""), value=memory, template=self.template,
+                               schema=self.schema, mode=self.mode)
+        except ValidationError as exc:
+            raise ToolError(str(exc)) from exc
+        state["current"] = new
+        turn = context.turn
+        if turn is not None:
+            turn.info["working_memory"] = new
+            turn.writes.working_memory.append(PendingWorkingMemory(
+                scope=self.scope, key=key, value=memory, mode=self.mode, template=self.template,
+                schema=self.schema,
+            ))
+        return {"success": True}

@@ -1,0 +1,104 @@
+"""Embedding writes: new messages are embedded in batches, idempotently, reusing vectors by content hash."""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from memproc import models
+from memproc.conf import settings
+from memproc.messages import Message
+
+logger = logging.getLogger(__name__)
+
+EMBEDDABLE_ROLES = ("user", "assistant")
+_CACHE_SIZE = 4096
+_vector_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingSource:
+    message_id: str
+    thread_id: str
+    resource_id: str
+    text: str
+
+
+def sources_for(messages: Sequence[Message], *, thread_id: str, resource_id: str) -> list[EmbeddingSource]:
+    return [
+        EmbeddingSource(m.id, thread_id, resource_id, m.text)
+        for m in messages
+        if m.role in EMBEDDABLE_ROLES and m.text.strip()
+    ]
+
+
+def messages_embed(*, message_ids: Sequence[str], embedder: Any = None) -> int:
+    """Embeds stored messages that have no vector from this embedder yet. Re-running does nothing."""
+    from memproc.embedders import get_embedder
+
+    embedder = get_embedder(embedder)
+    rows = (
+        models.Message.objects.filter(id__in=list(message_ids), role__in=EMBEDDABLE_ROLES)
+        .exclude(embeddings__model=embedder.id)
+        .values_list("id", "thread_id", "resource_id", "text")
+    )
+    sources = [EmbeddingSource(*row) for row in rows if row[3].strip()]
+    return sources_embed(sources=sources, embedder=embedder)
+
+
+def sources_embed(*, sources: Sequence[EmbeddingSource], embedder: Any) -> int:
+    """One embedder call for every chunk not seen before (by content hash); one insert for all rows."""
+    from memproc.embedders import chunk_text, content_hash
+    from memproc.vectors import EmbeddingRow, get_vector_store
+
+    if not sources:
+        return 0
+    pieces = [
+        (source, index, chunk, content_hash(chunk, embedder.id))
+        for source in sources
+        for index, chunk in enumerate(chunk_text(source.text, settings.EMBEDDING_CHUNK_CHARS))
+    ]
+    vectors = _known_vectors(embedder.id, {h for *_, h in pieces})
+    missing = list(dict.fromkeys(h for *_, h in pieces if h not in vectors))
+    if missing:
+        texts = {h: chunk for _, _, chunk, h in pieces}
+        embedded = embedder.embed([texts[h] for h in missing])
+        for h, vector in zip(missing, embedded, strict=True):
+            vectors[h] = _remember(h, np.asarray(vector, dtype=np.float32))
+    rows = [
+        EmbeddingRow(
+            message_id=source.message_id, thread_id=source.thread_id, resource_id=source.resource_id,
+            chunk=index, model=embedder.id, dimensions=int(embedder.dimensions), content_hash=h,
+            vector=vectors[h],
+        )
+        for source, index, _, h in pieces
+    ]
+    get_vector_store().store(rows)
+    return len(rows)
+
+
+def _known_vectors(embedder_id: str, hashes: set[str]) -> dict[str, np.ndarray]:
+    """Vectors already computed for these texts: from the process cache, else from the table."""
+    found = {h: _vector_cache[h] for h in hashes if h in _vector_cache}
+    wanted = hashes - found.keys()
+    if wanted:
+        rows = (
+            models.MessageEmbedding.objects.filter(model=embedder_id, content_hash__in=list(wanted))
+            .values_list("content_hash", "vector")
+        )
+        for h, vector in rows:
+            found[h] = _remember(h, vector)
+    return found
+
+
+def _remember(key: str, vector: np.ndarray) -> np.ndarray:
+    _vector_cache[key] = vector
+    _vector_cache.move_to_end(key)
+    while len(_vector_cache) > _CACHE_SIZE:
+        _vector_cache.popitem(last=False)
+    return vector

@@ -1,0 +1,53 @@
+"""The Django implementation of the store protocol processors use (memproc.processors.store)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from memproc import models, selectors
+from memproc.messages import Message
+from memproc.processors.store import VectorHit, WorkingMemoryValue
+
+
+class DjangoMemoryStore:
+    """Reads through selectors and the configured vector store. Writes go through the turn."""
+
+    def thread_owner(self, *, thread_id: str) -> tuple[str, str] | None:
+        return models.Thread.objects.filter(pk=thread_id).values_list("resource_id", "title").first()
+
+    def messages_recent(self, *, thread_id: str, limit: int) -> list[Message]:
+        return selectors.messages_recent(thread_id=thread_id, limit=limit)
+
+    def messages_existing(self, *, ids: Iterable[str]) -> dict[str, str]:
+        return selectors.messages_existing(ids=ids)
+
+    def messages_around(self, *, message_ids: Sequence[str], before: int, after: int) -> dict[str, list[Message]]:
+        return selectors.messages_around(message_ids=message_ids, before=before, after=after)
+
+    def vectors_search(
+        self,
+        *,
+        embedder_id: str,
+        vector: np.ndarray,
+        top_k: int,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        threshold: float | None = None,
+        vector_store: Any = None,
+    ) -> list[VectorHit]:
+        from memproc.vectors import get_vector_store
+
+        return get_vector_store(vector_store).search(
+            embedder_id=embedder_id, vector=vector, top_k=top_k, thread_id=thread_id,
+            resource_id=resource_id, threshold=threshold,
+        )
+
+    def working_memory_get(self, *, scope: str, key: str) -> WorkingMemoryValue:
+        text, version = selectors.working_memory_get(scope=scope, key=key)
+        return WorkingMemoryValue(text=text, version=version)
+
+    def thread_metadata(self, *, thread_id: str) -> dict[str, Any] | None:
+        return models.Thread.objects.filter(pk=thread_id).values_list("metadata", flat=True).first()

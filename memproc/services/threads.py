@@ -1,0 +1,201 @@
+"""Writes of threads and messages. Each service owns its transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from memproc import models
+from memproc.exceptions import ThreadOwnershipError, ValidationError
+from memproc.messages import Message, new_id
+
+
+def resource_ensure(*, resource_id: str) -> models.Resource:
+    resource, _ = models.Resource.objects.get_or_create(pk=resource_id)
+    return resource
+
+
+@transaction.atomic
+def thread_create(
+    *,
+    resource_id: str,
+    thread_id: str | None = None,
+    title: str = "",
+    metadata: dict[str, Any] | None = None,
+    agent_id: str = "",
+) -> models.Thread:
+    """Creates a thread (and its resource if new). An existing id is a ValidationError."""
+    if not resource_id:
+        raise ValidationError("A thread needs a resource_id")
+    resource_ensure(resource_id=resource_id)
+    thread_id = thread_id or new_id()
+    try:
+        with transaction.atomic():
+            return models.Thread.objects.create(
+                id=thread_id, resource_id=resource_id, title=title, metadata=metadata or {}, agent_id=agent_id
+            )
+    except IntegrityError as exc:
+        raise ValidationError(f"A thread with id {thread_id!r} already exists") from exc
+
+
+def thread_ensure(*, thread_id: str, resource_id: str, agent_id: str = "") -> models.Thread:
+    """The thread, created on first use; a thread of another resource is refused."""
+    thread = models.Thread.objects.filter(pk=thread_id).first()
+    if thread is None:
+        resource_ensure(resource_id=resource_id)
+        try:
+            with transaction.atomic():
+                return models.Thread.objects.create(id=thread_id, resource_id=resource_id, agent_id=agent_id)
+        except IntegrityError:  # created concurrently
+            thread = models.Thread.objects.get(pk=thread_id)
+    if thread.resource_id != resource_id:
+        raise ThreadOwnershipError(f"Thread {thread_id!r} belongs to another resource")
+    return thread
+
+
+def thread_update(
+    *, thread: models.Thread, title: str | None = None, metadata: dict[str, Any] | None = None
+) -> models.Thread:
+    fields = ["updated_at"]
+    if title is not None:
+        thread.title = title
+        fields.append("title")
+    if metadata is not None:
+        thread.metadata = metadata
+        fields.append("metadata")
+    thread.updated_at = timezone.now()
+    thread.save(update_fields=fields)
+    return thread
+
+
+@transaction.atomic
+def thread_delete(*, thread: models.Thread) -> None:
+    """Deletes a thread, its messages and embeddings, and attachment files no other message uses."""
+    from memproc.services.attachments import attachments_release
+
+    attachments_release(message_ids=list(thread.messages.values_list("id", flat=True)))
+    thread.delete()
+
+
+@transaction.atomic
+def thread_clone(
+    *, thread: models.Thread, new_thread_id: str | None = None, title: str | None = None
+) -> models.Thread:
+    """Copies a thread and its messages (new message ids, same order) into a new thread."""
+    clone = thread_create(
+        resource_id=thread.resource_id,
+        thread_id=new_thread_id,
+        title=title if title is not None else f"Clone of {thread.title or thread.id}",
+        metadata={**thread.metadata, "cloned_from": thread.id},
+        agent_id=thread.agent_id,
+    )
+    rows = [
+        models.Message(
+            id=new_id(),
+            thread=clone,
+            resource_id=clone.resource_id,
+            role=m.role,
+            content=m.content,
+            text=m.text,
+            token_count=m.token_count,
+            created_at=m.created_at,
+            sequence=i,
+        )
+        for i, m in enumerate(thread.messages.order_by("sequence"), start=1)
+    ]
+    models.Message.objects.bulk_create(rows)
+    models.Thread.objects.filter(pk=clone.pk).update(last_sequence=len(rows))
+    clone.last_sequence = len(rows)
+    return clone
+
+
+def sequences_allocate(*, thread_id: str, count: int) -> int:
+    """Reserves `count` sequence numbers for a thread; returns the first. One locking UPDATE.
+
+    The UPDATE takes the thread's row lock (PostgreSQL) or the database write lock (SQLite) until the
+    surrounding transaction ends, so concurrent turns on one thread never interleave.
+    """
+    table = models.Thread._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET last_sequence = last_sequence + %s, updated_at = %s "
+            f"WHERE id = %s RETURNING last_sequence",
+            [count, timezone.now(), thread_id],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise ValidationError(f"Thread {thread_id!r} does not exist")
+    return int(row[0]) - count + 1
+
+
+def message_rows(
+    *, thread_id: str, resource_id: str, messages: Sequence[Message], first_sequence: int
+) -> list[models.Message]:
+    now = timezone.now()
+    rows = []
+    for offset, message in enumerate(messages):
+        if message.role == "system":
+            raise ValidationError("System messages are never saved")
+        created = message.created_at or now + timedelta(microseconds=offset)
+        rows.append(
+            models.Message(
+                id=message.id,
+                thread_id=thread_id,
+                resource_id=resource_id,
+                role=message.role,
+                content=message.to_content(),
+                text=message.text,
+                token_count=message.metadata.get("token_count"),
+                created_at=created,
+                sequence=first_sequence + offset,
+            )
+        )
+    return rows
+
+
+@transaction.atomic
+def messages_save(
+    *,
+    thread_id: str,
+    resource_id: str,
+    messages: Sequence[Message],
+    agent_id: str = "",
+    thread_exists: bool = False,
+    skip_existing: bool = True,
+) -> list[models.Message]:
+    """Saves messages at the end of a thread, in order, together. Ids already stored in this thread are
+    skipped; an id stored in another thread is a ValidationError (ids are global)."""
+    if not thread_exists:
+        thread_ensure(thread_id=thread_id, resource_id=resource_id, agent_id=agent_id)
+    messages = [m for m in messages if m.role != "system"]
+    if skip_existing and messages:
+        from memproc.selectors import messages_existing
+
+        stored = messages_existing(ids=[m.id for m in messages])
+        clash = [mid for mid, tid in stored.items() if tid != thread_id]
+        if clash:
+            raise ValidationError(f"Message ids already used by another thread: {', '.join(clash)}")
+        messages = [m for m in messages if m.id not in stored]
+    if not messages:
+        return []
+    first = sequences_allocate(thread_id=thread_id, count=len(messages))
+    rows = message_rows(thread_id=thread_id, resource_id=resource_id, messages=messages, first_sequence=first)
+    return models.Message.objects.bulk_create(rows)
+
+
+@transaction.atomic
+def messages_delete(*, message_ids: Sequence[str], thread_id: str | None = None) -> int:
+    """Deletes messages (and their embeddings); attachment files no other message uses go too."""
+    from memproc.services.attachments import attachments_release
+
+    qs = models.Message.objects.filter(id__in=list(message_ids))
+    if thread_id is not None:
+        qs = qs.filter(thread_id=thread_id)
+    ids = list(qs.values_list("id", flat=True))
+    attachments_release(message_ids=ids)
+    deleted, _ = models.Message.objects.filter(id__in=ids).delete()
+    return deleted

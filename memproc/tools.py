@@ -1,0 +1,130 @@
+"""Tools the model may call: `Tool` objects and the `@tool` decorator that derives a JSON schema."""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args, get_origin
+
+import jsonschema
+
+from memproc.exceptions import ConfigurationError, ToolError
+from memproc.llm.types import ToolSpec
+
+_SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+@dataclass
+class ToolContext:
+    """What a tool that asks for a `context` parameter receives."""
+
+    thread_id: str | None
+    resource_id: str | None
+    agent: Any
+    turn: Any = None
+
+
+@dataclass
+class Tool:
+    """A function the model may call. `parameters` is a JSON schema of its keyword arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    execute: Callable[..., Any]
+    wants_context: bool = False
+    # Calls of tools marked internal (working memory) are never saved to history.
+    internal: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("_", "a").replace("-", "a").isalnum():
+            raise ConfigurationError(f"Tool name {self.name!r} must be letters, digits, '_' or '-'")
+        if self.parameters.get("type") != "object":
+            raise ConfigurationError(f"Tool {self.name!r}: parameters must be a JSON schema of type object")
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
+
+    def run(self, args: Mapping[str, Any], context: ToolContext) -> Any:
+        """Validates `args` against the schema and calls the function; bad args raise ToolError."""
+        try:
+            jsonschema.validate(dict(args), self.parameters)
+        except jsonschema.ValidationError as exc:
+            raise ToolError(f"Invalid arguments for {self.name}: {exc.message}") from exc
+        kwargs = dict(args)
+        if self.wants_context:
+            kwargs["context"] = context
+        result = self.execute(**kwargs)
+        if inspect.isawaitable(result):
+            from asgiref.sync import async_to_sync
+
+            async def _await() -> Any:
+                return await result
+
+            result = async_to_sync(_await)()
+        return result
+
+
+def tool(
+    fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None
+) -> Any:
+    """Makes a Tool from a function; the schema comes from its type hints, the description from its
+    docstring. A parameter named `context` receives a ToolContext and is not shown to the model."""
+
+    def build(func: Callable[..., Any]) -> Tool:
+        params, wants_context = schema_for(func)
+        return Tool(
+            name=name or func.__name__,
+            description=description or inspect.getdoc(func) or "",
+            parameters=params,
+            execute=func,
+            wants_context=wants_context,
+        )
+
+    return build(fn) if fn is not None else build
+
+
+def schema_for(func: Callable[..., Any]) -> tuple[dict[str, Any], bool]:
+    hints = typing.get_type_hints(func)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    wants_context = False
+    for param in inspect.signature(func).parameters.values():
+        if param.name == "context":
+            wants_context = True
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ConfigurationError(f"@tool {func.__name__}: *args/**kwargs cannot be described")
+        properties[param.name] = json_schema_of(hints.get(param.name, Any))
+        if param.default is inspect.Parameter.empty:
+            required.append(param.name)
+        else:
+            properties[param.name]["default"] = param.default
+    schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:
+        schema["required"] = required
+    return schema, wants_context
+
+
+def json_schema_of(hint: Any) -> dict[str, Any]:
+    if hint in _SIMPLE:
+        return {"type": _SIMPLE[hint]}
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Literal:
+        return {"enum": list(args)}
+    if origin in (typing.Union, types.UnionType):
+        non_null = [a for a in args if a is not type(None)]
+        if len(non_null) == 1:
+            inner = json_schema_of(non_null[0])
+            return {"anyOf": [inner, {"type": "null"}]} if len(non_null) < len(args) else inner
+        return {"anyOf": [json_schema_of(a) for a in args]}
+    if origin in (list, tuple, set, frozenset) or hint in (list, tuple):
+        return {"type": "array", "items": json_schema_of(args[0]) if args else {}}
+    if origin is dict or hint is dict:
+        return {"type": "object"}
+    return {}

@@ -1,0 +1,61 @@
+"""factory_boy factories for memproc's models."""
+
+from __future__ import annotations
+
+import factory
+from django.contrib.auth import get_user_model
+
+from memproc import models
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        django_get_or_create = ("username",)
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
+    password = factory.PostGenerationMethodCall("set_password", "pw")
+
+
+class ResourceFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = models.Resource
+        django_get_or_create = ("id",)
+
+    id = factory.Sequence(lambda n: f"resource-{n}")
+
+
+class ThreadFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = models.Thread
+
+    id = factory.Sequence(lambda n: f"thread-{n}")
+    resource = factory.SubFactory(ResourceFactory)
+    title = factory.Sequence(lambda n: f"Conversation {n}")
+
+
+class MessageFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = models.Message
+
+    id = factory.Sequence(lambda n: f"msg-{n}")
+    thread = factory.SubFactory(ThreadFactory)
+    resource_id = factory.LazyAttribute(lambda m: m.thread.resource_id)
+    role = "user"
+    text = factory.Sequence(lambda n: f"message {n}")
+    content = factory.LazyAttribute(lambda m: {"parts": [{"type": "text", "text": m.text}]})
+    sequence = factory.Sequence(lambda n: n + 1)
+
+
+class TripwireLogFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = models.TripwireLog
+
+    agent_id = "support"
+    processor_id = "max-length"
+    phase = "input"
+    reason = "Input longer than 10 characters"
+    thread_id = "thread-x"
+    resource_id = "resource-x"
+    content = factory.LazyFunction(lambda: [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "blocked"}]}])

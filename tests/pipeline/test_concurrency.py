@@ -1,0 +1,45 @@
+"""Concurrent turns on one thread never lose or interleave messages (PostgreSQL, real threads)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+
+from memproc import Agent, Memory
+from memproc.models import Message
+from memproc.testing import ScriptedModel
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_turns_keep_all_four_messages_in_order():
+    barrier = threading.Barrier(2)
+
+    def slow_answer(request):
+        barrier.wait(timeout=10)  # both turns are past input and inside the model call together
+        return "answer to " + request.messages[-1].text
+
+    model = ScriptedModel([slow_answer, slow_answer])
+    agent = Agent(id="concurrent", model=model, memory=Memory(last_messages=10))
+    errors: list[BaseException] = []
+
+    def turn(text: str) -> None:
+        try:
+            agent.generate(text, thread_id="shared", resource_id="u")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=turn, args=(t,)) for t in ("first", "second")]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(30)
+    assert not errors
+    rows = list(Message.objects.filter(thread_id="shared").order_by("sequence").values_list("sequence", "role", "text"))
+    assert [r[0] for r in rows] == [1, 2, 3, 4]
+    pairs = [(rows[i][2], rows[i + 1][2]) for i in (0, 2)]
+    assert sorted(pairs) == [("first", "answer to first"), ("second", "answer to second")]
