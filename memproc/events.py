@@ -44,6 +44,8 @@ class GenerateResult:
     # What memory put in front of the model (system messages + history + input), for inspection.
     prompt: list[Message] = field(default_factory=list)
     steps: int = 0
+    # What memory did: history ids, recalled messages, working memory, token count after limiting.
+    memory: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

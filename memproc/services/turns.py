@@ -169,6 +169,7 @@ class _TurnExecution:
         result = GenerateResult(
             text=_final_text(final), messages=final, tripwire=None, usage=self.usage,
             thread_id=turn.thread_id, resource_id=turn.resource_id, prompt=system + prompt, steps=self.steps,
+            memory=dict(turn.info),
         )
         if self.streaming:
             yield StreamEvent(type="finish", result=result, usage=self.usage)
@@ -183,7 +184,7 @@ class _TurnExecution:
                      resource_id=turn.resource_id, messages=content)
         result = GenerateResult(text="", messages=[], tripwire=tripwire, usage=self.usage,
                                 thread_id=turn.thread_id, resource_id=turn.resource_id, prompt=prompt,
-                                steps=self.steps)
+                                steps=self.steps, memory=dict(turn.info))
         if self.streaming:
             yield StreamEvent(type="tripwire", tripwire=tripwire, result=result)
         return result

@@ -1,0 +1,37 @@
+# Shared helpers of scripts/demo and scripts/test (sourced, not run).
+
+# The newest Python >= 3.12 on this machine, else python3 (>= 3.11 is supported).
+find_python() {
+  for candidate in python3.13 python3.12 /root/.pyenv/versions/3.12.1/bin/python python3; do
+    if command -v "$candidate" >/dev/null 2>&1 || [ -x "$candidate" ]; then
+      if "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+        echo "$candidate"; return 0
+      fi
+    fi
+  done
+  echo python3
+}
+
+# make_venv DIR PYTHON EXTRA [PIP ARGS...]: a virtualenv with memproc installed (editable) with EXTRA.
+make_venv() {
+  local dir=$1 python=$2 extra=$3; shift 3
+  if [ ! -x "$dir/bin/python" ]; then
+    "$python" -m venv "$dir"
+  fi
+  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
+  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$extra]" "$@" 2>&1 \
+    | grep -v -i "is ignored" || true
+  "$dir/bin/python" -c "import memproc, django; print('memproc', memproc.__version__, 'on Django', django.get_version())"
+}
+
+# apt_install PACKAGE...: installs Debian packages that are missing (root only; quiet).
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" != 0 ]; then
+    echo "Missing Debian packages: ${missing[*]} (run as root or install them)" >&2; return 1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
