@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 from memproc.exceptions import ValidationError
 
@@ -123,7 +123,7 @@ class AttachmentRef:
     type: ClassVar[str] = "attachment"
 
 
-Part = Union[TextPart, FilePart, ToolCallPart, ToolResultPart, AttachmentRef]
+Part = TextPart | FilePart | ToolCallPart | ToolResultPart | AttachmentRef
 PART_TYPES: dict[str, type] = {
     cls.type: cls for cls in (TextPart, FilePart, ToolCallPart, ToolResultPart, AttachmentRef)
 }
@@ -238,7 +238,7 @@ def message_from_content(
 
 # --- caller input ---------------------------------------------------------------------------------
 
-MessageInput = Union[str, Mapping[str, Any], Message, Sequence[Union[str, Mapping[str, Any], Message]]]
+MessageInput = str | Mapping[str, Any] | Message | Sequence[str | Mapping[str, Any] | Message]
 
 
 def to_messages(value: MessageInput) -> list[Message]:

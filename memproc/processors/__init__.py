@@ -8,8 +8,15 @@ from memproc.exceptions import TripWire
 from memproc.processors.base import Processor, ProcessorContext
 
 __all__ = [
-    "AttachmentUploader", "MessageHistory", "Processor", "ProcessorContext", "SemanticRecall",
-    "TokenLimiter", "ToolCallFilter", "TripWire", "WorkingMemory",
+    "AttachmentUploader",
+    "MessageHistory",
+    "Processor",
+    "ProcessorContext",
+    "SemanticRecall",
+    "TokenLimiter",
+    "ToolCallFilter",
+    "TripWire",
+    "WorkingMemory",
 ]
 
 _LAZY = {

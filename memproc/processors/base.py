@@ -61,7 +61,9 @@ class ProcessorContext:
         """The turn's own new messages in `messages` (not history or recall loaded from memory)."""
         return [m for m in self.messages if m.id not in self.loaded_ids]
 
-    def abort(self, reason: str | None = None, *, retry: bool = False, metadata: dict[str, Any] | None = None) -> NoReturn:
+    def abort(
+        self, reason: str | None = None, *, retry: bool = False, metadata: dict[str, Any] | None = None
+    ) -> NoReturn:
         """Stops the turn with a tripwire. Never returns."""
         raise TripWire(
             reason or f"Tripwire triggered by {self.processor_id}",

@@ -9,8 +9,9 @@ from memproc.processors.base import ProcessorContext
 
 class MessageHistory:
     """Input: puts the thread's newest `last_messages` messages, in order, before the new input (one
-    query; none on a new thread). Messages a client echoes back (ids already stored in this thread)
-    are not duplicated: the stored copy wins. An id stored in another thread gets a fresh id.
+    query; none on a new thread; one more when the caller sent message ids). Messages a client echoes
+    back (ids already stored in this thread) are not duplicated: the stored copy wins. An id stored in
+    another thread gets a fresh id.
 
     Output: records the turn's new messages for the turn's atomic save, without system messages,
     without internal tool calls (working memory) and without tool calls that have no result. It never
@@ -36,8 +37,9 @@ class MessageHistory:
         stored_here = {m.id for m in history}
         new = ctx.new_messages
         elsewhere: set[str] = set()
-        if len(new) > 1 and turn.thread_exists:  # a client echoing the conversation back
-            unknown = [m.id for m in new if m.id not in stored_here]
+        # Only ids the caller chose can already be stored (a client echoing the conversation back).
+        unknown = [m.id for m in new if m.id in turn.client_ids and m.id not in stored_here]
+        if unknown:
             for message_id, thread_id in store.messages_existing(ids=unknown).items():
                 (stored_here if thread_id == ctx.thread_id else elsewhere).add(message_id)
         kept = [
@@ -71,7 +73,7 @@ def savable(messages: list[Message], *, internal_tools: set[str]) -> list[Messag
         parts = tuple(
             p
             for p in message.parts
-            if not (getattr(p, "tool_name", None) in internal_tools)
+            if getattr(p, "tool_name", None) not in internal_tools
             and not (p.type == "tool-call" and p.tool_call_id not in answered)
         )
         if not parts:

@@ -65,8 +65,9 @@ class ProcessorRunner:
         self.turn = turn
         self._states: dict[int, dict[str, Any]] = {}
 
-    def context(self, processor: Any, *, phase: str, messages: Sequence[Message],
-                system_messages: Sequence[Message]) -> ProcessorContext:
+    def context(
+        self, processor: Any, *, phase: str, messages: Sequence[Message], system_messages: Sequence[Message]
+    ) -> ProcessorContext:
         turn = self.turn
         return ProcessorContext(
             processor_id=processor_id(processor),
@@ -83,8 +84,13 @@ class ProcessorRunner:
         )
 
     def run_messages(
-        self, chain: Sequence[Any], *, hook_name: str, phase: Phase,
-        messages: list[Message], system_messages: list[Message],
+        self,
+        chain: Sequence[Any],
+        *,
+        hook_name: str,
+        phase: Phase,
+        messages: list[Message],
+        system_messages: list[Message],
     ) -> tuple[list[Message], list[Message]]:
         """Runs `hook_name` of each processor that has it. System messages a processor returns join
         `system_messages` (same id: replaced); the rest become the new message list."""
@@ -102,8 +108,9 @@ class ProcessorRunner:
             messages, system_messages = _split(result, processor, system_messages)
         return messages, system_messages
 
-    def run_stream_part(self, chain: Sequence[Any], part: StreamEvent,
-                        system_messages: Sequence[Message]) -> StreamEvent | None:
+    def run_stream_part(
+        self, chain: Sequence[Any], part: StreamEvent, system_messages: Sequence[Message]
+    ) -> StreamEvent | None:
         """Rule 7: an error in a stream hook is logged and the part passes unchanged."""
         for processor in chain:
             hook = getattr(processor, "process_output_stream", None)
@@ -115,14 +122,18 @@ class ProcessorRunner:
             except TripWire as exc:
                 raise Blocked(_tripwire(exc, processor, "stream")) from exc
             except Exception:
-                logger.exception("memproc: stream processor %s failed; part passed unchanged",
-                                 processor_id(processor))
+                logger.exception(
+                    "memproc: stream processor %s failed; part passed unchanged", processor_id(processor)
+                )
                 continue
             if changed is None:
                 return None
             if not isinstance(changed, StreamEvent):
-                logger.error("memproc: stream processor %s returned %r, not a StreamEvent; ignored",
-                             processor_id(processor), type(changed).__name__)
+                logger.error(
+                    "memproc: stream processor %s returned %r, not a StreamEvent; ignored",
+                    processor_id(processor),
+                    type(changed).__name__,
+                )
                 continue
             part = changed
         return part
@@ -130,11 +141,18 @@ class ProcessorRunner:
 
 def _tripwire(exc: TripWire, processor: Any, phase: Phase) -> Tripwire:
     pid = exc.processor_id or processor_id(processor)
-    return Tripwire(reason=exc.reason or f"Tripwire triggered by {pid}", processor_id=pid, phase=phase,
-                    retry=exc.retry, metadata=dict(exc.metadata))
+    return Tripwire(
+        reason=exc.reason or f"Tripwire triggered by {pid}",
+        processor_id=pid,
+        phase=phase,
+        retry=exc.retry,
+        metadata=dict(exc.metadata),
+    )
 
 
-def _split(result: Any, processor: Any, system_messages: list[Message]) -> tuple[list[Message], list[Message]]:
+def _split(
+    result: Any, processor: Any, system_messages: list[Message]
+) -> tuple[list[Message], list[Message]]:
     if isinstance(result, (str, bytes)) or not isinstance(result, Sequence):
         raise TypeError(
             f"Processor {processor_id(processor)!r} returned {type(result).__name__}; "

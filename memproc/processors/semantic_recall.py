@@ -103,8 +103,12 @@ class SemanticRecall:
         )
         present = {m.id for m in ctx.messages}
         hits = ctx.store.vectors_search(
-            embedder_id=embedder.id, vector=vector, top_k=self.top_k + len(present),
-            threshold=self.threshold, vector_store=self.vector_store, **scope_filter,
+            embedder_id=embedder.id,
+            vector=vector,
+            top_k=self.top_k + len(present),
+            threshold=self.threshold,
+            vector_store=self.vector_store,
+            **scope_filter,
         )
         hits = [h for h in hits if h.message_id not in present][: self.top_k]
         if not hits:

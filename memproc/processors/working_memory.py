@@ -88,16 +88,26 @@ class WorkingMemory:
         return [*ctx.messages, self.system_message(current)]
 
     def system_message(self, current: str) -> Message:
-        scope_note = " with this user, in every conversation" if self.scope == "resource" else " in this conversation"
+        scope_note = (
+            " with this user, in every conversation" if self.scope == "resource" else " in this conversation"
+        )
         read_only_note = "\nThe working memory is read-only in this conversation." if self.read_only else ""
         if self.mode == "schema":
-            head = SCHEMA_INSTRUCTIONS.format(scope_note=scope_note, tool=TOOL_NAME, read_only_note=read_only_note,
-                                              schema=json.dumps(self.schema, indent=2))
+            head = SCHEMA_INSTRUCTIONS.format(
+                scope_note=scope_note,
+                tool=TOOL_NAME,
+                read_only_note=read_only_note,
+                schema=json.dumps(self.schema, indent=2),
+            )
         else:
-            head = MARKDOWN_INSTRUCTIONS.format(scope_note=scope_note, tool=TOOL_NAME, read_only_note=read_only_note)
+            head = MARKDOWN_INSTRUCTIONS.format(
+                scope_note=scope_note, tool=TOOL_NAME, read_only_note=read_only_note
+            )
             head += f"\n<working_memory_template>\n{self.template}\n</working_memory_template>"
         data = current or ("{}" if self.mode == "schema" else self.template)
-        return Message.create("system", f"{head}\n<working_memory>\n{data}\n</working_memory>", id="working-memory")
+        return Message.create(
+            "system", f"{head}\n<working_memory>\n{data}\n</working_memory>", id="working-memory"
+        )
 
     def update_tool(self, state: dict[str, Any], key: str) -> Tool:
         if self.mode == "schema":
@@ -110,24 +120,43 @@ class WorkingMemory:
         def execute(memory: Any, context: ToolContext) -> dict[str, Any]:
             return self.apply_update(state, key, memory, context)
 
-        return Tool(name=TOOL_NAME, description=description, parameters=params, execute=execute,
-                    wants_context=True, internal=True)
+        return Tool(
+            name=TOOL_NAME,
+            description=description,
+            parameters=params,
+            execute=execute,
+            wants_context=True,
+            internal=True,
+        )
 
-    def apply_update(self, state: dict[str, Any], key: str, memory: Any, context: ToolContext) -> dict[str, Any]:
+    def apply_update(
+        self, state: dict[str, Any], key: str, memory: Any, context: ToolContext
+    ) -> dict[str, Any]:
         from memproc.services.turns import PendingWorkingMemory
         from memproc.services.working_memory import compute_next
 
         try:
-            new = compute_next(current=state.get("current", ""), value=memory, template=self.template,
-                               schema=self.schema, mode=self.mode)
+            new = compute_next(
+                current=state.get("current", ""),
+                value=memory,
+                template=self.template,
+                schema=self.schema,
+                mode=self.mode,
+            )
         except ValidationError as exc:
             raise ToolError(str(exc)) from exc
         state["current"] = new
         turn = context.turn
         if turn is not None:
             turn.info["working_memory"] = new
-            turn.writes.working_memory.append(PendingWorkingMemory(
-                scope=self.scope, key=key, value=memory, mode=self.mode, template=self.template,
-                schema=self.schema,
-            ))
+            turn.writes.working_memory.append(
+                PendingWorkingMemory(
+                    scope=self.scope,
+                    key=key,
+                    value=memory,
+                    mode=self.mode,
+                    template=self.template,
+                    schema=self.schema,
+                )
+            )
         return {"success": True}

@@ -53,11 +53,12 @@ def messages_embed(*, message_ids: Sequence[str], embedder: Any = None) -> int:
 
 def sources_embed(*, sources: Sequence[EmbeddingSource], embedder: Any) -> int:
     """One embedder call for every chunk not seen before (by content hash); one insert for all rows."""
-    from memproc.embedders import chunk_text, content_hash
+    from memproc.embedders import chunk_text, content_hash, get_embedder
     from memproc.vectors import EmbeddingRow, get_vector_store
 
     if not sources:
         return 0
+    embedder = get_embedder(embedder)
     pieces = [
         (source, index, chunk, content_hash(chunk, embedder.id))
         for source in sources
@@ -72,8 +73,13 @@ def sources_embed(*, sources: Sequence[EmbeddingSource], embedder: Any) -> int:
             vectors[h] = _remember(h, np.asarray(vector, dtype=np.float32))
     rows = [
         EmbeddingRow(
-            message_id=source.message_id, thread_id=source.thread_id, resource_id=source.resource_id,
-            chunk=index, model=embedder.id, dimensions=int(embedder.dimensions), content_hash=h,
+            message_id=source.message_id,
+            thread_id=source.thread_id,
+            resource_id=source.resource_id,
+            chunk=index,
+            model=embedder.id,
+            dimensions=int(embedder.dimensions),
+            content_hash=h,
             vector=vectors[h],
         )
         for source, index, _, h in pieces
@@ -87,13 +93,16 @@ def _known_vectors(embedder_id: str, hashes: set[str]) -> dict[str, np.ndarray]:
     found = {h: _vector_cache[h] for h in hashes if h in _vector_cache}
     wanted = hashes - found.keys()
     if wanted:
-        rows = (
-            models.MessageEmbedding.objects.filter(model=embedder_id, content_hash__in=list(wanted))
-            .values_list("content_hash", "vector")
-        )
+        rows = models.MessageEmbedding.objects.filter(
+            model=embedder_id, content_hash__in=list(wanted)
+        ).values_list("content_hash", "vector")
         for h, vector in rows:
             found[h] = _remember(h, vector)
     return found
+
+
+def clear_vector_cache() -> None:
+    _vector_cache.clear()
 
 
 def _remember(key: str, vector: np.ndarray) -> np.ndarray:

@@ -24,7 +24,9 @@ class DjangoMemoryStore:
     def messages_existing(self, *, ids: Iterable[str]) -> dict[str, str]:
         return selectors.messages_existing(ids=ids)
 
-    def messages_around(self, *, message_ids: Sequence[str], before: int, after: int) -> dict[str, list[Message]]:
+    def messages_around(
+        self, *, message_ids: Sequence[str], before: int, after: int
+    ) -> dict[str, list[Message]]:
         return selectors.messages_around(message_ids=message_ids, before=before, after=after)
 
     def vectors_search(
@@ -41,8 +43,12 @@ class DjangoMemoryStore:
         from memproc.vectors import get_vector_store
 
         return get_vector_store(vector_store).search(
-            embedder_id=embedder_id, vector=vector, top_k=top_k, thread_id=thread_id,
-            resource_id=resource_id, threshold=threshold,
+            embedder_id=embedder_id,
+            vector=vector,
+            top_k=top_k,
+            thread_id=thread_id,
+            resource_id=resource_id,
+            threshold=threshold,
         )
 
     def working_memory_get(self, *, scope: str, key: str) -> WorkingMemoryValue:

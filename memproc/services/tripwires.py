@@ -44,13 +44,19 @@ def tripwire_log(
             content=content if settings.STORE_BLOCKED_CONTENT else None,
         )
     tripwire_triggered.send(
-        sender=models.TripwireLog, tripwire=tripwire, log=log, agent_id=agent_id,
-        thread_id=thread_id, resource_id=resource_id,
+        sender=models.TripwireLog,
+        tripwire=tripwire,
+        log=log,
+        agent_id=agent_id,
+        thread_id=thread_id,
+        resource_id=resource_id,
     )
     return log
 
 
-def tripwire_review(*, log: models.TripwireLog, status: str, reviewer: Any, note: str = "") -> models.TripwireLog:
+def tripwire_review(
+    *, log: models.TripwireLog, status: str, reviewer: Any, note: str = ""
+) -> models.TripwireLog:
     if status not in models.TripwireLog.Status.values:
         raise ValidationError(f"Unknown review status {status!r}")
     log.status = status

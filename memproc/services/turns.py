@@ -18,7 +18,16 @@ from django.utils import timezone
 from memproc.events import GenerateResult, StreamEvent, Tripwire
 from memproc.exceptions import ThreadOwnershipError, ToolError, ValidationError
 from memproc.llm.types import ModelRequest, ModelResponse, ToolCall
-from memproc.messages import Message, MessageInput, TextPart, ToolCallPart, ToolResultPart, new_id, thaw, to_messages
+from memproc.messages import (
+    Message,
+    MessageInput,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    new_id,
+    thaw,
+    to_messages,
+)
 from memproc.processors.runner import Blocked, ProcessorRunner
 from memproc.tools import Tool, ToolContext
 
@@ -62,6 +71,8 @@ class Turn:
     resource_id: str | None
     store: MemoryStore | None
     input_messages: list[Message]
+    # Ids the caller chose (not generated here): only these can clash with stored messages.
+    client_ids: set[str] = field(default_factory=set)
     thread_exists: bool = False
     thread_title: str = ""
     loaded_ids: set[str] = field(default_factory=set)
@@ -93,10 +104,17 @@ def turn_events(
     return (yield from _TurnExecution(turn, streaming=streaming).run())
 
 
-def turn_start(agent: Agent, messages: MessageInput, *, thread_id: str | None,
-               resource_id: str | None) -> Turn:
+def turn_start(
+    agent: Agent, messages: MessageInput, *, thread_id: str | None, resource_id: str | None
+) -> Turn:
     """Normalises input and checks thread ownership (one query when the agent has memory)."""
     now = timezone.now()
+    raw = messages if isinstance(messages, list | tuple) else [messages]
+    client_ids = {
+        str(item.id if isinstance(item, Message) else item["id"])
+        for item in raw
+        if isinstance(item, Message) or (isinstance(item, dict) and item.get("id"))
+    }
     inputs = [
         m.replace(created_at=m.created_at or now, thread_id=thread_id, resource_id=resource_id)
         for m in to_messages(messages)
@@ -119,8 +137,16 @@ def turn_start(agent: Agent, messages: MessageInput, *, thread_id: str | None,
         elif not resource_id:
             raise ValidationError("resource_id is required to start a thread")
         inputs = [m.replace(thread_id=thread_id, resource_id=resource_id) for m in inputs]
-    turn = Turn(agent=agent, thread_id=thread_id, resource_id=resource_id, store=store, input_messages=inputs,
-                thread_exists=exists, thread_title=title)
+    turn = Turn(
+        agent=agent,
+        thread_id=thread_id,
+        resource_id=resource_id,
+        store=store,
+        input_messages=inputs,
+        client_ids=client_ids,
+        thread_exists=exists,
+        thread_title=title,
+    )
     for t in agent.tools:
         turn.add_tool(t)
     return turn
@@ -141,8 +167,11 @@ class _TurnExecution:
         system = [self.agent.instructions_message()] if self.agent.instructions else []
         try:
             prompt, system = self.runner.run_messages(
-                self.input_chain, hook_name="process_input", phase="input",
-                messages=list(turn.input_messages), system_messages=system,
+                self.input_chain,
+                hook_name="process_input",
+                phase="input",
+                messages=list(turn.input_messages),
+                system_messages=system,
             )
         except Blocked as blocked:
             return (yield from self._blocked(blocked.tripwire, turn.input_messages, prompt=[]))
@@ -154,12 +183,19 @@ class _TurnExecution:
             try:
                 responses = yield from self._model_loop(system + feedback, prompt)
                 final, _ = self.runner.run_messages(
-                    self.output_chain, hook_name="process_output_result", phase="output",
-                    messages=new_input + responses, system_messages=system,
+                    self.output_chain,
+                    hook_name="process_output_result",
+                    phase="output",
+                    messages=new_input + responses,
+                    system_messages=system,
                 )
             except Blocked as blocked:
                 tripwire = blocked.tripwire
-                if tripwire.retry and tripwire.phase == "output" and attempts < self.agent.max_processor_retries:
+                if (
+                    tripwire.retry
+                    and tripwire.phase == "output"
+                    and attempts < self.agent.max_processor_retries
+                ):
                     attempts += 1
                     feedback = [Message.create("system", FEEDBACK.format(reason=tripwire.reason.rstrip(".")))]
                     continue
@@ -167,29 +203,51 @@ class _TurnExecution:
             break
         turn_commit(turn)
         result = GenerateResult(
-            text=_final_text(final), messages=final, tripwire=None, usage=self.usage,
-            thread_id=turn.thread_id, resource_id=turn.resource_id, prompt=system + prompt, steps=self.steps,
+            text=_final_text(final),
+            messages=final,
+            tripwire=None,
+            usage=self.usage,
+            thread_id=turn.thread_id,
+            resource_id=turn.resource_id,
+            prompt=system + prompt,
+            steps=self.steps,
             memory=dict(turn.info),
         )
         if self.streaming:
             yield StreamEvent(type="finish", result=result, usage=self.usage)
         return result
 
-    def _blocked(self, tripwire: Tripwire, content: list[Message],
-                 prompt: list[Message]) -> Generator[StreamEvent, None, GenerateResult]:
+    def _blocked(
+        self, tripwire: Tripwire, content: list[Message], prompt: list[Message]
+    ) -> Generator[StreamEvent, None, GenerateResult]:
         from memproc.services.tripwires import tripwire_log
 
         turn = self.turn
-        tripwire_log(tripwire=tripwire, agent_id=self.agent.id, thread_id=turn.thread_id,
-                     resource_id=turn.resource_id, messages=content)
-        result = GenerateResult(text="", messages=[], tripwire=tripwire, usage=self.usage,
-                                thread_id=turn.thread_id, resource_id=turn.resource_id, prompt=prompt,
-                                steps=self.steps, memory=dict(turn.info))
+        tripwire_log(
+            tripwire=tripwire,
+            agent_id=self.agent.id,
+            thread_id=turn.thread_id,
+            resource_id=turn.resource_id,
+            messages=content,
+        )
+        result = GenerateResult(
+            text="",
+            messages=[],
+            tripwire=tripwire,
+            usage=self.usage,
+            thread_id=turn.thread_id,
+            resource_id=turn.resource_id,
+            prompt=prompt,
+            steps=self.steps,
+            memory=dict(turn.info),
+        )
         if self.streaming:
             yield StreamEvent(type="tripwire", tripwire=tripwire, result=result)
         return result
 
-    def _model_loop(self, system: list[Message], prompt: list[Message]) -> Generator[StreamEvent, None, list[Message]]:
+    def _model_loop(
+        self, system: list[Message], prompt: list[Message]
+    ) -> Generator[StreamEvent, None, list[Message]]:
         """Model, then tools, then model again, until an answer without tool calls or the step limit."""
         responses: list[Message] = []
         tools = [t.spec for t in self.turn.tools.values()]
@@ -209,11 +267,20 @@ class _TurnExecution:
                 results.append(part)
                 if self.streaming:
                     yield StreamEvent(type="tool-result", tool_result=part)
-            responses.append(Message.create("tool", tuple(results), thread_id=self.turn.thread_id,
-                                            resource_id=self.turn.resource_id, created_at=timezone.now()))
+            responses.append(
+                Message.create(
+                    "tool",
+                    tuple(results),
+                    thread_id=self.turn.thread_id,
+                    resource_id=self.turn.resource_id,
+                    created_at=timezone.now(),
+                )
+            )
         return responses
 
-    def _model_step(self, request: ModelRequest, system: list[Message]) -> Generator[StreamEvent, None, ModelResponse]:
+    def _model_step(
+        self, request: ModelRequest, system: list[Message]
+    ) -> Generator[StreamEvent, None, ModelResponse]:
         model = self.agent.model
         if not self.streaming:
             return model.generate(request)
@@ -222,8 +289,11 @@ class _TurnExecution:
             events: Iterator[StreamEvent] = iter(
                 [StreamEvent(type="text-delta", text=response.text)] if response.text else []
             )
-            events = _chain(events, [StreamEvent(type="tool-call", tool_call=c) for c in response.tool_calls],
-                            StreamEvent(type="finish", usage=response.usage, finish_reason=response.finish_reason))
+            events = _chain(
+                events,
+                [StreamEvent(type="tool-call", tool_call=c) for c in response.tool_calls],
+                StreamEvent(type="finish", usage=response.usage, finish_reason=response.finish_reason),
+            )
         else:
             events = iter(model.stream(request))
         text: list[str] = []
@@ -249,7 +319,9 @@ class _TurnExecution:
         tool = turn.tools.get(call.name)
         if tool is None:
             return ToolResultPart(call.id, call.name, f"Unknown tool {call.name!r}", is_error=True)
-        context = ToolContext(thread_id=turn.thread_id, resource_id=turn.resource_id, agent=self.agent, turn=turn)
+        context = ToolContext(
+            thread_id=turn.thread_id, resource_id=turn.resource_id, agent=self.agent, turn=turn
+        )
         try:
             result = tool.run(call.args, context)
         except (ToolError, ValidationError) as exc:
@@ -277,19 +349,32 @@ def turn_commit(turn: Turn) -> None:
             turn.thread_exists = True
         if writes.messages:
             first = sequences_allocate(thread_id=turn.thread_id, count=len(writes.messages))
-            rows = message_rows(thread_id=turn.thread_id, resource_id=turn.resource_id,
-                                messages=writes.messages, first_sequence=first)
+            rows = message_rows(
+                thread_id=turn.thread_id,
+                resource_id=turn.resource_id,
+                messages=writes.messages,
+                first_sequence=first,
+            )
             from memproc.models import Message as MessageRow
 
             MessageRow.objects.bulk_create(rows)
         for wm in writes.working_memory:
-            working_memory_update(scope=wm.scope, key=wm.key, value=wm.value, source="model", mode=wm.mode,
-                                  template=wm.template, schema=wm.schema, thread_id=turn.thread_id)
+            working_memory_update(
+                scope=wm.scope,
+                key=wm.key,
+                value=wm.value,
+                source="model",
+                mode=wm.mode,
+                template=wm.template,
+                schema=wm.schema,
+                thread_id=turn.thread_id,
+            )
         if writes.embed:
             _enqueue_embedding(turn, background)
         if writes.generate_title and writes.messages:
-            background.enqueue("memproc.generate_title",
-                               kwargs={"thread_id": turn.thread_id, "agent_id": turn.agent.id})
+            background.enqueue(
+                "memproc.generate_title", kwargs={"thread_id": turn.thread_id, "agent_id": turn.agent.id}
+            )
 
 
 def _enqueue_embedding(turn: Turn, background: Any) -> None:
@@ -313,8 +398,13 @@ def _enqueue_embedding(turn: Turn, background: Any) -> None:
 def _assistant_message(response: ModelResponse, turn: Turn) -> Message:
     parts: list[Any] = [TextPart(response.text)] if response.text else []
     parts += [ToolCallPart(c.id or new_id(), c.name, c.args) for c in response.tool_calls]
-    return Message.create("assistant", tuple(parts), thread_id=turn.thread_id, resource_id=turn.resource_id,
-                          created_at=timezone.now())
+    return Message.create(
+        "assistant",
+        tuple(parts),
+        thread_id=turn.thread_id,
+        resource_id=turn.resource_id,
+        created_at=timezone.now(),
+    )
 
 
 def _final_text(messages: list[Message]) -> str:

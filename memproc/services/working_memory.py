@@ -52,7 +52,11 @@ def next_markdown(*, current: str, new: str, template: str) -> str:
     """Markdown mode replaces the whole text, but an empty template never overwrites real data."""
     if not isinstance(new, str):
         raise ValidationError("Working memory must be Markdown text")
-    if current.strip() and normalise(new) == normalise(template) and normalise(current) != normalise(template):
+    if (
+        current.strip()
+        and normalise(new) == normalise(template)
+        and normalise(current) != normalise(template)
+    ):
         raise ValidationError(
             "Refused: the update equals the empty template and would erase the existing working memory"
         )
@@ -73,12 +77,21 @@ def next_schema_value(*, current: str, patch: Any, schema: dict[str, Any] | None
             jsonschema.validate(merged, schema)
         except jsonschema.ValidationError as exc:
             path = "/".join(str(p) for p in exc.absolute_path) or "(root)"
-            raise ValidationError(f"Working memory does not match the schema at {path}: {exc.message}") from exc
+            raise ValidationError(
+                f"Working memory does not match the schema at {path}: {exc.message}"
+            ) from exc
     return json.dumps(merged, ensure_ascii=False, sort_keys=True)
 
 
-def compute_next(*, current: str, value: Any, template: str = "", schema: dict[str, Any] | None = None,
-                 mode: str = "markdown", replace: bool = False) -> str:
+def compute_next(
+    *,
+    current: str,
+    value: Any,
+    template: str = "",
+    schema: dict[str, Any] | None = None,
+    mode: str = "markdown",
+    replace: bool = False,
+) -> str:
     if mode == "schema":
         return next_schema_value(current="" if replace else current, patch=value, schema=schema)
     return next_markdown(current=current, new=value, template=template)
@@ -111,8 +124,9 @@ def working_memory_update(
             if row is None:
                 raise ValidationError(f"No {scope} with id {key!r}")
             current, version = row
-            new = compute_next(current=current, value=value, template=template, schema=schema, mode=mode,
-                               replace=replace)
+            new = compute_next(
+                current=current, value=value, template=template, schema=schema, mode=mode, replace=replace
+            )
             if new == current:
                 return current, version
             updated = model.objects.filter(pk=key, working_memory_version=version).update(
@@ -120,7 +134,12 @@ def working_memory_update(
             )
             if updated:
                 models.WorkingMemoryRevision.objects.create(
-                    scope=scope, key=key, old=current, new=new, version=version + 1, source=source,
+                    scope=scope,
+                    key=key,
+                    old=current,
+                    new=new,
+                    version=version + 1,
+                    source=source,
                     actor=actor if getattr(actor, "is_authenticated", False) else None,
                     thread_id=thread_id or (key if scope == "thread" else ""),
                 )

@@ -11,13 +11,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SETTINGS_ADDITIONS = '''
+SETTINGS_ADDITIONS = """
 INSTALLED_APPS += ["rest_framework", "django_filters", "drf_spectacular", "memproc"]
 MEMPROC = {"EMBEDDER": "memproc.testing.HashEmbedder"}
 ALLOWED_HOSTS = ["testserver", "localhost"]
-'''
+"""
 
-URLS = '''
+URLS = """
 from django.contrib import admin
 from django.urls import include, path
 
@@ -25,7 +25,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/memproc/", include("memproc.urls")),
 ]
-'''
+"""
 
 
 def run(args: list[str], cwd: Path) -> str:
@@ -46,7 +46,16 @@ def test_memproc_installs_into_a_fresh_startproject_site(tmp_path: Path) -> None
     assert "Applying memproc.0001_initial... OK" in run([*manage, "migrate", "--noinput"], cwd=tmp_path)
     assert "no issues" in run([*manage, "check"], cwd=tmp_path)
     assert "No changes detected" in run([*manage, "makemigrations", "--check", "--dry-run"], cwd=tmp_path)
-    out = run([*manage, "shell", "-c", (
-        "from django.test import Client; c = Client(); "
-        "print(c.get('/api/memproc/').status_code, c.get('/admin/login/').status_code)")], cwd=tmp_path)
+    out = run(
+        [
+            *manage,
+            "shell",
+            "-c",
+            (
+                "from django.test import Client; c = Client(); "
+                "print(c.get('/api/memproc/').status_code, c.get('/admin/login/').status_code)"
+            ),
+        ],
+        cwd=tmp_path,
+    )
     assert "200 200" in out

@@ -29,8 +29,13 @@ def test_embedding_vector_round_trips(thread: Thread) -> None:
     message = make_message(thread, 1)
     vector = np.array([0.25, -0.5, 1.0], dtype=np.float32)
     MessageEmbedding.objects.create(
-        message=message, thread_id=thread.id, resource_id=thread.resource_id,
-        model="hash-3", dimensions=3, content_hash="x", vector=vector,
+        message=message,
+        thread_id=thread.id,
+        resource_id=thread.resource_id,
+        model="hash-3",
+        dimensions=3,
+        content_hash="x",
+        vector=vector,
     )
     stored = MessageEmbedding.objects.get(message=message)
     assert stored.vector.dtype == np.float32
@@ -49,8 +54,13 @@ def test_message_sequence_is_unique_per_thread(thread: Thread) -> None:
 def test_postgres_column_is_pgvector_and_orders_by_cosine_distance(thread: Thread) -> None:
     for i, vec in enumerate(([1, 0, 0], [0, 1, 0], [0.9, 0.1, 0])):
         MessageEmbedding.objects.create(
-            message=make_message(thread, i), thread_id=thread.id, resource_id=thread.resource_id,
-            model="m", dimensions=3, content_hash=str(i), vector=np.array(vec, dtype=np.float32),
+            message=make_message(thread, i),
+            thread_id=thread.id,
+            resource_id=thread.resource_id,
+            model="m",
+            dimensions=3,
+            content_hash=str(i),
+            vector=np.array(vec, dtype=np.float32),
         )
     with connection.cursor() as cursor:
         cursor.execute(

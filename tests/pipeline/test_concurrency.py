@@ -39,7 +39,11 @@ def test_two_concurrent_turns_keep_all_four_messages_in_order():
     for w in workers:
         w.join(30)
     assert not errors
-    rows = list(Message.objects.filter(thread_id="shared").order_by("sequence").values_list("sequence", "role", "text"))
+    rows = list(
+        Message.objects.filter(thread_id="shared")
+        .order_by("sequence")
+        .values_list("sequence", "role", "text")
+    )
     assert [r[0] for r in rows] == [1, 2, 3, 4]
     pairs = [(rows[i][2], rows[i + 1][2]) for i in (0, 2)]
     assert sorted(pairs) == [("first", "answer to first"), ("second", "answer to second")]

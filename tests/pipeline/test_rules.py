@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from asgiref.sync import sync_to_async
-from django.db import connection
+from asgiref.sync import async_to_sync
 from django.db.models.signals import post_save
 
 from memproc import Agent, Memory
@@ -40,8 +39,15 @@ class Recorder:
 
 
 class Blocker:
-    def __init__(self, pid: str = "blocker", *, on: str = "input", reason: str | None = "No.",
-                 retry: bool = False, metadata: dict | None = None) -> None:
+    def __init__(
+        self,
+        pid: str = "blocker",
+        *,
+        on: str = "input",
+        reason: str | None = "No.",
+        retry: bool = False,
+        metadata: dict | None = None,
+    ) -> None:
         self.id = pid
         self.on, self.reason, self.retry, self.metadata = on, reason, retry, metadata
         self.calls = 0
@@ -65,8 +71,10 @@ class Uppercase:
     id = "uppercase"
 
     def process_output_result(self, ctx):
-        return [m.replace(parts=(type(m.parts[0])(m.text.upper()),)) if m.role == "assistant" else m
-                for m in ctx.messages]
+        return [
+            m.replace(parts=(type(m.parts[0])(m.text.upper()),)) if m.role == "assistant" else m
+            for m in ctx.messages
+        ]
 
 
 def stored() -> list[tuple[str, str]]:
@@ -75,10 +83,12 @@ def stored() -> list[tuple[str, str]]:
 
 # --- rules 1-3: order and dedup -------------------------------------------------------------------
 
+
 def test_memory_processors_run_first_on_input_and_last_on_output(make_agent, model):
     log: list[str] = []
-    agent = make_agent(input_processors=[Recorder("a", log), Recorder("b", log)],
-                       output_processors=[Recorder("c", log)])
+    agent = make_agent(
+        input_processors=[Recorder("a", log), Recorder("b", log)], output_processors=[Recorder("c", log)]
+    )
     chain_in, chain_out = agent.processor_chains()
     assert [p.id for p in chain_in] == ["message-history", "a", "b"]
     assert [p.id for p in chain_out] == ["c", "message-history"]
@@ -120,6 +130,7 @@ def test_custom_history_window_is_used(make_agent, model):
 
 # --- rule 4: input abort --------------------------------------------------------------------------
 
+
 def test_input_abort_never_calls_model_saves_nothing_and_logs(make_agent, model):
     received = []
     tripwire_triggered.connect(lambda **kw: received.append(kw), weak=False, dispatch_uid="t-in")
@@ -133,7 +144,12 @@ def test_input_abort_never_calls_model_saves_nothing_and_logs(make_agent, model)
     assert result.tripwire == Tripwire("Too rude", "blocker", "input", False, {"score": 0.9})
     assert stored() == [] and not Thread.objects.exists()
     log = TripwireLog.objects.get()
-    assert (log.agent_id, log.processor_id, log.phase, log.reason) == ("test-agent", "blocker", "input", "Too rude")
+    assert (log.agent_id, log.processor_id, log.phase, log.reason) == (
+        "test-agent",
+        "blocker",
+        "input",
+        "Too rude",
+    )
     assert (log.thread_id, log.resource_id, log.metadata) == (T, R, {"score": 0.9})
     assert log.content[0]["parts"][0]["text"] == "you are awful"
     assert received and received[0]["log"] == log
@@ -152,6 +168,7 @@ def test_input_abort_is_final_even_with_retry(make_agent, model):
 
 
 # --- rule 5: output abort -------------------------------------------------------------------------
+
 
 def test_output_abort_saves_nothing_and_keeps_earlier_turns(make_agent, model):
     agent = make_agent()
@@ -173,6 +190,7 @@ def test_memory_processors_skipped_after_output_abort(make_agent, model):
 
 
 # --- rule 6: retry with feedback ------------------------------------------------------------------
+
 
 def test_retry_sends_feedback_without_rejected_draft(make_agent, model):
     class RejectFirst:
@@ -208,15 +226,18 @@ def test_retry_exhausted_leaves_tripwire(make_agent, model):
 def test_retry_without_retries_left_is_an_ordinary_abort(make_agent, model):
     model.add("bad")
     result = make_agent(output_processors=[Blocker(on="output", retry=True)]).generate(
-        "x", thread_id=T, resource_id=R)
+        "x", thread_id=T, resource_id=R
+    )
     assert model.calls == 1 and result.tripwire.retry is True
 
 
 # --- rule 7: tripwire shape, chain stops, errors --------------------------------------------------
 
+
 def test_default_reason_names_the_processor(make_agent, model):
-    result = make_agent(input_processors=[Blocker("my-guard", reason=None)]).generate("x", thread_id=T,
-                                                                                       resource_id=R)
+    result = make_agent(input_processors=[Blocker("my-guard", reason=None)]).generate(
+        "x", thread_id=T, resource_id=R
+    )
     assert result.tripwire.reason == "Tripwire triggered by my-guard"
 
 
@@ -267,10 +288,14 @@ def test_processor_returning_garbage_is_a_clear_error(make_agent, model):
 
 # --- stream abort ---------------------------------------------------------------------------------
 
+
 def test_stream_abort_emits_one_tripwire_event_and_ends(make_agent, model):
     model.add("fine then bad words here")
-    events = list(make_agent(output_processors=[Blocker(on="stream", reason="Bad word")]).stream(
-        "x", thread_id=T, resource_id=R))
+    events = list(
+        make_agent(output_processors=[Blocker(on="stream", reason="Bad word")]).stream(
+            "x", thread_id=T, resource_id=R
+        )
+    )
     assert [e.type for e in events] == ["text-delta", "text-delta", "tripwire"]
     assert events[-1].tripwire.phase == "stream" and events[-1].tripwire.reason == "Bad word"
     assert stored() == [] and TripwireLog.objects.get().phase == "stream"
@@ -299,6 +324,7 @@ def test_output_processors_transform_what_is_saved(make_agent, model):
 
 # --- rule 9: atomic saves -------------------------------------------------------------------------
 
+
 def test_model_error_saves_nothing_and_is_raised(make_agent, model):
     model.add(ModelUnavailableError("provider down"))
     with pytest.raises(ModelUnavailableError):
@@ -311,7 +337,9 @@ def test_failure_during_save_rolls_back_every_row(make_agent, model):
         raise RuntimeError("disk full")
 
     agent = make_agent(memory=Memory(working_memory={"scope": "thread"}))
-    model.add(ModelResponse(tool_calls=[ToolCall("c1", "updateWorkingMemory", {"memory": "# Name: Ada"})]), "ok")
+    model.add(
+        ModelResponse(tool_calls=[ToolCall("c1", "updateWorkingMemory", {"memory": "# Name: Ada"})]), "ok"
+    )
     post_save.connect(explode, sender="memproc.WorkingMemoryRevision", dispatch_uid="explode")
     try:
         with pytest.raises(RuntimeError, match="disk full"):
@@ -322,6 +350,7 @@ def test_failure_during_save_rolls_back_every_row(make_agent, model):
 
 
 # --- rule 10: immutability ------------------------------------------------------------------------
+
 
 def test_mutating_messages_raises(make_agent, model):
     class Mutator:
@@ -356,6 +385,7 @@ def test_tool_call_args_are_frozen():
 
 # --- rule 12: system messages never saved; read-only ----------------------------------------------
 
+
 def test_system_messages_are_never_saved(make_agent, model):
     class AddSystem:
         id = "add-system"
@@ -366,7 +396,9 @@ def test_system_messages_are_never_saved(make_agent, model):
     model.add("ok")
     make_agent(input_processors=[AddSystem()]).generate("hi", thread_id=T, resource_id=R)
     assert [m.text for m in model.requests[0].messages if m.role == "system"] == [
-        "You are a test agent.", "Extra rule"]
+        "You are a test agent.",
+        "Extra rule",
+    ]
     assert stored() == [("user", "hi"), ("assistant", "ok")]
 
 
@@ -388,6 +420,7 @@ def test_last_messages_false_neither_loads_nor_saves(make_agent, model):
 
 
 # --- tools ----------------------------------------------------------------------------------------
+
 
 def test_tool_loop_runs_tools_and_saves_calls_and_results(make_agent, model):
     from memproc import tool
@@ -413,12 +446,22 @@ def test_tool_errors_and_unknown_tools_reach_the_model(make_agent, model):
     def fail(x: int) -> int:
         raise ValueError("boom")
 
-    model.add(ModelResponse(tool_calls=[ToolCall("c1", "fail", {"x": 1}), ToolCall("c2", "nope", {}),
-                                        ToolCall("c3", "fail", {"x": "not an int"})]), "sorry")
+    model.add(
+        ModelResponse(
+            tool_calls=[
+                ToolCall("c1", "fail", {"x": 1}),
+                ToolCall("c2", "nope", {}),
+                ToolCall("c3", "fail", {"x": "not an int"}),
+            ]
+        ),
+        "sorry",
+    )
     make_agent(tools=[fail]).generate("go", thread_id=T, resource_id=R)
     results = model.requests[1].messages[-1].tool_results
     assert all(r.is_error for r in results)
-    assert "boom" in results[0].result and "Unknown tool" in results[1].result and "Invalid" in results[2].result
+    assert (
+        "boom" in results[0].result and "Unknown tool" in results[1].result and "Invalid" in results[2].result
+    )
 
 
 def test_tool_loop_stops_at_step_limit(make_agent, model):
@@ -449,7 +492,7 @@ def test_streaming_tool_calls_emit_events(make_agent, model):
 
 # --- async ----------------------------------------------------------------------------------------
 
-@pytest.mark.django_db(transaction=True)
+
 def test_agenerate_and_async_processors(make_agent, model):
     class AsyncTag:
         id = "async-tag"
@@ -460,19 +503,20 @@ def test_agenerate_and_async_processors(make_agent, model):
 
     model.add("ok", "streamed")
     agent = make_agent(input_processors=[AsyncTag()])
-    result = asyncio.run(agent.agenerate("hi", thread_id=T, resource_id=R))
+    # async_to_sync (as Django runs async views) keeps thread-sensitive work on this thread's connection.
+    result = async_to_sync(agent.agenerate)("hi", thread_id=T, resource_id=R)
     assert result.text == "ok"
     assert "async was here" in [m.text for m in model.requests[0].messages]
 
     async def collect():
         return [e async for e in agent.astream("again", thread_id=T, resource_id=R)]
 
-    events = asyncio.run(collect())
+    events = async_to_sync(collect)()
     assert events[-1].type == "finish" and events[-1].result.text == "streamed"
-    asyncio.run(sync_to_async(connection.close, thread_sensitive=True)())  # the worker thread's connection
 
 
 # --- ownership ------------------------------------------------------------------------------------
+
 
 def test_thread_of_another_resource_is_refused(make_agent, model):
     from memproc.exceptions import ThreadOwnershipError

@@ -1,0 +1,259 @@
+"""Token counting for prompt budgets: a small protocol, an exact offline counter and a fallback estimate.
+
+`get_token_counter()` builds the counter named by `MEMPROC["TOKENIZER"]` (a dotted path or
+`{"CLASS": ..., "OPTIONS": {...}}`) at first use, keeps one per spec, and forgets them when
+`MEMPROC` changes (`override_settings` works).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from memproc.conf import build_from_setting, settings
+from memproc.exceptions import ConfigurationError
+from memproc.messages import AttachmentRef, FilePart, Message, TextPart, ToolCallPart, ToolResultPart, thaw
+
+__all__ = [
+    "CharEstimateCounter",
+    "MessageCounter",
+    "QuicktokCounter",
+    "TokenCounter",
+    "get_token_counter",
+    "is_token_counter",
+    "reset_token_counters",
+]
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts tokens the way a model sees them. `id` names the tokenizer (e.g. "quicktok:o200k_base")."""
+
+    id: str
+
+    def count_text(self, text: str) -> int: ...
+
+    def count_message(self, message: Message) -> int: ...
+
+
+def is_token_counter(value: Any) -> bool:
+    """True for a counter instance (not a class, not a setting spec)."""
+    return (
+        not isinstance(value, type)
+        and callable(getattr(value, "count_text", None))
+        and callable(getattr(value, "count_message", None))
+    )
+
+
+class MessageCounter:
+    """Base for counters: `count_message` from `count_text` plus the chat format's overhead.
+
+    A message costs its text parts, each tool call's name and JSON arguments, each tool result (a
+    string as is, anything else as the JSON the model receives), a fixed estimate per file or
+    attachment (never its bytes), and `tokens_per_message` for the envelope (OpenAI's
+    `<|start|>{role}<|message|>...<|end|>`) once per chat message it becomes: a tool message with
+    n results is n messages on the wire. Counts are cached per message id (checked against the
+    content) in an LRU of `cache_size` entries, because the same history is counted on every turn;
+    an entry keeps a reference to the message's parts (messages with inline file data are not
+    cached). Thread-safe.
+    Subclasses implement `count_text`.
+    """
+
+    id = "message-counter"
+    tokens_per_message = 4
+    tokens_per_image = 765  # a high-detail image; providers bill images at a near-flat rate
+    tokens_per_file = 258  # other files and offloaded attachments
+
+    def __init__(self, *, cache_size: int = 1024) -> None:
+        if not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size < 0:
+            raise ConfigurationError(f"{type(self).__name__}(cache_size=...) must be an int >= 0")
+        self.cache_size = cache_size
+        self._cache: OrderedDict[str, tuple[str, tuple[Any, ...], int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def count_text(self, text: str) -> int:
+        raise NotImplementedError
+
+    def count_message(self, message: Message) -> int:
+        # Keyed by id, checked by content: comparing parts is far cheaper than hashing them (tool
+        # arguments hash through JSON), and an edited message simply replaces its entry.
+        cache = self._cache if self.cache_size and message.id and not _holds_file_data(message) else None
+        if cache is not None:
+            with self._lock:
+                entry = cache.get(message.id)
+                if entry is not None and entry[0] == message.role and _same_parts(entry[1], message.parts):
+                    cache.move_to_end(message.id)
+                    return entry[2]
+        count = self._count_parts(message)
+        if cache is not None:
+            with self._lock:
+                cache[message.id] = (message.role, message.parts, count)
+                cache.move_to_end(message.id)
+                while len(cache) > self.cache_size:
+                    cache.popitem(last=False)
+        return count
+
+    def clear_cache(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+    def _count_parts(self, message: Message) -> int:
+        total = 0
+        results = 0
+        for part in message.parts:
+            if isinstance(part, TextPart):
+                total += self.count_text(part.text)
+            elif isinstance(part, ToolCallPart):
+                total += self.count_text(part.tool_name) + self.count_text(_as_json(part.args))
+            elif isinstance(part, ToolResultPart):
+                results += 1
+                value = part.result
+                total += self.count_text(value if isinstance(value, str) else _as_json(value))
+            elif isinstance(part, (FilePart, AttachmentRef)):
+                is_image = part.media_type.startswith("image/")
+                total += self.tokens_per_image if is_image else self.tokens_per_file
+        return total + self.tokens_per_message * max(1, results)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.id}>"
+
+
+class QuicktokCounter(MessageCounter):
+    """Exact BPE counts from quicktok (the bundled vocabularies; no download, ids match tiktoken).
+
+    `encoding` is a quicktok encoding name: "o200k_base" (GPT-4o, o1, o3), "cl100k_base" (GPT-4,
+    GPT-3.5), "o200k_harmony", "llama3", "qwen3", or one imported with `quicktok.import_tokenizer`.
+    The vocabulary loads here (under a second, once per process), so an unknown name fails at
+    configuration time. Special-token text in messages counts as ordinary text, as models see it.
+    """
+
+    def __init__(self, *, encoding: str = "o200k_base", cache_size: int = 1024) -> None:
+        super().__init__(cache_size=cache_size)
+        if not isinstance(encoding, str) or not encoding:
+            raise ConfigurationError("QuicktokCounter(encoding=...) must be a non-empty string")
+        import quicktok
+
+        try:
+            self._encoding = quicktok.get_encoding(encoding)
+        except (RuntimeError, OSError, ValueError, KeyError) as exc:
+            raise ConfigurationError(
+                f"QuicktokCounter: unknown encoding {encoding!r}; use one of cl100k_base, o200k_base, "
+                "o200k_harmony, llama3, qwen3 or one imported with quicktok.import_tokenizer()"
+            ) from exc
+        self.encoding = encoding
+        self.id = f"quicktok:{encoding}"
+
+    def count_text(self, text: str) -> int:
+        if not text:
+            return 0
+        try:
+            return self._encoding.count(text)
+        except (TypeError, UnicodeError):  # lone surrogates cannot become UTF-8
+            return self._encoding.count(text.encode("utf-8", "replace").decode("utf-8"))
+
+
+class CharEstimateCounter(MessageCounter):
+    """An estimate with no vocabulary: one token per `chars_per_token` characters, rounded up.
+
+    Good enough for English prose with OpenAI-style tokenizers; it undercounts CJK text and code.
+    """
+
+    def __init__(self, *, chars_per_token: float = 4, cache_size: int = 1024) -> None:
+        super().__init__(cache_size=cache_size)
+        if (
+            not isinstance(chars_per_token, (int, float))
+            or isinstance(chars_per_token, bool)
+            or not chars_per_token > 0
+            or math.isinf(chars_per_token)
+        ):
+            raise ConfigurationError("CharEstimateCounter(chars_per_token=...) must be a positive number")
+        self.chars_per_token = chars_per_token
+        self.id = f"chars:{chars_per_token:g}"
+
+    def count_text(self, text: str) -> int:
+        return math.ceil(len(text) / self.chars_per_token) if text else 0
+
+
+def _holds_file_data(message: Message) -> bool:
+    """Inline file bytes are not worth keeping alive in the cache: a file costs a fixed estimate."""
+    return any(isinstance(part, FilePart) and part.data for part in message.parts)
+
+
+def _same_parts(cached: tuple[Any, ...], parts: tuple[Any, ...]) -> bool:
+    try:
+        return cached is parts or cached == parts
+    except Exception:  # a tool result whose == misbehaves: count again
+        return False
+
+
+def _as_json(value: Any) -> str:
+    """What the model receives for tool arguments and non-string results (see `messages.to_openai`)."""
+    return json.dumps(thaw(value), default=str)
+
+
+# --- the configured counter ---------------------------------------------------------------------------
+
+_counters: dict[Any, TokenCounter] = {}
+_counters_lock = threading.Lock()
+
+
+def get_token_counter(spec: Any = None) -> TokenCounter:
+    """The counter for `spec` (default: `MEMPROC["TOKENIZER"]`), built once and reused.
+
+    `spec` is a dotted path, `{"CLASS": ..., "OPTIONS": {...}}`, a class, or a counter instance
+    (returned as is). Raises ConfigurationError when it cannot be imported or built.
+    """
+    if spec is None:
+        spec = settings.TOKENIZER
+    if is_token_counter(spec):
+        return spec
+    key = _spec_key(spec)
+    counter = _counters.get(key)
+    if counter is None:
+        with _counters_lock:
+            counter = _counters.get(key)
+            if counter is None:
+                counter = _build(spec)
+                _counters[key] = counter
+    return counter
+
+
+def reset_token_counters() -> None:
+    with _counters_lock:
+        _counters.clear()
+
+
+def _spec_key(spec: Any) -> Any:
+    if isinstance(spec, Mapping):
+        return ("options", json.dumps(spec, sort_keys=True, default=repr))
+    try:
+        hash(spec)
+    except TypeError as exc:
+        raise ConfigurationError(f"MEMPROC['TOKENIZER']: cannot build a token counter from {spec!r}") from exc
+    return spec
+
+
+def _build(spec: Any) -> TokenCounter:
+    try:
+        counter = build_from_setting(dict(spec) if isinstance(spec, Mapping) else spec, setting="TOKENIZER")
+    except TypeError as exc:
+        raise ConfigurationError(f"MEMPROC['TOKENIZER']: cannot build {spec!r}: {exc}") from exc
+    if not is_token_counter(counter) or not isinstance(getattr(counter, "id", None), str):
+        raise ConfigurationError(
+            f"MEMPROC['TOKENIZER']: {spec!r} did not give a token counter "
+            "(an object with `id`, `count_text(text)` and `count_message(message)`)"
+        )
+    return counter
+
+
+@receiver(setting_changed)
+def _reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == "MEMPROC":
+        reset_token_counters()

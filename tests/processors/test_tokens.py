@@ -1,0 +1,290 @@
+"""Token counters: exact quicktok counts, the chat-format overhead, the cache and the setting."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import quicktok
+from django.test import override_settings
+
+from memproc.exceptions import ConfigurationError
+from memproc.messages import (
+    AttachmentRef,
+    FilePart,
+    Message,
+    TextPart,
+    ToolResultPart,
+    message_from_content,
+)
+from memproc.processors.tokens import (
+    CharEstimateCounter,
+    QuicktokCounter,
+    TokenCounter,
+    get_token_counter,
+    reset_token_counters,
+)
+
+from .conftest import assistant, tool_call, tool_result, user
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counters():
+    reset_token_counters()
+    yield
+    reset_token_counters()
+
+
+# --- exact counts ---------------------------------------------------------------------------------
+
+
+def test_hello_world_is_two_tokens_in_o200k(o200k):
+    assert o200k.count_text("hello world") == 2
+    assert o200k.id == "quicktok:o200k_base"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "hello world",
+        "Привет, как дела?",
+        "こんにちは世界",
+        "def f(x):\n    return x * 2\n",
+        "  spaced   out  ",
+    ],
+)
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_counts_match_the_encoding(text, encoding):
+    counter = QuicktokCounter(encoding=encoding)
+    assert counter.count_text(text) == len(quicktok.get_encoding(encoding).encode_ordinary(text))
+
+
+def test_encodings_differ_where_the_vocabularies_differ():
+    text = "こんにちは世界"
+    assert QuicktokCounter(encoding="o200k_base").count_text(text) == 2
+    assert QuicktokCounter(encoding="cl100k_base").count_text(text) == 4
+
+
+def test_special_token_text_counts_as_ordinary_text(o200k):
+    assert o200k.count_text("<|endoftext|>") == 7
+
+
+def test_empty_text_and_lone_surrogates(o200k):
+    assert o200k.count_text("") == 0
+    assert o200k.count_text("bad \ud800 char") > 0
+
+
+def test_unknown_encoding_is_a_configuration_error():
+    with pytest.raises(ConfigurationError, match="unknown encoding 'p50k_base'"):
+        QuicktokCounter(encoding="p50k_base")
+    with pytest.raises(ConfigurationError):
+        QuicktokCounter(encoding="")
+
+
+def test_counters_satisfy_the_protocol(o200k):
+    assert isinstance(o200k, TokenCounter)
+    assert isinstance(CharEstimateCounter(), TokenCounter)
+
+
+# --- messages -------------------------------------------------------------------------------------
+
+
+def test_a_message_costs_its_text_plus_the_envelope(o200k):
+    assert o200k.count_message(user("hello world")) == 2 + o200k.tokens_per_message == 6
+
+
+def test_text_parts_are_counted_each(o200k):
+    message = Message.create("user", [TextPart("hello world"), TextPart("hello world")])
+    assert o200k.count_message(message) == 2 * 2 + 4
+
+
+def test_a_tool_call_costs_its_name_and_json_arguments(o200k):
+    message = tool_call("c1", "get_weather", {"city": "Paris", "days": 3}, text="Let me check.")
+    expected = (
+        o200k.count_text("Let me check.")
+        + o200k.count_text("get_weather")
+        + o200k.count_text(json.dumps({"city": "Paris", "days": 3}))
+        + 4
+    )
+    assert o200k.count_message(message) == expected
+
+
+def test_a_tool_result_costs_its_text_or_json(o200k):
+    as_text = tool_result("c1", "get_weather", "sunny, 21 degrees")
+    as_json = tool_result("c1", "get_weather", {"sky": "sunny", "temp": [21, 23]})
+    assert o200k.count_message(as_text) == o200k.count_text("sunny, 21 degrees") + 4
+    expected = o200k.count_text(json.dumps({"sky": "sunny", "temp": [21, 23]})) + 4
+    assert o200k.count_message(as_json) == expected
+
+
+def test_each_tool_result_is_its_own_chat_message(o200k):
+    message = Message.create("tool", [ToolResultPart("c1", "a", "x"), ToolResultPart("c2", "b", "x")])
+    assert o200k.count_message(message) == 2 * o200k.count_text("x") + 2 * 4
+
+
+def test_files_cost_a_fixed_estimate_whatever_their_size(o200k):
+    small = Message.create("user", [FilePart(data=b"x", media_type="image/png")])
+    large = Message.create("user", [FilePart(data=b"x" * 1_000_000, media_type="image/png")])
+    pdf = Message.create("user", [FilePart(url="https://example.com/a.pdf", media_type="application/pdf")])
+    ref = Message.create("user", [AttachmentRef("a1", "notes.txt", "text/plain", 10_000_000)])
+    assert o200k.count_message(small) == o200k.count_message(large) == o200k.tokens_per_image + 4
+    assert o200k.count_message(pdf) == o200k.count_message(ref) == o200k.tokens_per_file + 4
+
+
+def test_char_estimate_rounds_up():
+    counter = CharEstimateCounter(chars_per_token=4)
+    assert counter.count_text("") == 0
+    assert counter.count_text("abcd") == 1
+    assert counter.count_text("abcde") == 2
+    assert counter.count_message(user("abcdefgh")) == 2 + 4
+    assert CharEstimateCounter(chars_per_token=2.5).count_text("abcde") == 2
+
+
+@pytest.mark.parametrize("value", [0, -1, True, "4", float("inf"), float("nan")])
+def test_char_estimate_rejects_bad_ratios(value):
+    with pytest.raises(ConfigurationError):
+        CharEstimateCounter(chars_per_token=value)
+
+
+# --- the cache ------------------------------------------------------------------------------------
+
+
+class CountingCounter(CharEstimateCounter):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.calls = 0
+
+    def count_text(self, text):
+        self.calls += 1
+        return super().count_text(text)
+
+
+def test_history_counted_again_hits_the_cache():
+    counter = CountingCounter()
+    history = [user(f"message number {i}") for i in range(8)]
+    history += [tool_call("c1", "search", {"q": "x"}), tool_result("c1", "search", {"hits": [1, 2]})]
+    first = [counter.count_message(m) for m in history]
+    calls = counter.calls
+    # The next turn loads the same rows again: new objects, same ids and content.
+    reloaded = [message_from_content(id=m.id, role=m.role, content=m.to_content()) for m in history]
+    assert all(a is not b for a, b in zip(history, reloaded, strict=True))
+    assert [counter.count_message(m) for m in reloaded] == first
+    assert counter.calls == calls
+
+
+def test_edited_content_with_the_same_id_is_recounted():
+    counter = CountingCounter()
+    original = user("short", id="m1")
+    edited = original.replace(parts=(TextPart("a much longer text than before"),))
+    assert counter.count_message(original) != counter.count_message(edited)
+
+
+def test_the_cache_is_bounded():
+    counter = CountingCounter(cache_size=3)
+    messages = [user(f"m{i}") for i in range(5)]
+    for m in messages:
+        counter.count_message(m)
+    assert len(counter._cache) == 3
+    calls = counter.calls
+    counter.count_message(messages[0])  # evicted: counted again
+    assert counter.calls == calls + 1
+    counter.count_message(messages[-1])  # still cached
+    assert counter.calls == calls + 1
+
+
+def test_unhashable_tool_results_are_counted_without_caching():
+    counter = CountingCounter()
+    message = Message.create("tool", [ToolResultPart("c1", "t", {1, 2})])  # a set: unhashable
+    assert counter.count_message(message) > 0
+    assert counter.count_message(message) > 0
+
+
+def test_cached_counting_of_ten_messages_is_well_under_a_millisecond(o200k):
+    history = [
+        user("What's the weather like in Paris this weekend? I want to plan a picnic."),
+        tool_call("c1", "get_weather", {"city": "Paris", "days": 2}, text="Let me check."),
+        tool_result("c1", "get_weather", {"sat": "sunny", "sun": "rain"}),
+        assistant("Saturday looks sunny; Sunday rain. Saturday is your day. " * 5),
+    ] * 2 + [user("Thanks! And Lyon?"), assistant("Let me look that up for you.")]
+    for m in history:
+        o200k.count_message(m)
+    rounds = 200
+    start = time.perf_counter()
+    for _ in range(rounds):
+        for m in history:
+            o200k.count_message(m)
+    per_turn = (time.perf_counter() - start) / rounds
+    assert per_turn < 0.0002, f"{per_turn * 1e6:.1f} µs for 10 cached messages"
+
+
+# --- the configured counter -----------------------------------------------------------------------
+
+
+def test_default_counter_is_quicktok_o200k_and_is_reused():
+    counter = get_token_counter()
+    assert isinstance(counter, QuicktokCounter)
+    assert counter.id == "quicktok:o200k_base"
+    assert get_token_counter() is counter
+
+
+def test_the_setting_picks_the_counter_and_changes_take_effect():
+    with override_settings(MEMPROC={"TOKENIZER": "memproc.processors.tokens.CharEstimateCounter"}):
+        assert isinstance(get_token_counter(), CharEstimateCounter)
+    assert isinstance(get_token_counter(), QuicktokCounter)
+
+
+def test_the_setting_accepts_class_and_options():
+    spec = {"CLASS": "memproc.processors.tokens.QuicktokCounter", "OPTIONS": {"encoding": "cl100k_base"}}
+    with override_settings(MEMPROC={"TOKENIZER": spec}):
+        counter = get_token_counter()
+        assert counter.id == "quicktok:cl100k_base"
+        assert get_token_counter() is counter
+
+
+def test_a_setting_change_forgets_built_counters():
+    spec = "memproc.processors.tokens.CharEstimateCounter"
+    before = get_token_counter(spec)
+    with override_settings(MEMPROC={}):
+        pass
+    assert get_token_counter(spec) is not before
+
+
+def test_an_instance_is_used_as_is():
+    counter = CharEstimateCounter(chars_per_token=3)
+    assert get_token_counter(counter) is counter
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "memproc.processors.tokens.NoSuchCounter",
+        "builtins.dict",
+        {"CLASS": "memproc.processors.tokens.QuicktokCounter", "OPTIONS": {"encoding": "nope"}},
+        {"CLASS": "memproc.processors.tokens.QuicktokCounter", "OPTIONS": {"bogus": 1}},
+    ],
+)
+def test_bad_settings_are_configuration_errors(spec):
+    with override_settings(MEMPROC={"TOKENIZER": spec}), pytest.raises(ConfigurationError):
+        get_token_counter()
+
+
+def test_messages_with_inline_file_bytes_are_not_kept_in_the_cache():
+    counter = CountingCounter()
+    message = Message.create("user", [TextPart("look"), FilePart(data=b"x" * 1000, media_type="image/png")])
+    counter.count_message(message)
+    assert message.id not in counter._cache
+
+
+@pytest.mark.parametrize("value", [-1, True, "10"])
+def test_cache_size_must_be_a_non_negative_int(value):
+    with pytest.raises(ConfigurationError):
+        CharEstimateCounter(cache_size=value)
+
+
+def test_cache_size_zero_disables_the_cache():
+    counter = CountingCounter(cache_size=0)
+    message = user("hello")
+    counter.count_message(message)
+    counter.count_message(message)
+    assert counter.calls == 2
