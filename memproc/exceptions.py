@@ -84,4 +84,13 @@ class ToolError(MemprocError):
 
 
 class AttachmentError(MemprocError, ValueError):
+    """A file memproc refuses. `code`: too_large, type_not_allowed or undecodable; `metadata` says
+    which file and why (name, size, limit, content_type)."""
+
     code = "attachment_error"
+
+    def __init__(self, message: str, *, code: str | None = None, metadata: dict[str, Any] | None = None):
+        super().__init__(message)
+        if code:
+            self.code = code
+        self.metadata = dict(metadata or {})

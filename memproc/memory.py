@@ -27,8 +27,9 @@ class Memory:
         generate_title: bool = False,
         read_only: bool = False,
     ) -> None:
-        if last_messages is True or (not isinstance(last_messages, bool) and (
-                not isinstance(last_messages, int) or last_messages < 0)):
+        if last_messages is True or (
+            not isinstance(last_messages, bool) and (not isinstance(last_messages, int) or last_messages < 0)
+        ):
             raise ConfigurationError("Memory(last_messages=...) must be an integer >= 0 or False")
         self.last_messages = last_messages
         self.recall_options = _options(semantic_recall, RECALL_DEFAULTS, "semantic_recall")
@@ -46,26 +47,35 @@ class Memory:
         return self.recall_options is not None
 
     def _build_processors(self) -> dict[str, Any]:
+        from memproc.processors.attachments import AttachmentUploader
         from memproc.processors.message_history import MessageHistory
         from memproc.processors.semantic_recall import SemanticRecall
         from memproc.processors.working_memory import WorkingMemory
 
         built: dict[str, Any] = {}
+        if self.last_messages is not False and not self.read_only:
+            # Only memory that saves messages needs files offloaded: a stored message never holds bytes.
+            built["attachment-uploader"] = AttachmentUploader()
         if self.working_memory_options:
             wm = self.working_memory_options
-            built["working-memory"] = WorkingMemory(scope=wm["scope"], template=wm.get("template"),
-                                                    schema=wm.get("schema"), read_only=self.read_only)
+            built["working-memory"] = WorkingMemory(
+                scope=wm["scope"],
+                template=wm.get("template"),
+                schema=wm.get("schema"),
+                read_only=self.read_only,
+            )
         if self.last_messages is not False:
             built["message-history"] = MessageHistory(int(self.last_messages), read_only=self.read_only)
         if self.recall_options:
-            built["semantic-recall"] = SemanticRecall(embedder=self.embedder, vector_store=self.vector_store,
-                                                      **self.recall_options)
+            built["semantic-recall"] = SemanticRecall(
+                embedder=self.embedder, vector_store=self.vector_store, **self.recall_options
+            )
         return built
 
     def processors(self) -> tuple[list[Any], list[Any]]:
         """(input, output) memory processors in pipeline order (DESIGN §2 rules 1-2)."""
         p = self._processors
-        order_in = ["working-memory", "message-history", "semantic-recall"]
+        order_in = ["attachment-uploader", "working-memory", "message-history", "semantic-recall"]
         order_out = ["semantic-recall", "message-history"]
         return [p[i] for i in order_in if i in p], [p[i] for i in order_out if i in p]
 
@@ -75,8 +85,14 @@ class Memory:
 
     # --- threads ---------------------------------------------------------------------------------
 
-    def create_thread(self, *, resource_id: str, thread_id: str | None = None, title: str = "",
-                      metadata: dict[str, Any] | None = None) -> Any:
+    def create_thread(
+        self,
+        *,
+        resource_id: str,
+        thread_id: str | None = None,
+        title: str = "",
+        metadata: dict[str, Any] | None = None,
+    ) -> Any:
         from memproc.services.threads import thread_create
 
         return thread_create(resource_id=resource_id, thread_id=thread_id, title=title, metadata=metadata)
@@ -91,8 +107,9 @@ class Memory:
 
         return list(threads_for_resources(resource_ids=[resource_id]))
 
-    def update_thread(self, thread_id: str, *, title: str | None = None,
-                      metadata: dict[str, Any] | None = None) -> Any:
+    def update_thread(
+        self, thread_id: str, *, title: str | None = None, metadata: dict[str, Any] | None = None
+    ) -> Any:
         from memproc.services.threads import thread_update
 
         return thread_update(thread=self._thread(thread_id), title=title, metadata=metadata)
@@ -102,7 +119,9 @@ class Memory:
 
         thread_delete(thread=self._thread(thread_id))
 
-    def clone_thread(self, thread_id: str, *, new_thread_id: str | None = None, title: str | None = None) -> Any:
+    def clone_thread(
+        self, thread_id: str, *, new_thread_id: str | None = None, title: str | None = None
+    ) -> Any:
         from memproc.services.threads import thread_clone
 
         return thread_clone(thread=self._thread(thread_id), new_thread_id=new_thread_id, title=title)
@@ -115,8 +134,9 @@ class Memory:
 
     # --- messages --------------------------------------------------------------------------------
 
-    def save_messages(self, messages: MessageInput, *, thread_id: str, resource_id: str,
-                      embed: bool | None = None) -> list[Message]:
+    def save_messages(
+        self, messages: MessageInput, *, thread_id: str, resource_id: str, embed: bool | None = None
+    ) -> list[Message]:
         """Saves messages at the end of a thread; embeds them (after commit) when recall is on."""
         from memproc import background
         from memproc.services.recall import sources_embed, sources_for
@@ -129,7 +149,8 @@ class Memory:
         if (self.uses_semantic_recall if embed is None else embed) and saved:
             sources = sources_for(saved, thread_id=thread_id, resource_id=resource_id)
             background.enqueue(
-                "memproc.embed_messages", kwargs={"message_ids": [s.message_id for s in sources]},
+                "memproc.embed_messages",
+                kwargs={"message_ids": [s.message_id for s in sources]},
                 inline=lambda: sources_embed(sources=sources, embedder=self.embedder),
             )
         return saved
@@ -139,8 +160,14 @@ class Memory:
 
         return messages_delete(message_ids=message_ids)
 
-    def recall(self, *, thread_id: str, resource_id: str | None = None, query: str | None = None,
-               last_messages: int | None = None) -> list[Message]:
+    def recall(
+        self,
+        *,
+        thread_id: str,
+        resource_id: str | None = None,
+        query: str | None = None,
+        last_messages: int | None = None,
+    ) -> list[Message]:
         """History (and, with a query and recall on, related messages), in time order."""
         from memproc.selectors import messages_recent
         from memproc.services.store import DjangoMemoryStore
@@ -153,9 +180,14 @@ class Memory:
         from memproc.processors.base import ProcessorContext
 
         query_message = Message.create("user", query)
-        ctx = ProcessorContext(processor_id=recall.id, messages=(*history, query_message), thread_id=thread_id,
-                               resource_id=resource_id, store=DjangoMemoryStore(),
-                               loaded_ids=frozenset(m.id for m in history))
+        ctx = ProcessorContext(
+            processor_id=recall.id,
+            messages=(*history, query_message),
+            thread_id=thread_id,
+            resource_id=resource_id,
+            store=DjangoMemoryStore(),
+            loaded_ids=frozenset(m.id for m in history),
+        )
         found = recall.recall(ctx, query) or ([], [])
         merged = {m.id: m for m in [*history, *found[0], *found[1]]}
         return sorted(merged.values(), key=lambda m: (m.created_at is None, m.created_at))
@@ -168,17 +200,33 @@ class Memory:
         scope, key = self._working_memory_key(thread_id, resource_id)
         return working_memory_get(scope=scope, key=key)[0]
 
-    def update_working_memory(self, value: Any, *, thread_id: str | None = None,
-                              resource_id: str | None = None, source: str = "code", actor: Any = None,
-                              replace: bool = False) -> str:
+    def update_working_memory(
+        self,
+        value: Any,
+        *,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        source: str = "code",
+        actor: Any = None,
+        replace: bool = False,
+    ) -> str:
         from memproc.services.working_memory import working_memory_update
 
         wm = self.working_memory_processor
         if wm is None:
             raise ConfigurationError("This Memory has no working memory")
         scope, key = self._working_memory_key(thread_id, resource_id)
-        text, _ = working_memory_update(scope=scope, key=key, value=value, source=source, mode=wm.mode,
-                                        template=wm.template, schema=wm.schema, actor=actor, replace=replace)
+        text, _ = working_memory_update(
+            scope=scope,
+            key=key,
+            value=value,
+            source=source,
+            mode=wm.mode,
+            template=wm.template,
+            schema=wm.schema,
+            actor=actor,
+            replace=replace,
+        )
         return text
 
     def _working_memory_key(self, thread_id: str | None, resource_id: str | None) -> tuple[str, str]:

@@ -2,15 +2,53 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from django.db.models import Count, Max, Q, QuerySet
+from django.db import connection
+from django.db.models import Count, Max, QuerySet
+from django.utils.dateparse import parse_datetime
 
 from memproc import models
 from memproc.messages import Message, message_from_content
 
 MESSAGE_FIELDS = ("id", "thread_id", "resource_id", "role", "content", "created_at", "sequence")
+
+# The per-turn reads below are plain SQL: the ORM spends ~1 ms compiling each query on a 2-core
+# machine, more than the database spends answering them. Anything not on a turn's path uses the ORM.
+_MESSAGE_COLUMNS = "m.id, m.thread_id, m.resource_id, m.role, m.content, m.created_at"
+
+
+def _table(model: type[models.Model]) -> str:
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+def _fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def _datetime(value: Any) -> datetime | None:
+    """SQLite hands back text; PostgreSQL an aware datetime. Stored values are UTC."""
+    if value is None or isinstance(value, datetime):
+        return value
+    parsed = parse_datetime(str(value))
+    if parsed is not None and parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed
+
+
+def _message_from_raw(row: Sequence[Any]) -> Message:
+    content = row[4]
+    if isinstance(content, (str, bytes)):
+        content = json.loads(content)
+    return message_from_content(
+        id=row[0], thread_id=row[1], resource_id=row[2], role=row[3], content=content or {},
+        created_at=_datetime(row[5]),
+    )
 
 
 def message_from_row(row: dict[str, Any]) -> Message:
@@ -28,11 +66,12 @@ def messages_recent(*, thread_id: str, limit: int) -> list[Message]:
     """The newest `limit` messages of a thread, oldest first. One query (the thread+sequence index)."""
     if limit <= 0:
         return []
-    rows = list(
-        models.Message.objects.filter(thread_id=thread_id).order_by("-sequence").values(*MESSAGE_FIELDS)[:limit]
+    rows = _fetch(
+        f"SELECT {_MESSAGE_COLUMNS} FROM {_table(models.Message)} m "
+        "WHERE m.thread_id = %s ORDER BY m.sequence DESC LIMIT %s",
+        [thread_id, limit],
     )
-    rows.reverse()
-    return [message_from_row(r) for r in rows]
+    return [_message_from_raw(r) for r in reversed(rows)]
 
 
 def messages_existing(*, ids: Iterable[str]) -> dict[str, str]:
@@ -45,21 +84,28 @@ def messages_existing(*, ids: Iterable[str]) -> dict[str, str]:
 def messages_around(*, message_ids: Sequence[str], before: int, after: int) -> dict[str, list[Message]]:
     """Each hit with its neighbours from its own thread, grouped by thread in sequence order.
 
-    Two queries whatever the number of hits: the hits' positions, then every range in one OR.
+    One query whatever the number of hits: the hits joined to their ranges on the thread+sequence index.
     """
     if not message_ids:
         return {}
-    hits = list(models.Message.objects.filter(id__in=message_ids).values_list("thread_id", "sequence"))
-    if not hits:
-        return {}
-    ranges = Q()
-    for thread_id, sequence in hits:
-        ranges |= Q(thread_id=thread_id, sequence__gte=sequence - before, sequence__lte=sequence + after)
-    rows = models.Message.objects.filter(ranges).order_by("thread_id", "sequence").values(*MESSAGE_FIELDS)
+    table = _table(models.Message)
+    marks = ", ".join(["%s"] * len(message_ids))
+    rows = _fetch(
+        f"SELECT DISTINCT {_MESSAGE_COLUMNS}, m.sequence FROM {table} h JOIN {table} m "
+        "ON m.thread_id = h.thread_id AND m.sequence BETWEEN h.sequence - %s AND h.sequence + %s "
+        f"WHERE h.id IN ({marks}) ORDER BY m.thread_id, m.sequence",
+        [before, after, *message_ids],
+    )
     grouped: dict[str, list[Message]] = {}
     for row in rows:
-        grouped.setdefault(row["thread_id"], []).append(message_from_row(row))
+        grouped.setdefault(row[1], []).append(_message_from_raw(row))
     return grouped
+
+
+def thread_owner(*, thread_id: str) -> tuple[str, str] | None:
+    """(resource id, title) of a thread, or None. One query."""
+    rows = _fetch(f"SELECT resource_id, title FROM {_table(models.Thread)} WHERE id = %s", [thread_id])
+    return (rows[0][0], rows[0][1]) if rows else None
 
 
 def thread_get(*, thread_id: str) -> models.Thread | None:
@@ -85,9 +131,10 @@ def threads_with_stats() -> QuerySet[models.Thread]:
 
 
 def working_memory_get(*, scope: str, key: str) -> tuple[str, int]:
+    """(text, version) of a thread's or resource's working memory; ("", 0) when there is none."""
     model = models.Thread if scope == "thread" else models.Resource
-    row = model.objects.filter(pk=key).values_list("working_memory", "working_memory_version").first()
-    return row if row else ("", 0)
+    rows = _fetch(f"SELECT working_memory, working_memory_version FROM {_table(model)} WHERE id = %s", [key])
+    return (rows[0][0], int(rows[0][1])) if rows else ("", 0)
 
 
 def tripwires_pending_count() -> int:

@@ -11,7 +11,7 @@ import os
 from memproc import Agent, Memory
 from memproc.agents import register
 from memproc.messages import Message
-from memproc.processors import ProcessorContext
+from memproc.processors import ProcessorContext, TokenLimiter
 
 
 class BlockWord:
@@ -39,6 +39,7 @@ register(
         instructions="You are a friendly assistant. Use what you remember about the user.",
         model=MODEL,
         memory=Memory(last_messages=10, semantic_recall={"top_k": 3}, working_memory=True),
+        input_processors=[TokenLimiter(8000)],
     ),
     replace=True,
 )

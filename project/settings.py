@@ -20,7 +20,9 @@ def env_bool(name: str, default: bool) -> bool:
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "memproc-demo-not-secret")
 DEBUG = env_bool("DJANGO_DEBUG", True)
-ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
+ALLOWED_HOSTS = [
+    h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h
+]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -71,7 +73,16 @@ def database_from_env() -> dict:
         import dj_database_url
 
         return dj_database_url.parse(url, conn_max_age=60)
-    return {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "db.sqlite3"}
+    # WAL + synchronous=NORMAL: no fsync per commit (a turn costs ~1 ms instead of ~20 ms);
+    # IMMEDIATE transactions make concurrent writers wait for the lock instead of failing.
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": VAR_DIR / "db.sqlite3",
+        "OPTIONS": {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+        },
+    }
 
 
 DATABASES = {"default": database_from_env()}
@@ -84,6 +95,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
 MEDIA_URL = "media/"
 MEDIA_ROOT = VAR_DIR / "media"

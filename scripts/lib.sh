@@ -35,3 +35,15 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
+
+# Redis on 127.0.0.1:6379 for the Celery worker test: started from Debian's redis-server when none answers.
+redis_answers() {
+  { exec 3<>/dev/tcp/127.0.0.1/6379 && printf 'PING\r\n' >&3 && read -t 1 -r reply <&3 && [[ $reply == +PONG* ]]; } 2>/dev/null
+}
+ensure_redis() {
+  redis_answers && return 0
+  apt_install redis-server || return 1
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no >/dev/null
+  for _ in $(seq 50); do redis_answers && return 0; sleep 0.1; done
+  echo "Redis did not start on 127.0.0.1:6379" >&2; return 1
+}

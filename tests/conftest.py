@@ -67,9 +67,18 @@ def postgres_settings(server) -> dict:
     }
 
 
+CHROMIUM = Path("/usr/bin/chromium")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     on_postgres = config.getoption("--db") == "postgres"
     skip_pg = pytest.mark.skip(reason="needs --db=postgres (PostgreSQL with pgvector)")
+    browser_tests = [item for item in items if "browser" in item.keywords]
+    if browser_tests and not CHROMIUM.exists():
+        if os.environ.get("MEMPROC_REQUIRE_BROWSER"):
+            raise pytest.UsageError(f"MEMPROC_REQUIRE_BROWSER is set but {CHROMIUM} is missing")
+        for item in browser_tests:
+            item.add_marker(pytest.mark.skip(reason=f"needs Debian's chromium at {CHROMIUM}"))
     for item in items:
         if "postgres" in item.keywords and not on_postgres:
             item.add_marker(skip_pg)

@@ -58,4 +58,6 @@ class TripwireLogFactory(factory.django.DjangoModelFactory):
     reason = "Input longer than 10 characters"
     thread_id = "thread-x"
     resource_id = "resource-x"
-    content = factory.LazyFunction(lambda: [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "blocked"}]}])
+    content = factory.LazyFunction(
+        lambda: [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "blocked"}]}]
+    )

@@ -14,7 +14,10 @@ _TMP = Path(tempfile.mkdtemp(prefix="memproc-tests-"))
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(_TMP / "test.sqlite3")}}
 MEDIA_ROOT = _TMP / "media"
 STORAGES = {
-    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": MEDIA_ROOT}},
+    "default": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": MEDIA_ROOT},
+    },
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     "memproc_attachments": {
         "BACKEND": "django.core.files.storage.FileSystemStorage",

@@ -84,30 +84,38 @@ class Agent:
 
     def processor_chains(self) -> tuple[list[Any], list[Any]]:
         memory_in, memory_out = self.memory.processors() if self.memory is not None else ([], [])
-        return build_chains(memory_input=memory_in, memory_output=memory_out,
-                            user_input=self.input_processors, user_output=self.output_processors)
+        return build_chains(
+            memory_input=memory_in,
+            memory_output=memory_out,
+            user_input=self.input_processors,
+            user_output=self.output_processors,
+        )
 
-    def generate(self, messages: MessageInput, *, thread_id: str | None = None,
-                 resource_id: str | None = None) -> GenerateResult:
+    def generate(
+        self, messages: MessageInput, *, thread_id: str | None = None, resource_id: str | None = None
+    ) -> GenerateResult:
         from memproc.services.turns import turn_events
 
         return _drain(turn_events(self, messages, thread_id=thread_id, resource_id=resource_id))
 
-    def stream(self, messages: MessageInput, *, thread_id: str | None = None,
-               resource_id: str | None = None) -> Iterator[StreamEvent]:
+    def stream(
+        self, messages: MessageInput, *, thread_id: str | None = None, resource_id: str | None = None
+    ) -> Iterator[StreamEvent]:
         from memproc.services.turns import turn_events
 
         yield from turn_events(self, messages, thread_id=thread_id, resource_id=resource_id, streaming=True)
 
-    async def agenerate(self, messages: MessageInput, *, thread_id: str | None = None,
-                        resource_id: str | None = None) -> GenerateResult:
+    async def agenerate(
+        self, messages: MessageInput, *, thread_id: str | None = None, resource_id: str | None = None
+    ) -> GenerateResult:
         """The turn runs in a worker thread (the ORM is sync); async processors are awaited there."""
         return await sync_to_async(self.generate, thread_sensitive=True)(
             messages, thread_id=thread_id, resource_id=resource_id
         )
 
-    async def astream(self, messages: MessageInput, *, thread_id: str | None = None,
-                      resource_id: str | None = None) -> AsyncIterator[StreamEvent]:
+    async def astream(
+        self, messages: MessageInput, *, thread_id: str | None = None, resource_id: str | None = None
+    ) -> AsyncIterator[StreamEvent]:
         events = self.stream(messages, thread_id=thread_id, resource_id=resource_id)
         step = sync_to_async(_next_or_none, thread_sensitive=True)
         while (event := await step(events)) is not None:

@@ -1,28 +1,34 @@
+"""memproc's routes (namespace "memproc"), mounted by the project, e.g. under `api/memproc/`."""
+
+from __future__ import annotations
+
 from django.urls import path
-from rest_framework.response import Response
-from rest_framework.reverse import reverse
-from rest_framework.views import APIView
+from rest_framework.routers import SimpleRouter
 
+from memproc.api.schema import DocsView, SchemaView
+from memproc.api.views import (
+    AgentViewSet,
+    ApiRoot,
+    AttachmentViewSet,
+    ResourceWorkingMemoryView,
+    ThreadViewSet,
+    TripwireViewSet,
+)
 
-class ApiRoot(APIView):
-    """The API's entry points."""
-
-    permission_classes: list = []
-
-    def get(self, request, format=None):
-        return Response({"agents": reverse("memproc:agent-list", request=request, format=format)})
-
-
-class AgentList(APIView):
-    permission_classes: list = []
-
-    def get(self, request, format=None):
-        from memproc.agents import all_agents
-
-        return Response([{"id": a.id} for a in all_agents()])
-
+router = SimpleRouter()
+router.register("agents", AgentViewSet, basename="agent")
+router.register("threads", ThreadViewSet, basename="thread")
+router.register("tripwires", TripwireViewSet, basename="tripwire")
+router.register("attachments", AttachmentViewSet, basename="attachment")
 
 urlpatterns = [
     path("", ApiRoot.as_view(), name="api-root"),
-    path("agents/", AgentList.as_view(), name="agent-list"),
+    path(
+        "resources/<str:id>/working-memory/",
+        ResourceWorkingMemoryView.as_view(),
+        name="resource-working-memory",
+    ),
+    path("schema/", SchemaView.as_view(), name="schema"),
+    path("docs/", DocsView.as_view(), name="docs"),
+    *router.urls,
 ]

@@ -48,7 +48,7 @@ class MessageHistory:
             if m.id not in stored_here or m.id in ctx.loaded_ids
         ]
         turn.mark_loaded(history)
-        turn.info["history"] = [m.id for m in history]
+        turn.info["history"] = [{"id": m.id, "role": m.role, "text": m.text} for m in history]
         if not history and len(kept) == len(ctx.messages) and not elsewhere:
             return None
         return history + kept

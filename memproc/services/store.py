@@ -16,7 +16,7 @@ class DjangoMemoryStore:
     """Reads through selectors and the configured vector store. Writes go through the turn."""
 
     def thread_owner(self, *, thread_id: str) -> tuple[str, str] | None:
-        return models.Thread.objects.filter(pk=thread_id).values_list("resource_id", "title").first()
+        return selectors.thread_owner(thread_id=thread_id)
 
     def messages_recent(self, *, thread_id: str, limit: int) -> list[Message]:
         return selectors.messages_recent(thread_id=thread_id, limit=limit)

@@ -33,6 +33,7 @@ from memproc.tools import Tool, ToolContext
 
 if TYPE_CHECKING:
     from memproc.agents.agent import Agent
+    from memproc.processors.attachments import StagedAttachment
     from memproc.processors.store import MemoryStore
 
 logger = logging.getLogger(__name__)
@@ -78,6 +79,9 @@ class Turn:
     loaded_ids: set[str] = field(default_factory=set)
     tools: dict[str, Tool] = field(default_factory=dict)
     writes: TurnWrites = field(default_factory=TurnWrites)
+    # Files AttachmentUploader stored for this turn: their rows are written at commit; the files the
+    # turn wrote are deleted if it ends without committing (blocked, failed or abandoned).
+    attachments: list[StagedAttachment] = field(default_factory=list)
     # What memory did this turn, for inspection (the demo's memory panel, the API's `memory` field).
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -101,7 +105,13 @@ def turn_events(
     streaming: bool = False,
 ) -> Generator[StreamEvent, None, GenerateResult]:
     turn = turn_start(agent, messages, thread_id=thread_id, resource_id=resource_id)
-    return (yield from _TurnExecution(turn, streaming=streaming).run())
+    try:
+        return (yield from _TurnExecution(turn, streaming=streaming).run())
+    finally:
+        if turn.attachments:
+            from memproc.services.attachments import attachments_discard
+
+            attachments_discard(staged=turn.attachments)
 
 
 def turn_start(
@@ -220,6 +230,7 @@ class _TurnExecution:
     def _blocked(
         self, tripwire: Tripwire, content: list[Message], prompt: list[Message]
     ) -> Generator[StreamEvent, None, GenerateResult]:
+        from memproc.services.attachments import messages_without_file_data
         from memproc.services.tripwires import tripwire_log
 
         turn = self.turn
@@ -228,7 +239,7 @@ class _TurnExecution:
             agent_id=self.agent.id,
             thread_id=turn.thread_id,
             resource_id=turn.resource_id,
-            messages=content,
+            messages=messages_without_file_data(content),
         )
         result = GenerateResult(
             text="",
@@ -249,11 +260,20 @@ class _TurnExecution:
         self, system: list[Message], prompt: list[Message]
     ) -> Generator[StreamEvent, None, list[Message]]:
         """Model, then tools, then model again, until an answer without tool calls or the step limit."""
+        from memproc.services.attachments import attachments_resolve
+
         responses: list[Message] = []
         tools = [t.spec for t in self.turn.tools.values()]
+        # References become URLs or bytes for the request only; `prompt` (and what is saved) keeps them.
+        context = attachments_resolve(
+            messages=system + prompt,
+            resource_id=self.turn.resource_id,
+            model=self.agent.model,
+            staged=self.turn.attachments,
+        )
         for _ in range(self.agent.max_steps):
             self.steps += 1
-            request = ModelRequest(messages=system + prompt + responses, tools=tools)
+            request = ModelRequest(messages=context + responses, tools=tools)
             response = yield from self._model_step(request, system)
             _add_usage(self.usage, response.usage)
             assistant = _assistant_message(response, self.turn)
@@ -336,6 +356,7 @@ def turn_commit(turn: Turn) -> None:
     """Rule 9: the turn's messages and working-memory changes are saved together or not at all;
     embeddings and titles run after commit."""
     from memproc import background
+    from memproc.services.attachments import attachments_commit, attachments_link
     from memproc.services.threads import message_rows, sequences_allocate, thread_ensure
     from memproc.services.working_memory import working_memory_update
 
@@ -347,7 +368,10 @@ def turn_commit(turn: Turn) -> None:
         if not turn.thread_exists:
             thread_ensure(thread_id=turn.thread_id, resource_id=turn.resource_id, agent_id=turn.agent.id)
             turn.thread_exists = True
+            memory = turn.agent.memory
+            writes.generate_title = bool(memory and memory.generate_title and not turn.thread_title)
         if writes.messages:
+            writes.messages = attachments_commit(staged=turn.attachments, messages=writes.messages)
             first = sequences_allocate(thread_id=turn.thread_id, count=len(writes.messages))
             rows = message_rows(
                 thread_id=turn.thread_id,
@@ -358,6 +382,7 @@ def turn_commit(turn: Turn) -> None:
             from memproc.models import Message as MessageRow
 
             MessageRow.objects.bulk_create(rows)
+            attachments_link(resource_id=turn.resource_id, messages=writes.messages)
         for wm in writes.working_memory:
             working_memory_update(
                 scope=wm.scope,
@@ -375,6 +400,8 @@ def turn_commit(turn: Turn) -> None:
             background.enqueue(
                 "memproc.generate_title", kwargs={"thread_id": turn.thread_id, "agent_id": turn.agent.id}
             )
+    if writes.messages:
+        turn.attachments = []  # committed (or deleted after commit): nothing left to discard
 
 
 def _enqueue_embedding(turn: Turn, background: Any) -> None:

@@ -22,8 +22,9 @@ class ScriptedModel:
     model calls than it scripted should fail loudly.
     """
 
-    def __init__(self, responses: Iterable[Script] = (), *, id: str = "test/scripted",
-                 chunk_words: bool = True) -> None:
+    def __init__(
+        self, responses: Iterable[Script] = (), *, id: str = "test/scripted", chunk_words: bool = True
+    ) -> None:
         self.id = id
         self._responses = list(responses)
         self.requests: list[ModelRequest] = []
@@ -42,7 +43,9 @@ class ScriptedModel:
         with self._lock:
             self.requests.append(request)
             if not self._responses:
-                raise AssertionError(f"ScriptedModel ran out of responses after {len(self.requests) - 1} calls")
+                raise AssertionError(
+                    f"ScriptedModel ran out of responses after {len(self.requests) - 1} calls"
+                )
             script = self._responses.pop(0)
         if callable(script) and not isinstance(script, (ModelResponse, BaseException)):
             script = script(request)

@@ -128,10 +128,10 @@ def test_turn_query_count_is_fixed_whatever_the_history_length(
     clear_vector_cache()
     with CaptureQueriesContext(connection) as queries:
         agent.generate("stored message about things", thread_id=T, resource_id=R)
-    # owner lookup, working memory, history, vector search, recall hit positions, recall ranges;
+    # owner lookup, working memory, history, vector search, recalled ranges;
     # savepoint, sequence update, message insert, release (BEGIN/COMMIT outside tests);
     # after commit: embedding lookup by content hash, embedding insert
     assert len(queries) == EXPECTED_QUERIES, "\n".join(q["sql"][:120] for q in queries)
 
 
-EXPECTED_QUERIES = 12
+EXPECTED_QUERIES = 11

@@ -90,7 +90,7 @@ def test_memory_processors_run_first_on_input_and_last_on_output(make_agent, mod
         input_processors=[Recorder("a", log), Recorder("b", log)], output_processors=[Recorder("c", log)]
     )
     chain_in, chain_out = agent.processor_chains()
-    assert [p.id for p in chain_in] == ["message-history", "a", "b"]
+    assert [p.id for p in chain_in] == ["attachment-uploader", "message-history", "a", "b"]
     assert [p.id for p in chain_out] == ["c", "message-history"]
     model.add("ok")
     agent.generate("hi", thread_id=T, resource_id=R)
@@ -100,7 +100,8 @@ def test_memory_processors_run_first_on_input_and_last_on_output(make_agent, mod
 def test_memory_order_with_all_memory_processors(make_agent):
     agent = make_agent(memory=Memory(semantic_recall=True, working_memory=True))
     chain_in, chain_out = agent.processor_chains()
-    assert [p.id for p in chain_in] == ["working-memory", "message-history", "semantic-recall"]
+    assert [p.id for p in chain_in] == [
+        "attachment-uploader", "working-memory", "message-history", "semantic-recall"]
     assert [p.id for p in chain_out] == ["semantic-recall", "message-history"]
 
 
@@ -111,7 +112,8 @@ def test_user_memory_processor_replaces_automatic_one_per_direction(make_agent, 
     limiter = TokenLimiter(4000)
     agent = make_agent(input_processors=[custom, limiter])
     chain_in, chain_out = agent.processor_chains()
-    assert chain_in == [custom, limiter]
+    assert [p.id for p in chain_in] == ["attachment-uploader", "message-history", "token-limiter"]
+    assert chain_in[1:] == [custom, limiter]
     # Output still gets the automatic MessageHistory, which saves.
     assert [p.id for p in chain_out] == ["message-history"] and chain_out[0] is not custom
     model.add("ok")

@@ -17,6 +17,8 @@ class Command(BaseCommand):
         user.is_staff = user.is_superuser = True
         user.set_password(password)
         user.save()
-        self.stdout.write(self.style.SUCCESS(
-            f"Demo login: {username} / {password}  (http://127.0.0.1:{os.environ.get('PORT', '8000')}/)"
-        ))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Demo login: {username} / {password}  (http://127.0.0.1:{os.environ.get('PORT', '8000')}/)"
+            )
+        )

@@ -1,8 +1,7 @@
-"""Writes of attachments: files offloaded to the attachment storage, referenced from messages."""
+"""Deleting messages, threads and resources deletes the files no remaining message references."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 from django.db import transaction
@@ -10,8 +9,7 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 
 from memproc import models
-
-logger = logging.getLogger(__name__)
+from memproc.services.attachments.files import attachment_delete
 
 
 def attachments_release(*, message_ids: Sequence[str]) -> int:
@@ -41,14 +39,12 @@ def attachments_release(*, message_ids: Sequence[str]) -> int:
     return released
 
 
-def attachment_delete(*, attachment: models.Attachment) -> None:
-    name, storage = attachment.file.name, attachment.file.storage
-    attachment.delete()
-
-    def remove_file() -> None:
-        try:
-            storage.delete(name)
-        except Exception:  # a missing file must not fail a delete
-            logger.warning("memproc: could not delete attachment file %s", name, exc_info=True)
-
-    transaction.on_commit(remove_file)
+@transaction.atomic
+def attachments_delete(*, resource_id: str) -> int:
+    """Deletes every attachment of a resource (rows now, files after commit): for deleting the
+    resource, after which no message can reference them."""
+    count = 0
+    for attachment in models.Attachment.objects.filter(resource_id=resource_id):
+        attachment_delete(attachment=attachment)
+        count += 1
+    return count

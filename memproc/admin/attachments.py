@@ -1,0 +1,143 @@
+"""Attachments: files offloaded to storage, previewed inline and opened through the storage's URL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import F, QuerySet
+from django.http import HttpRequest
+from django.template.defaultfilters import filesizeformat
+from django.template.loader import render_to_string
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
+
+from memproc import models
+from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_url
+from memproc.admin.transcript import file_url
+from memproc.services.attachments import attachment_delete
+
+TEXT_PREVIEW_BYTES = 4096
+TEXT_TYPES = ("application/json", "application/xml", "application/x-yaml", "application/yaml")
+
+
+def is_text(content_type: str) -> bool:
+    base = content_type.split(";", 1)[0].strip().lower()
+    return base.startswith("text/") or base in TEXT_TYPES or base.endswith(("+json", "+xml"))
+
+
+def is_image(content_type: str) -> bool:
+    return content_type.lower().startswith("image/")
+
+
+def text_head(attachment: models.Attachment, limit: int = TEXT_PREVIEW_BYTES) -> tuple[str | None, str]:
+    """The first `limit` bytes of a text file, decoded. Returns (text, error); a missing file is an error."""
+    try:
+        with attachment.file.open("rb") as handle:
+            data = handle.read(limit)
+    except Exception as exc:  # missing file, storage down: say so on the page
+        return None, f"{type(exc).__name__}: {exc}"
+    return data.decode("utf-8", errors="replace"), ""
+
+
+def storage_name(attachment: models.Attachment) -> str:
+    storage = attachment.file.storage
+    cls = storage.__class__  # LazyObject proxies __class__ to the storage it wraps
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+@admin.register(models.Attachment)
+class AttachmentAdmin(ReadOnlyAdmin):
+    list_display = (
+        "name",
+        "content_type",
+        "human_size",
+        "sha256_short",
+        "message_link",
+        "resource_id",
+        "storage",
+        "created_at",
+    )
+    list_filter = ("content_type", "created_at")
+    search_fields = ("name", "=sha256", "=resource_id", "=message__id")
+    search_help_text = _("File name, or sha256, resource id or message id (exact).")
+    raw_id_fields = ("message",)
+    list_per_page = 50
+    fields = (
+        "preview",
+        "name",
+        "content_type",
+        "human_size",
+        "sha256",
+        "resource_id",
+        "message_link",
+        "storage",
+        "file_link",
+        "created_at",
+    )
+    readonly_fields = fields
+
+    class Media:
+        css = ADMIN_MEDIA_CSS
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[models.Attachment]:
+        # The message's thread id only, not the message row with its content.
+        return super().get_queryset(request).annotate(thread_ref=F("message__thread_id"))
+
+    def delete_model(self, request: HttpRequest, obj: models.Attachment) -> None:
+        attachment_delete(attachment=obj)  # removes the file from storage after commit
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[models.Attachment]) -> None:
+        for attachment in queryset:
+            attachment_delete(attachment=attachment)
+
+    @admin.display(description=_("Size"), ordering="size")
+    def human_size(self, obj: models.Attachment) -> str:
+        return filesizeformat(obj.size)
+
+    @admin.display(description=_("sha256"))
+    def sha256_short(self, obj: models.Attachment) -> SafeString:
+        return format_html('<code title="{}">{}</code>', obj.sha256, obj.sha256[:12])
+
+    @admin.display(description=_("Message"))
+    def message_link(self, obj: models.Attachment) -> Any:
+        thread_id = getattr(obj, "thread_ref", None)
+        if not obj.message_id or not thread_id:
+            return _("not attached to a saved message")
+        return format_html(
+            '<a href="{}#message-{}" title="{}">{}</a>',
+            admin_url("thread", thread_id),
+            obj.message_id,
+            _("Message %(id)s in its thread") % {"id": obj.message_id},
+            thread_id,
+        )
+
+    @admin.display(description=_("Storage"))
+    def storage(self, obj: models.Attachment) -> str:
+        return storage_name(obj).rsplit(".", 1)[-1]
+
+    @admin.display(description=_("File"))
+    def file_link(self, obj: models.Attachment) -> Any:
+        url = file_url(obj)
+        if not url:
+            return format_html("<code>{}</code> ({})", obj.file.name, _("this storage gives no URL"))
+        return format_html(
+            '<a href="{}" target="_blank" rel="noopener">{}</a> <code>{}</code>',
+            url,
+            _("Open"),
+            obj.file.name,
+        )
+
+    @admin.display(description=_("Preview"))
+    def preview(self, obj: models.Attachment) -> SafeString:
+        context: dict[str, Any] = {"attachment": obj, "url": file_url(obj), "limit": TEXT_PREVIEW_BYTES}
+        if is_image(obj.content_type):
+            context["kind"] = "image"
+        elif is_text(obj.content_type):
+            context["kind"] = "text"
+            context["text"], context["error"] = text_head(obj)
+            context["truncated"] = obj.size > TEXT_PREVIEW_BYTES
+        else:
+            context["kind"] = "other"
+        return render_to_string("admin/memproc/attachment/preview.html", context)

@@ -1,0 +1,282 @@
+"""The review queue for blocked turns: read-only logs, reviewed through `tripwire_review`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import Exists, OuterRef, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from memproc import models
+from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_link, pretty_json
+from memproc.admin.transcript import message_views
+from memproc.services.tripwires import tripwire_review
+
+Status = models.TripwireLog.Status
+REVIEW_TEMPLATE = "admin/memproc/tripwirelog/review.html"
+# The intermediate page lists this many of the selected logs; the rest are reviewed all the same.
+REVIEW_LIST_LIMIT = 50
+
+
+class ReviewNoteForm(forms.Form):
+    note = forms.CharField(
+        label=_("Note"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 70}),
+        help_text=_("Why this block was right or wrong; kept with the log."),
+    )
+
+
+class ReviewForm(ReviewNoteForm):
+    status = forms.ChoiceField(label=_("Verdict"), choices=Status.choices, widget=forms.RadioSelect)
+
+    field_order = ("status", "note")
+
+
+@admin.register(models.TripwireLog)
+class TripwireLogAdmin(ReadOnlyAdmin):
+    list_display = (
+        "created_at",
+        "status_badge",
+        "agent_id",
+        "processor_id",
+        "phase",
+        "reason_excerpt",
+        "resource_id",
+        "thread",
+        "reviewed_by",
+    )
+    list_display_links = ("created_at",)
+    list_filter = ("status", "agent_id", "processor_id", "phase", "resource_id", "retry", "created_at")
+    list_select_related = ("reviewed_by",)
+    search_fields = ("reason", "=resource_id", "=thread_id", "=agent_id", "=processor_id")
+    search_help_text = _("Text of the reason, or a resource, thread, agent or processor id (exact).")
+    raw_id_fields = ("reviewed_by",)
+    list_per_page = 50
+    actions = ("mark_confirmed", "mark_false_positive")
+    fieldsets = (
+        (
+            _("Blocked turn"),
+            {
+                "fields": (
+                    "created_at",
+                    "agent_id",
+                    "processor_id",
+                    "phase",
+                    "reason",
+                    "retry",
+                    "thread",
+                    "resource",
+                )
+            },
+        ),
+        (_("Blocked content"), {"fields": ("blocked_content",)}),
+        (_("Metadata"), {"fields": ("metadata_json",)}),
+        (_("Review"), {"fields": ("status_badge", "reviewed_by", "reviewed_at", "note")}),
+    )
+    readonly_fields = (
+        "created_at",
+        "agent_id",
+        "processor_id",
+        "phase",
+        "reason",
+        "retry",
+        "thread",
+        "resource",
+        "blocked_content",
+        "metadata_json",
+        "status_badge",
+        "reviewed_by",
+        "reviewed_at",
+        "note",
+    )
+
+    class Media:
+        css = ADMIN_MEDIA_CSS
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[models.TripwireLog]:
+        # A blocked first turn never stored its thread: link to it only where it exists.
+        thread_exists = Exists(models.Thread.objects.filter(pk=OuterRef("thread_id")))
+        return super().get_queryset(request).annotate(thread_exists=thread_exists)
+
+    def has_review_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.change_{self.opts.model_name}")
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.opts.app_label, self.opts.model_name
+        review = path(
+            "<path:object_id>/review/",
+            self.admin_site.admin_view(self.review_view),
+            name="{}_{}_review".format(*info),
+        )
+        return [review, *super().get_urls()]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        extra_context = {**(extra_context or {}), "can_review": self.has_review_permission(request)}
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    # --- reviewing --------------------------------------------------------------------------------
+
+    @admin.action(description=_("Mark selected as confirmed (the block was right)"), permissions=["review"])
+    def mark_confirmed(self, request: HttpRequest, queryset: QuerySet[models.TripwireLog]) -> Any:
+        return self._review_selected(request, queryset, status=Status.CONFIRMED, action="mark_confirmed")
+
+    @admin.action(
+        description=_("Mark selected as false positive (the block was wrong)"), permissions=["review"]
+    )
+    def mark_false_positive(self, request: HttpRequest, queryset: QuerySet[models.TripwireLog]) -> Any:
+        return self._review_selected(
+            request, queryset, status=Status.FALSE_POSITIVE, action="mark_false_positive"
+        )
+
+    def _review_selected(
+        self, request: HttpRequest, queryset: QuerySet[models.TripwireLog], *, status: str, action: str
+    ) -> HttpResponse | None:
+        """Shows a page asking for a note; its submit comes back here with `post` and applies the review."""
+        form = ReviewNoteForm(request.POST if request.POST.get("post") else None)
+        if form.is_valid():
+            count = self._apply_review(request, list(queryset), status=status, note=form.cleaned_data["note"])
+            self.message_user(
+                request,
+                ngettext(
+                    "%(count)d blocked turn marked %(status)s.",
+                    "%(count)d blocked turns marked %(status)s.",
+                    count,
+                )
+                % {"count": count, "status": Status(status).label.lower()},
+                messages.SUCCESS,
+            )
+            return None  # back to the changelist
+        pks = list(queryset.values_list("pk", flat=True))
+        return self._render_review(
+            request,
+            form=form,
+            logs=queryset[:REVIEW_LIST_LIMIT],
+            total=len(pks),
+            status=status,
+            action=action,
+            selected=pks,
+        )
+
+    def review_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """One log's review page: the verdict and a note."""
+        log = self.get_object(request, unquote(object_id))
+        if log is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        if not self.has_review_permission(request):
+            raise PermissionDenied
+        initial = {
+            "status": Status.CONFIRMED if log.status == Status.PENDING else log.status,
+            "note": log.note,
+        }
+        form = ReviewForm(request.POST if request.method == "POST" else None, initial=initial)
+        if form.is_valid():
+            status = form.cleaned_data["status"]
+            self._apply_review(request, [log], status=status, note=form.cleaned_data["note"])
+            self.message_user(
+                request,
+                _("Blocked turn marked %(status)s.") % {"status": Status(status).label.lower()},
+                messages.SUCCESS,
+            )
+            return HttpResponseRedirect(
+                reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_changelist")
+            )
+        return self._render_review(
+            request, form=form, logs=[log], total=1, status=None, action=None, selected=[]
+        )
+
+    def _apply_review(
+        self, request: HttpRequest, logs: list[models.TripwireLog], *, status: str, note: str
+    ) -> int:
+        with transaction.atomic():
+            for log in logs:
+                tripwire_review(log=log, status=status, reviewer=request.user, note=note)
+                self.log_change(
+                    request, log, f"Reviewed: {Status(status).label}" + (f" — {note}" if note else "")
+                )
+        return len(logs)
+
+    def _render_review(
+        self,
+        request: HttpRequest,
+        *,
+        form: forms.Form,
+        logs: Any,
+        total: int,
+        status: str | None,
+        action: str | None,
+        selected: list[Any],
+    ) -> TemplateResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": _("Review blocked turns") if action else _("Review blocked turn"),
+            "form": form,
+            "logs": logs,
+            "total": total,
+            "status_label": Status(status).label if status else "",
+            "action": action,
+            "selected": selected,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "media": self.media + form.media,
+        }
+        return TemplateResponse(request, REVIEW_TEMPLATE, context)
+
+    # --- display ----------------------------------------------------------------------------------
+
+    @admin.display(description=_("Status"), ordering="status")
+    def status_badge(self, obj: models.TripwireLog) -> SafeString:
+        return format_html(
+            '<span class="memproc-badge memproc-status-{}">{}</span>', obj.status, obj.get_status_display()
+        )
+
+    @admin.display(description=_("Reason"))
+    def reason_excerpt(self, obj: models.TripwireLog) -> str:
+        return obj.reason if len(obj.reason) <= 90 else obj.reason[:89] + "…"
+
+    @admin.display(description=_("Thread"), ordering="thread_id")
+    def thread(self, obj: models.TripwireLog) -> Any:
+        if not obj.thread_id:
+            return "—"
+        if getattr(obj, "thread_exists", False):
+            return admin_link("thread", obj.thread_id)
+        return format_html('{} <span class="memproc-quiet">({})</span>', obj.thread_id, _("not stored"))
+
+    @admin.display(description=_("Resource"))
+    def resource(self, obj: models.TripwireLog) -> Any:
+        return admin_link("resource", obj.resource_id)
+
+    @admin.display(description=_("Blocked messages"))
+    def blocked_content(self, obj: models.TripwireLog) -> SafeString:
+        if obj.content is None:
+            return format_html(
+                '<p class="memproc-quiet">{}</p>',
+                _("Not stored: STORE_BLOCKED_CONTENT was off when this turn was blocked."),
+            )
+        rows = obj.content if isinstance(obj.content, list) else [obj.content]
+        entries = message_views([r for r in rows if isinstance(r, dict)])
+        return render_to_string("admin/memproc/includes/messages.html", {"entries": entries})
+
+    @admin.display(description=_("Metadata"))
+    def metadata_json(self, obj: models.TripwireLog) -> SafeString:
+        text, truncated = pretty_json(obj.metadata or {})
+        return format_html('<pre class="memproc-pre">{}{}</pre>', text, "\n…" if truncated else "")

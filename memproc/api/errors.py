@@ -1,0 +1,88 @@
+"""One place that maps memproc's errors to HTTP responses: 400, 404, 409, 413, 502, 503, never a 500
+for bad input. memproc's views use this handler; the project's `EXCEPTION_HANDLER` is left alone."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.views import set_rollback
+
+from memproc import exceptions as memproc_exceptions
+from memproc.services.working_memory import WorkingMemoryConflict
+
+logger = logging.getLogger(__name__)
+
+NOT_FOUND = "Not found."
+ATTACHMENT_TOO_LARGE_CODES = frozenset({"too_large"})
+
+
+def error_body(detail: str, code: str) -> dict[str, str]:
+    """The shape of every error that is not a field error: `{"detail", "code"}`."""
+    return {"detail": detail, "code": code}
+
+
+def memproc_status(exc: BaseException) -> tuple[int, dict[str, Any]]:
+    """The status and body for one of memproc's errors, or a lookup of something unknown."""
+    if isinstance(exc, memproc_exceptions.ThreadOwnershipError):
+        # Another owner's thread answers exactly as a missing one would.
+        return status.HTTP_404_NOT_FOUND, error_body(NOT_FOUND, "not_found")
+    if isinstance(exc, memproc_exceptions.ModelError):
+        return status.HTTP_502_BAD_GATEWAY, error_body(f"The model provider failed: {exc}", exc.code)
+    if isinstance(exc, memproc_exceptions.AttachmentError):
+        code = getattr(exc, "code", "attachment_error")
+        if code in ATTACHMENT_TOO_LARGE_CODES:
+            return status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, error_body(str(exc), code)
+        return status.HTTP_400_BAD_REQUEST, {"messages": [str(exc)]}  # a refused file in a turn's input
+    if isinstance(exc, memproc_exceptions.ValidationError):
+        return status.HTTP_400_BAD_REQUEST, {"non_field_errors": [str(exc)]}
+    if isinstance(exc, WorkingMemoryConflict):
+        return status.HTTP_409_CONFLICT, error_body(str(exc), exc.code)
+    if isinstance(exc, memproc_exceptions.EmbedderUnavailable):
+        return status.HTTP_503_SERVICE_UNAVAILABLE, error_body(str(exc), exc.code)
+    if isinstance(exc, memproc_exceptions.ConfigurationError):
+        logger.error("memproc: configuration error while serving a request: %s", exc)
+        return status.HTTP_500_INTERNAL_SERVER_ERROR, error_body(str(exc), exc.code)
+    if isinstance(exc, LookupError):
+        return status.HTTP_404_NOT_FOUND, error_body(str(exc) or NOT_FOUND, "not_found")
+    code = getattr(exc, "code", "memproc_error")
+    return status.HTTP_400_BAD_REQUEST, error_body(str(exc), code)
+
+
+def memproc_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF exception handler for memproc's views; `{"detail", "code"}` for everything but field errors."""
+    if isinstance(exc, memproc_exceptions.MemprocError) or is_unknown_lookup(exc):
+        status_code, body = memproc_status(exc)
+        set_rollback()
+        return Response(body, status=status_code)
+    if isinstance(exc, RecursionError):  # JSON nested deeper than Python parses or walks
+        return Response(error_body("The request body is nested too deeply.", "parse_error"), status=400)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()  # the same answer for a missing object and another owner's
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(response.data, dict) and set(response.data) == {"detail"}:
+        response.data["code"] = _api_exception_code(exc)
+    return response
+
+
+def is_unknown_lookup(exc: BaseException) -> bool:
+    """A `LookupError` raised for an unknown id (an agent, a thread); KeyError and IndexError are bugs."""
+    return isinstance(exc, LookupError) and not isinstance(exc, (KeyError, IndexError))
+
+
+def _api_exception_code(exc: Exception) -> str:
+    if isinstance(exc, exceptions.APIException):
+        codes = exc.get_codes()
+        return codes if isinstance(codes, str) else exc.default_code
+    if isinstance(exc, Http404):
+        return "not_found"
+    if isinstance(exc, DjangoPermissionDenied):
+        return "permission_denied"
+    return "error"

@@ -1,0 +1,375 @@
+"""Input serializers validate requests; output serializers render results. Neither writes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from django.core.validators import RegexValidator
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from memproc import models
+from memproc.conf import settings
+from memproc.exceptions import MemprocError
+from memproc.messages import Message, part_to_json, thaw, to_messages
+from memproc.services.attachments import attachment_url
+
+# Ids that travel in URL paths: no slash, no control characters.
+id_validator = RegexValidator(r"\A[^/\x00-\x1f\x7f]+\Z", "Use an id without slashes or control characters.")
+
+ROLE_INPUT = ["user", "assistant", "tool"]
+PART_TYPES = ["text", "file", "tool-call", "tool-result", "attachment"]
+
+PART_SCHEMA = {
+    "type": "object",
+    "description": "A message part: text, file, tool-call, tool-result or attachment.",
+    "properties": {"type": {"type": "string", "enum": PART_TYPES}},
+    "required": ["type"],
+    "additionalProperties": True,
+}
+MESSAGE_INPUT_OBJECT = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "description": "Optional client id; a stored id is not saved twice."},
+        "role": {"type": "string", "enum": ROLE_INPUT, "default": "user"},
+        "content": {
+            "oneOf": [{"type": "string"}, {"type": "array", "items": PART_SCHEMA}],
+            "description": "Text, or a list of parts (memproc parts or OpenAI content parts).",
+        },
+    },
+    "required": ["content"],
+}
+MESSAGES_INPUT_SCHEMA = {
+    "description": "One user message as a string, one `{role, content}` object, or a list of either.",
+    "oneOf": [
+        {"type": "string"},
+        MESSAGE_INPUT_OBJECT,
+        {"type": "array", "minItems": 1, "items": {"oneOf": [{"type": "string"}, MESSAGE_INPUT_OBJECT]}},
+    ],
+}
+JSON_OBJECT_SCHEMA = {"type": "object", "additionalProperties": True}
+WORKING_MEMORY_SCHEMA = {
+    "description": "Markdown text, or (schema mode) a JSON object.",
+    "oneOf": [{"type": "string"}, JSON_OBJECT_SCHEMA],
+}
+
+
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # NUL and lone surrogates: databases refuse them
+
+
+def has_unstorable_text(value: Any) -> bool:
+    """Whether any string (or key) in JSON-like data holds characters no database stores."""
+    if isinstance(value, str):
+        return UNSTORABLE.search(value) is not None
+    if isinstance(value, Mapping):
+        return any(has_unstorable_text(str(k)) or has_unstorable_text(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(has_unstorable_text(item) for item in value)
+    return False
+
+
+def validate_json_text(value: Any) -> Any:
+    if has_unstorable_text(value):
+        raise serializers.ValidationError("NUL characters and lone surrogates are not allowed.")
+    return value
+
+
+class IdField(serializers.CharField):
+    """A client-chosen id: at most 255 characters, taken as given (no trimming)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", 255)
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+        self.validators.append(id_validator)
+
+
+@extend_schema_field(JSON_OBJECT_SCHEMA)
+class JSONObjectField(serializers.JSONField):
+    """A JSON object (not a list or a scalar) that any database can store."""
+
+    default_error_messages = {"not_object": "Expected a JSON object."}
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        data = super().to_internal_value(data)
+        if not isinstance(data, dict):
+            self.fail("not_object")
+        return validate_json_text(data)
+
+    def to_representation(self, value: Any) -> Any:
+        return thaw(value)
+
+
+@extend_schema_field(MESSAGES_INPUT_SCHEMA)
+class MessagesField(serializers.JSONField):
+    """`messages` as `Agent.generate` takes them; checked by normalising them, handed on unchanged."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        data = super().to_internal_value(data)
+        validate_json_text(data)
+        items = data if isinstance(data, list) else [data]
+        limit = settings.MAX_REQUEST_MESSAGES
+        if len(items) > limit:
+            raise serializers.ValidationError(f"At most {limit} messages per request.")
+        for item in items:
+            if isinstance(item, dict) and "id" in item and not _good_message_id(item["id"]):
+                raise serializers.ValidationError("A message id must be a string of 1 to 255 characters.")
+        try:
+            messages = to_messages(data)
+        except (MemprocError, TypeError, AttributeError, KeyError, ValueError) as exc:
+            raise serializers.ValidationError(str(exc) or "Invalid messages.") from exc
+        if any(m.role == "system" for m in messages):
+            raise serializers.ValidationError("System messages cannot be sent; they come from the agent.")
+        errors = [error for m in messages for part in m.parts for error in part_errors(part)]
+        if errors:
+            raise serializers.ValidationError(errors[:5])
+        return data
+
+
+PART_FIELD_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
+    "text": {"text": (str,)},
+    "file": {
+        "data": (str, type(None)),
+        "url": (str, type(None)),
+        "media_type": (str,),
+        "name": (str, type(None)),
+    },
+    "tool-call": {"tool_call_id": (str,), "tool_name": (str,), "args": (Mapping,)},
+    "tool-result": {"tool_call_id": (str,), "tool_name": (str,), "is_error": (bool,)},
+    "attachment": {"attachment_id": (str,), "name": (str,), "media_type": (str,), "size": (int,)},
+}
+
+
+def part_errors(part: Any) -> list[str]:
+    """Field types the parts' dataclasses do not check themselves (JSON gives any type anywhere)."""
+    errors = [
+        f"A {part.type} part's {name} has the wrong type."
+        for name, types in PART_FIELD_TYPES.get(part.type, {}).items()
+        if not isinstance(getattr(part, name), types)
+        or (types == (int,) and isinstance(getattr(part, name), bool))
+    ]
+    if part.type == "file" and not (part.data or part.url):
+        errors.append("A file part needs data or a url.")
+    return errors
+
+
+def _good_message_id(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 255
+
+
+# --- output shapes -----------------------------------------------------------------------------------
+
+
+class ErrorSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    code = serializers.CharField()
+
+
+class AgentMemorySerializer(serializers.Serializer):
+    last_messages = serializers.JSONField(help_text="How many recent messages are loaded, or false.")
+    semantic_recall = serializers.BooleanField()
+    working_memory = serializers.JSONField(allow_null=True, help_text='null, or {"mode", "scope"}.')
+    read_only = serializers.BooleanField()
+
+
+class AgentSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    description = serializers.CharField()
+    model = serializers.CharField(source="model_id")
+    tools = serializers.SerializerMethodField()
+    memory = serializers.SerializerMethodField()
+
+    def get_tools(self, agent: Any) -> list[str]:
+        return [t.name for t in agent.tools]
+
+    @extend_schema_field(AgentMemorySerializer(allow_null=True))
+    def get_memory(self, agent: Any) -> dict[str, Any] | None:
+        memory = agent.memory
+        if memory is None:
+            return None
+        wm = memory.working_memory_processor
+        return {
+            "last_messages": memory.last_messages,
+            "semantic_recall": memory.uses_semantic_recall,
+            "working_memory": {"mode": wm.mode, "scope": wm.scope} if wm is not None else None,
+            "read_only": memory.read_only,
+        }
+
+
+class MessageSerializer(serializers.Serializer):
+    """A stored message row or a `memproc.messages.Message`, rendered alike."""
+
+    id = serializers.CharField()
+    role = serializers.ChoiceField(choices=models.Message.Role.choices)
+    parts = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField(allow_null=True)
+    thread_id = serializers.CharField(allow_null=True)
+
+    @extend_schema_field({"type": "array", "items": PART_SCHEMA})
+    def get_parts(self, message: Any) -> list[dict[str, Any]]:
+        if isinstance(message, Message):
+            return [part_to_json(p) for p in message.parts]
+        return list((message.content or {}).get("parts", []))
+
+
+class MessagePageSerializer(serializers.Serializer):
+    """One page of a thread's messages (cursor pagination)."""
+
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = MessageSerializer(many=True)
+
+
+class TripwireSerializer(serializers.Serializer):
+    reason = serializers.CharField()
+    processor_id = serializers.CharField()
+    phase = serializers.ChoiceField(choices=models.TripwireLog.Phase.choices)
+    retry = serializers.BooleanField()
+    metadata = JSONObjectField()
+
+
+class GenerateRequestSerializer(serializers.Serializer):
+    messages = MessagesField()
+    thread_id = IdField(required=False, allow_null=True, help_text="Continue (or start) this thread.")
+    resource_id = serializers.CharField(
+        required=False,
+        allow_null=True,
+        max_length=255,
+        trim_whitespace=False,
+        help_text="The owner; defaults to the caller's resource.",
+    )
+
+
+class GenerateResultSerializer(serializers.Serializer):
+    text = serializers.CharField(help_text='The final assistant text ("" when blocked).')
+    messages = MessageSerializer(many=True, help_text="The turn's new messages, as saved.")
+    tripwire = TripwireSerializer(allow_null=True)
+    thread_id = serializers.CharField(allow_null=True)
+    resource_id = serializers.CharField(allow_null=True)
+    usage = JSONObjectField(help_text="Token usage reported by the model.")
+    memory = JSONObjectField(help_text="What memory did: history ids, recalled messages, working memory.")
+
+
+# --- threads -----------------------------------------------------------------------------------------
+
+
+class ThreadSerializer(serializers.ModelSerializer):
+    metadata = JSONObjectField(read_only=True)
+
+    class Meta:
+        model = models.Thread
+        fields = ["id", "resource_id", "title", "agent_id", "metadata", "created_at", "updated_at"]
+        read_only_fields = fields
+
+
+class ThreadCreateSerializer(serializers.Serializer):
+    id = IdField(required=False, help_text="Optional; generated when omitted.")
+    title = serializers.CharField(required=False, allow_blank=True, max_length=255, default="")
+    resource_id = serializers.CharField(required=False, max_length=255, trim_whitespace=False)
+    metadata = JSONObjectField(required=False, default=dict)
+
+
+class ThreadUpdateSerializer(serializers.Serializer):
+    title = serializers.CharField(required=False, allow_blank=True, max_length=255)
+    metadata = JSONObjectField(required=False)
+
+
+class ThreadCloneSerializer(serializers.Serializer):
+    id = IdField(required=False, help_text="The new thread's id; generated when omitted.")
+    title = serializers.CharField(required=False, allow_blank=True, max_length=255)
+
+
+# --- working memory ----------------------------------------------------------------------------------
+
+
+@extend_schema_field(WORKING_MEMORY_SCHEMA)
+class WorkingMemoryValueField(serializers.JSONField):
+    def to_internal_value(self, data: Any) -> Any:
+        data = super().to_internal_value(data)
+        if not isinstance(data, (str, dict)):
+            raise serializers.ValidationError("Expected Markdown text or a JSON object.")
+        return validate_json_text(data)
+
+
+class WorkingMemorySerializer(serializers.Serializer):
+    scope = serializers.ChoiceField(choices=models.WorkingMemoryRevision.Scope.choices)
+    key = serializers.CharField(help_text="The thread id or the resource id.")
+    working_memory = WorkingMemoryValueField()
+    version = serializers.IntegerField()
+    mode = serializers.ChoiceField(choices=[("markdown", "Markdown"), ("schema", "JSON schema")])
+
+
+class WorkingMemoryUpdateSerializer(serializers.Serializer):
+    working_memory = WorkingMemoryValueField(
+        help_text="Markdown mode: the whole new text. Schema mode: an object merged into the current one."
+    )
+    replace = serializers.BooleanField(
+        required=False, default=False, help_text="Schema mode: replace instead of merging."
+    )
+
+
+# --- tripwires and attachments -----------------------------------------------------------------------
+
+
+class TripwireLogSerializer(serializers.ModelSerializer):
+    metadata = JSONObjectField(read_only=True)
+    content = serializers.JSONField(
+        read_only=True, allow_null=True, help_text="The blocked messages, if stored."
+    )
+    reviewed_by = serializers.SerializerMethodField()
+
+    class Meta:
+        model = models.TripwireLog
+        fields = [
+            "id",
+            "agent_id",
+            "processor_id",
+            "phase",
+            "reason",
+            "retry",
+            "metadata",
+            "thread_id",
+            "resource_id",
+            "content",
+            "status",
+            "reviewed_by",
+            "reviewed_at",
+            "note",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_reviewed_by(self, log: models.TripwireLog) -> str | None:
+        return log.reviewed_by.get_username() if log.reviewed_by_id else None
+
+
+class TripwireReviewSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=models.TripwireLog.Status.choices)
+    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
+
+
+class AttachmentSerializer(serializers.ModelSerializer):
+    thread_id = serializers.SerializerMethodField()
+    url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = models.Attachment
+        fields = ["id", "name", "content_type", "size", "sha256", "created_at", "thread_id", "url"]
+        read_only_fields = fields
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_thread_id(self, attachment: models.Attachment) -> str | None:
+        return attachment.message.thread_id if attachment.message_id else None
+
+    @extend_schema_field({"type": "string", "format": "uri", "nullable": True})
+    def get_url(self, attachment: models.Attachment) -> str | None:
+        """The storage's URL (a signed one on S3), absolute when the storage gives a path."""
+        if not attachment.file:
+            return None
+        url = attachment_url(attachment=attachment)
+        request = self.context.get("request")
+        return request.build_absolute_uri(url) if request is not None and url.startswith("/") else url

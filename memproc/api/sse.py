@@ -1,0 +1,99 @@
+"""Server-Sent Events: a turn's stream events as `event: <type>` / `data: <json>` frames.
+
+A `finish` or `tripwire` event ends the stream. An error mid-turn becomes one `error` event; the turn
+saves only at its end, so an error (or a client that goes away) leaves nothing half-saved.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from django.http import StreamingHttpResponse
+from rest_framework.utils.encoders import JSONEncoder
+
+from memproc.api.errors import memproc_status
+from memproc.events import StreamEvent
+from memproc.exceptions import MemprocError
+from memproc.messages import part_to_json, thaw
+
+logger = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/event-stream"
+FINAL_EVENTS = frozenset({"finish", "tripwire"})
+
+
+def frame(event: str, data: Any) -> bytes:
+    """One SSE frame. JSON never contains a raw newline, so `data` is always one line."""
+    payload = json.dumps(data, cls=JSONEncoder, ensure_ascii=False, separators=(",", ":"))
+    return f"event: {event}\ndata: {payload}\n\n".encode()
+
+
+def event_data(event: StreamEvent, render_result: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+    """The `data` of one event: text deltas, tool calls and results, or the turn's result."""
+    if event.type == "text-delta":
+        return {"text": event.text}
+    if event.type == "tool-call" and event.tool_call is not None:
+        call = event.tool_call
+        return {"id": call.id, "name": call.name, "args": thaw(call.args)}
+    if event.type == "tool-result" and event.tool_result is not None:
+        return part_to_json(event.tool_result)
+    if event.result is not None:
+        return render_result(event.result)
+    if event.type == "tripwire" and event.tripwire is not None:
+        return {"tripwire": event.tripwire.as_dict()}
+    return {}
+
+
+def error_data(exc: BaseException) -> dict[str, str]:
+    """`{"detail", "code"}` for an error mid-stream; internals of unexpected errors stay in the log."""
+    if isinstance(exc, MemprocError):
+        _, body = memproc_status(exc)
+        detail = body.get("detail") or "; ".join(body.get("non_field_errors", [])) or str(exc)
+        return {"detail": detail, "code": body.get("code", exc.code)}
+    return {"detail": "The turn failed unexpectedly; nothing was saved.", "code": "server_error"}
+
+
+def sse_frames(
+    events: Iterator[StreamEvent], render_result: Callable[[Any], dict[str, Any]]
+) -> Iterator[bytes]:
+    """Frames for `events`, ending after `finish` or `tripwire`, or with one `error` frame."""
+    try:
+        for event in events:
+            yield frame(event.type, event_data(event, render_result))
+            if event.type in FINAL_EVENTS:
+                break
+    except Exception as exc:
+        if not isinstance(exc, MemprocError):
+            logger.exception("memproc: a streamed turn failed")
+        yield frame("error", error_data(exc))
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()  # a client that disconnects stops the turn before it saves
+
+
+def primed(events: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
+    """Runs the turn up to its first event now, so an error before any event (a model that is down, a
+    refused file) answers a normal status instead of a 200 stream."""
+    first = next(events, None)
+    return _prepend(first, events) if first is not None else iter(())
+
+
+def _prepend(first: StreamEvent, rest: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
+    try:
+        yield first
+        yield from rest
+    finally:
+        close = getattr(rest, "close", None)
+        if close is not None:
+            close()
+
+
+def sse_response(frames: Iterator[bytes]) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(frames, content_type=f"{CONTENT_TYPE}; charset=utf-8")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response

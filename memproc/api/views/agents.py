@@ -1,0 +1,157 @@
+"""Agents: the registry, and a turn as JSON (`generate`) or as Server-Sent Events (`stream`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils.decorators import method_decorator
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from rest_framework import serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from memproc.agents import all_agents, get_agent
+from memproc.api.permissions import default_resource
+from memproc.api.serializers import AgentSerializer, GenerateRequestSerializer, GenerateResultSerializer
+from memproc.api.sse import CONTENT_TYPE, primed, sse_frames, sse_response
+from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
+from memproc.api.views.checks import attachments_check
+from memproc.selectors import thread_get
+from memproc.services.attachments import attachment_check_size
+
+STREAM_DESCRIPTION = """Runs one turn and streams it as Server-Sent Events (`text/event-stream`).
+
+Each event is `event: <type>` and `data: <one line of JSON>`:
+
+* `text-delta` — `{"text"}`, a piece of the answer;
+* `tool-call` — `{"id", "name", "args"}`;
+* `tool-result` — `{"tool_call_id", "tool_name", "result", "is_error"}`;
+* `finish` — the turn's result, the same object `generate` answers; the stream ends;
+* `tripwire` — a blocked turn's result (`tripwire` set, nothing saved); the stream ends;
+* `error` — `{"detail", "code"}`: the turn failed midway and nothing of it was saved; the stream ends.
+
+The turn runs up to its first event before the response starts, so invalid input, an unknown agent,
+another owner's thread, an oversized file or a model that is down answer a normal JSON 400/404/413/502."""
+
+STREAM_EXAMPLE = (
+    'event: text-delta\ndata: {"text":"Hello"}\n\n'
+    'event: finish\ndata: {"text":"Hello","messages":[...],"tripwire":null,...}\n\n'
+)
+
+
+SSE_EVENT_SCHEMA = {
+    "type": "object",
+    "description": "One Server-Sent Event.",
+    "properties": {
+        "event": {
+            "type": "string",
+            "enum": ["text-delta", "tool-call", "tool-result", "finish", "tripwire", "error"],
+        },
+        "data": {"type": "string", "description": "One line of JSON; see the operation's description."},
+    },
+    "required": ["event", "data"],
+}
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    messages: Any
+    thread_id: str | None
+    resource_id: str | None
+
+
+@extend_schema(tags=["agents"])
+@method_decorator(transaction.non_atomic_requests, name="dispatch")
+class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
+    """Registered agents. Turns run outside any request-wide transaction (ATOMIC_REQUESTS): a turn
+    owns its save, and a blocked turn's tripwire log must survive."""
+
+    @extend_schema(
+        summary="List the registered agents", responses={200: AgentSerializer(many=True), **errors()}
+    )
+    def list(self, request: Request) -> Response:
+        return Response(AgentSerializer(all_agents(), many=True).data)
+
+    @extend_schema(
+        summary="One agent",
+        parameters=[id_parameter("The agent id.")],
+        responses={200: AgentSerializer, **errors(404)},
+    )
+    def retrieve(self, request: Request, id: str) -> Response:
+        return Response(AgentSerializer(self.agent(id)).data)
+
+    @extend_schema(
+        summary="Run one turn and answer its result",
+        description="A blocked turn is a normal 200 with `tripwire` set and `text` empty; nothing is saved.",
+        parameters=[id_parameter("The agent id.")],
+        request=GenerateRequestSerializer,
+        responses={200: GenerateResultSerializer, **errors(400, 404, 409, 413, 502)},
+    )
+    @action(detail=True, methods=["post"])
+    def generate(self, request: Request, id: str) -> Response:
+        agent = self.agent(id)
+        turn = self.turn_request(request)
+        result = agent.generate(turn.messages, thread_id=turn.thread_id, resource_id=turn.resource_id)
+        return Response(GenerateResultSerializer(result).data)
+
+    @extend_schema(
+        summary="Run one turn as Server-Sent Events",
+        description=STREAM_DESCRIPTION,
+        parameters=[id_parameter("The agent id.")],
+        request=GenerateRequestSerializer,
+        responses={
+            (200, CONTENT_TYPE): OpenApiResponse(
+                SSE_EVENT_SCHEMA,
+                description="The turn's events, one schema per event.",
+                examples=[OpenApiExample("A short answer", value=STREAM_EXAMPLE)],
+            ),
+            **errors(400, 404, 409, 413, 502),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def stream(self, request: Request, id: str) -> Any:
+        agent = self.agent(id)
+        turn = self.turn_request(request)
+        events = primed(agent.stream(turn.messages, thread_id=turn.thread_id, resource_id=turn.resource_id))
+        return sse_response(sse_frames(events, lambda result: GenerateResultSerializer(result).data))
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> tuple[Any, str]:
+        """The stream's errors are JSON even for a client that accepts only `text/event-stream`."""
+        if getattr(self, "action", None) == "stream":
+            return JSONRenderer(), JSONRenderer.media_type
+        return super().perform_content_negotiation(request, force)
+
+    # --- helpers -----------------------------------------------------------------------------------
+
+    def agent(self, agent_id: str) -> Any:
+        try:
+            return get_agent(agent_id)
+        except LookupError as exc:
+            raise NotFound(str(exc)) from exc
+
+    def turn_request(self, request: Request) -> TurnRequest:
+        """Validated input with the resource settled: the thread's owner when it exists, else the
+        given or default resource. Another owner's thread or resource is a 404."""
+        attachment_check_size(content_length=request.META.get("CONTENT_LENGTH"))  # 413 before reading
+        serializer = GenerateRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        thread_id, resource_id = data.get("thread_id"), data.get("resource_id")
+        if resource_id is not None:
+            self.require_resource(resource_id)
+        thread = thread_get(thread_id=thread_id) if thread_id else None
+        if thread is not None:
+            if not self.may_use(thread.resource_id) or resource_id not in (None, thread.resource_id):
+                raise NotFound()
+            resource_id = thread.resource_id
+        elif resource_id is None:
+            resource_id = default_resource(request)
+            if resource_id is None:
+                raise serializers.ValidationError({"resource_id": ["Name the resource this turn is for."]})
+        attachments_check(data["messages"], resource_id=resource_id)
+        return TurnRequest(messages=data["messages"], thread_id=thread_id, resource_id=resource_id)

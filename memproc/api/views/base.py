@@ -1,0 +1,98 @@
+"""What every memproc view shares: permissions, throttles, JSON input, the error handler, and the
+resource checks that turn another owner's object into a 404."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework.exceptions import NotFound
+from rest_framework.parsers import JSONParser
+from rest_framework.request import Request
+from rest_framework.settings import api_settings
+
+from memproc.api.errors import memproc_exception_handler
+from memproc.api.permissions import HasResources, resolve_resources
+from memproc.api.serializers import ErrorSerializer
+from memproc.api.throttling import MemprocUserThrottle
+
+ERROR_DESCRIPTIONS = {
+    400: "Invalid input: `{field: [message]}` field errors.",
+    401: "Not authenticated.",
+    403: "Not allowed.",
+    404: "Not found (or owned by another resource).",
+    409: "A concurrent change; try again.",
+    413: "An attachment is too large.",
+    429: "Throttled.",
+    502: "The model provider failed.",
+}
+FIELD_ERRORS = {"type": "object", "additionalProperties": True, "description": ERROR_DESCRIPTIONS[400]}
+
+
+def errors(*codes: int) -> dict[int, OpenApiResponse]:
+    """OpenAPI responses for error statuses: field errors for 400, `{"detail", "code"}` otherwise."""
+    responses = {401: _error(401), 403: _error(403), 429: _error(429)}
+    for code in codes:
+        responses[code] = (
+            OpenApiResponse(FIELD_ERRORS, description=ERROR_DESCRIPTIONS[400])
+            if code == 400
+            else _error(code)
+        )
+    return dict(sorted(responses.items()))
+
+
+def _error(code: int) -> OpenApiResponse:
+    return OpenApiResponse(ErrorSerializer, description=ERROR_DESCRIPTIONS[code])
+
+
+def id_parameter(description: str) -> OpenApiParameter:
+    return OpenApiParameter("id", str, OpenApiParameter.PATH, description=description)
+
+
+class MemprocViewMixin:
+    """memproc's policies, set on its own views so the project's REST_FRAMEWORK is never edited:
+    authentication follows the project; permission, throttling, parsing and errors are memproc's."""
+
+    permission_classes: list[type] = [HasResources]
+    throttle_classes: list[type] = [MemprocUserThrottle]
+    parser_classes = [JSONParser]
+    lookup_field = "pk"
+    lookup_url_kwarg = "id"
+    lookup_value_regex = "[^/]+"
+
+    def get_throttles(self) -> list[Any]:
+        """The project's default throttles, then memproc's own."""
+        classes = [*api_settings.DEFAULT_THROTTLE_CLASSES]
+        classes += [c for c in self.throttle_classes if c not in classes]
+        return [cls() for cls in classes]
+
+    def get_exception_handler(self) -> Callable[..., Any]:
+        return memproc_exception_handler
+
+    def allowed_resources(self) -> list[str] | None:
+        """Resource ids the caller may use; None means all (staff). Resolved once per request."""
+        request: Request = self.request  # type: ignore[attr-defined]
+        if not hasattr(request, "_memproc_resources"):
+            request._memproc_resources = resolve_resources(request)
+        return request._memproc_resources
+
+    def may_use(self, resource_id: str) -> bool:
+        allowed = self.allowed_resources()
+        return allowed is None or resource_id in allowed
+
+    def require_resource(self, resource_id: str) -> str:
+        """`resource_id` if the caller may use it; anything else is a 404, never a 403."""
+        if not path_id_ok(resource_id) or not self.may_use(resource_id):
+            raise NotFound()
+        return resource_id
+
+    def get_object(self) -> Any:
+        if not path_id_ok(self.kwargs.get(self.lookup_url_kwarg, "")):  # type: ignore[attr-defined]
+            raise NotFound()
+        return super().get_object()  # type: ignore[misc]
+
+
+def path_id_ok(value: str) -> bool:
+    """An id from a URL that can reach a query (PostgreSQL refuses NUL characters)."""
+    return bool(value) and "\x00" not in value and len(value) <= 255

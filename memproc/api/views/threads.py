@@ -1,0 +1,192 @@
+"""Threads of the caller's resources: list, create, read, rename, delete, messages, clone, working memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from memproc import models
+from memproc.api.filters import ThreadFilter
+from memproc.api.pagination import MessageCursorPagination, ThreadCursorPagination
+from memproc.api.permissions import default_resource
+from memproc.api.serializers import (
+    MessagePageSerializer,
+    MessageSerializer,
+    ThreadCloneSerializer,
+    ThreadCreateSerializer,
+    ThreadSerializer,
+    ThreadUpdateSerializer,
+    WorkingMemorySerializer,
+    WorkingMemoryUpdateSerializer,
+)
+from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
+from memproc.api.views.working_memory import AGENT_PARAMETER, WorkingMemoryMixin, working_memory_config
+from memproc.exceptions import ValidationError as MemprocValidationError
+from memproc.selectors import thread_messages, threads_for_resources
+from memproc.services.threads import thread_clone, thread_create, thread_delete, thread_update
+
+THREAD_ID = id_parameter("The thread id.")
+ORDER_PARAMETER = OpenApiParameter(
+    "order",
+    str,
+    OpenApiParameter.QUERY,
+    required=False,
+    enum=["asc", "desc"],
+    description="`asc` (default): oldest first; `desc`: newest first.",
+)
+PAGE_PARAMETERS = [
+    OpenApiParameter(
+        "cursor",
+        str,
+        OpenApiParameter.QUERY,
+        required=False,
+        description="The `next` or `previous` link's cursor.",
+    ),
+    OpenApiParameter(
+        "limit",
+        int,
+        OpenApiParameter.QUERY,
+        required=False,
+        description="Messages per page (default 50, at most 200).",
+    ),
+]
+
+
+@extend_schema(tags=["threads"])
+@extend_schema_view(
+    list=extend_schema(
+        summary="List the caller's threads, most recently active first",
+        responses={200: ThreadSerializer(many=True), **errors(400, 404)},
+    ),
+    retrieve=extend_schema(
+        summary="One thread", parameters=[THREAD_ID], responses={200: ThreadSerializer, **errors(404)}
+    ),
+)
+class ThreadViewSet(
+    MemprocViewMixin,
+    WorkingMemoryMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Every query is scoped to the caller's resources, so another owner's thread is a 404."""
+
+    serializer_class = ThreadSerializer
+    pagination_class = ThreadCursorPagination
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = ThreadFilter
+
+    def get_queryset(self) -> QuerySet[models.Thread]:
+        return threads_for_resources(resource_ids=self.allowed_resources())
+
+    def filter_queryset(self, queryset: QuerySet[models.Thread]) -> QuerySet[models.Thread]:
+        """Filters narrow the list; a thread's own endpoints ignore them."""
+        return super().filter_queryset(queryset) if self.action == "list" else queryset
+
+    @extend_schema(
+        summary="Create a thread",
+        request=ThreadCreateSerializer,
+        responses={201: ThreadSerializer, **errors(400, 404)},
+    )
+    def create(self, request: Request) -> Response:
+        data = self.valid(ThreadCreateSerializer, request.data)
+        resource_id = data.get("resource_id") or default_resource(request)
+        if resource_id is None:
+            raise serializers.ValidationError({"resource_id": ["Name the resource this thread belongs to."]})
+        self.require_resource(resource_id)
+        try:
+            thread = thread_create(
+                resource_id=resource_id,
+                thread_id=data.get("id"),
+                title=data["title"],
+                metadata=data["metadata"],
+            )
+        except MemprocValidationError as exc:
+            raise serializers.ValidationError({"id": [str(exc)]}) from exc
+        return Response(ThreadSerializer(thread).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Rename a thread or replace its metadata",
+        parameters=[THREAD_ID],
+        request=ThreadUpdateSerializer,
+        responses={200: ThreadSerializer, **errors(400, 404)},
+    )
+    def partial_update(self, request: Request, id: str) -> Response:
+        thread = self.get_object()
+        data = self.valid(ThreadUpdateSerializer, request.data)
+        thread = thread_update(thread=thread, title=data.get("title"), metadata=data.get("metadata"))
+        return Response(ThreadSerializer(thread).data)
+
+    @extend_schema(
+        summary="Delete a thread, its messages and their attachments",
+        parameters=[THREAD_ID],
+        request=None,
+        responses={204: None, **errors(404)},
+    )
+    def destroy(self, request: Request, id: str) -> Response:
+        thread_delete(thread=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        summary="A thread's messages, in order (cursor pagination)",
+        parameters=[THREAD_ID, ORDER_PARAMETER, *PAGE_PARAMETERS],
+        responses={200: MessagePageSerializer, **errors(400, 404)},
+    )
+    @action(detail=True, methods=["get"], pagination_class=MessageCursorPagination)
+    def messages(self, request: Request, id: str) -> Response:
+        thread = self.get_object()
+        page = self.paginate_queryset(thread_messages(thread_id=thread.pk))
+        return self.get_paginated_response(MessageSerializer(page, many=True).data)
+
+    @extend_schema(
+        summary="Copy a thread and its messages into a new thread",
+        parameters=[THREAD_ID],
+        request=ThreadCloneSerializer,
+        responses={201: ThreadSerializer, **errors(400, 404)},
+    )
+    @action(detail=True, methods=["post"])
+    def clone(self, request: Request, id: str) -> Response:
+        thread = self.get_object()
+        data = self.valid(ThreadCloneSerializer, request.data)
+        try:
+            clone = thread_clone(thread=thread, new_thread_id=data.get("id"), title=data.get("title"))
+        except MemprocValidationError as exc:
+            raise serializers.ValidationError({"id": [str(exc)]}) from exc
+        return Response(ThreadSerializer(clone).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        methods=["GET"],
+        summary="Read a thread's working memory",
+        tags=["working memory"],
+        parameters=[THREAD_ID, AGENT_PARAMETER],
+        responses={200: WorkingMemorySerializer, **errors(400, 404)},
+    )
+    @extend_schema(
+        methods=["PUT"],
+        summary="Replace or merge a thread's working memory",
+        tags=["working memory"],
+        parameters=[THREAD_ID, AGENT_PARAMETER],
+        request=WorkingMemoryUpdateSerializer,
+        responses={200: WorkingMemorySerializer, **errors(400, 404, 409)},
+    )
+    @action(detail=True, methods=["get", "put"], url_path="working-memory", url_name="working-memory")
+    def working_memory(self, request: Request, id: str) -> Response:
+        thread = self.get_object()
+        config = working_memory_config(
+            agent_id=request.query_params.get("agent"), thread_agent_id=thread.agent_id
+        )
+        if request.method == "PUT":
+            return self.working_memory_write(request, scope="thread", key=thread.pk, config=config)
+        return self.working_memory_read(scope="thread", key=thread.pk, config=config)
+
+    def valid(self, serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
+        serializer = serializer_class(data=data)
+        serializer.is_valid(raise_exception=True)
+        return dict(serializer.validated_data)

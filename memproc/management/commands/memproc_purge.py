@@ -1,0 +1,49 @@
+"""Delete everything memproc stores about one resource; a dry run unless `--yes` is given.
+
+`python manage.py memproc_purge user-42` prints what would be deleted;
+`python manage.py memproc_purge user-42 --yes` deletes it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+LABELS = {
+    "threads": "threads",
+    "messages": "messages",
+    "embeddings": "embeddings",
+    "working_memory_revisions": "working memory revisions",
+    "attachments": "attachments (and their files)",
+    "tripwire_logs": "tripwire logs",
+    "resource": "resource row (with its working memory)",
+}
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete a resource's threads, messages, embeddings, working memory, attachments and tripwire "
+        "logs. Without --yes it only prints what would be deleted."
+    )
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("resource_id", help="the resource (user, account) whose data goes")
+        parser.add_argument("--yes", action="store_true", help="really delete (default: dry run)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from memproc.services.purge import resource_purge
+
+        resource_id = options["resource_id"]
+        counts = resource_purge(resource_id=resource_id, dry_run=not options["yes"])
+        if not counts.total:
+            self.stdout.write(f"Nothing is stored for resource {resource_id!r}.")
+            return
+        heading = "Deleted" if options["yes"] else "Would delete"
+        self.stdout.write(f"{heading} for resource {resource_id!r}:")
+        for key, value in counts.as_dict().items():
+            self.stdout.write(f"  {value:>8}  {LABELS[key]}")
+        if options["yes"]:
+            self.stdout.write(self.style.SUCCESS("Done."))
+        else:
+            self.stdout.write(self.style.WARNING("Dry run: nothing was deleted. Add --yes to delete."))

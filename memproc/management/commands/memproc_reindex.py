@@ -1,0 +1,186 @@
+"""Re-embed stored messages with a chosen embedder, in batches, resumably.
+
+    python manage.py memproc_reindex --resource user-42 --embedder memproc.embedders.OpenAIEmbedder
+    python manage.py memproc_reindex --all --batch-size 500 --resume-from '2025-01-01T10:00:00+00:00|4f0c...'
+
+Messages that already have a vector from the embedder are skipped, so running it again is cheap and
+an interrupted run loses nothing: it prints the position to pass to `--resume-from`.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from memproc.exceptions import ConfigurationError, ValidationError
+
+
+class Command(BaseCommand):
+    help = (
+        "Embed the messages of a thread, a resource or everything with a chosen embedder, in batches "
+        "(messages that already have a vector from it are skipped). Shows a progress bar on stderr and, "
+        "if stopped, the position to pass to --resume-from."
+    )
+
+    def add_arguments(self, parser: Any) -> None:
+        scope = parser.add_mutually_exclusive_group(required=True)
+        scope.add_argument("--thread", metavar="THREAD_ID", help="re-embed one thread")
+        scope.add_argument("--resource", metavar="RESOURCE_ID", help="re-embed every thread of a resource")
+        scope.add_argument("--all", action="store_true", help="re-embed every stored message")
+        parser.add_argument(
+            "--embedder",
+            metavar="DOTTED.PATH",
+            help="embedder class (default: --agent's recall embedder, else MEMPROC['EMBEDDER'])",
+        )
+        parser.add_argument("--agent", metavar="AGENT_ID", help="use this agent's recall embedder")
+        parser.add_argument("--batch-size", type=int, default=100, help="messages per embedder call (100)")
+        parser.add_argument(
+            "--resume-from", metavar="POSITION", help="continue after the position an earlier run printed"
+        )
+        parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from memproc.embedders import get_embedder
+        from memproc.services.reindex import ReindexPosition, reindex_batches, reindex_pending_count
+
+        if options["batch_size"] <= 0:
+            raise CommandError("--batch-size must be positive")
+        scope = self._scope(options)
+        try:
+            after = ReindexPosition.parse(options["resume_from"]) if options["resume_from"] else None
+            embedder = get_embedder(self._embedder_spec(options))
+        except (ValidationError, ConfigurationError) as exc:
+            raise CommandError(str(exc)) from exc
+        total = reindex_pending_count(embedder=embedder, after=after, **scope)
+        self.stderr.write(f"{total} message(s) to embed with {embedder.id}.")
+        bar = ProgressBar(self.stderr, total, enabled=not options["no_progress"])
+        scanned = embedded = vectors = 0
+        position = after
+        try:
+            batches = reindex_batches(
+                embedder=embedder, batch_size=options["batch_size"], after=after, **scope
+            )
+            for batch in batches:
+                scanned += batch.scanned
+                embedded += batch.embedded
+                vectors += batch.vectors
+                position = batch.position
+                bar.update(scanned)
+        except (KeyboardInterrupt, Exception) as exc:
+            bar.close()
+            self._report_stop(exc, options, position, scanned)
+            code = 130 if isinstance(exc, KeyboardInterrupt) else 1
+            raise CommandError(
+                f"Stopped after {scanned} message(s): {_describe(exc)}", returncode=code
+            ) from exc
+        bar.close()
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Embedded {embedded} message(s) ({vectors} vector(s)) with {embedder.id}; "
+                f"{scanned - embedded} without text skipped."
+            )
+        )
+        if position is not None:
+            self.stdout.write(f"Last position: {position}")
+
+    def _scope(self, options: dict[str, Any]) -> dict[str, str]:
+        from memproc import models
+
+        if options["thread"]:
+            if not models.Thread.objects.filter(pk=options["thread"]).exists():
+                raise CommandError(f"No thread {options['thread']!r}")
+            return {"thread_id": options["thread"]}
+        if options["resource"]:
+            if not models.Resource.objects.filter(pk=options["resource"]).exists():
+                raise CommandError(f"No resource {options['resource']!r}")
+            return {"resource_id": options["resource"]}
+        return {}
+
+    def _embedder_spec(self, options: dict[str, Any]) -> Any:
+        if options["embedder"]:
+            return options["embedder"]
+        if options["agent"]:
+            from memproc.agents import get_agent
+            from memproc.services.reindex import agent_embedder
+
+            try:
+                get_agent(options["agent"])
+            except LookupError as exc:
+                raise CommandError(str(exc)) from exc
+            return agent_embedder(agent_id=options["agent"])
+        return None
+
+    def _report_stop(self, exc: BaseException, options: dict[str, Any], position: Any, scanned: int) -> None:
+        if position is None:
+            self.stderr.write("Stopped before the first batch finished; nothing to resume from.")
+            return
+        command = ["python", "manage.py", "memproc_reindex", *self._scope_args(options)]
+        if options["embedder"]:
+            command += ["--embedder", options["embedder"]]
+        if options["agent"]:
+            command += ["--agent", options["agent"]]
+        command += ["--batch-size", str(options["batch_size"]), "--resume-from", str(position)]
+        self.stderr.write(f"Stopped ({_describe(exc)}) after {scanned} message(s).")
+        self.stderr.write(f"Resume position: {position}")
+        self.stderr.write(f"Resume with: {shlex.join(command)}")
+        self.stdout.write(f"Resume position: {position}")
+
+    @staticmethod
+    def _scope_args(options: dict[str, Any]) -> list[str]:
+        if options["thread"]:
+            return ["--thread", options["thread"]]
+        if options["resource"]:
+            return ["--resource", options["resource"]]
+        return ["--all"]
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class ProgressBar:
+    """A small progress bar: redrawn in place on a terminal, a line per tenth anywhere else."""
+
+    def __init__(self, stream: Any, total: int, *, enabled: bool = True, width: int = 30) -> None:
+        self.stream = stream
+        self.total = max(total, 0)
+        self.enabled = enabled
+        self.width = width
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.started = time.monotonic()
+        self.done = 0
+        self._last_tenth = -1
+        self._drawn = False
+
+    def update(self, done: int) -> None:
+        self.done = done
+        if not self.enabled:
+            return
+        if self.tty:
+            self.stream.write("\r" + self.render(), ending="")
+            self.stream.flush()
+            self._drawn = True
+            return
+        tenth = 10 if not self.total else min(10, done * 10 // self.total)
+        if tenth != self._last_tenth:
+            self._last_tenth = tenth
+            self.stream.write(self.render())
+
+    def render(self) -> str:
+        total = max(self.total, self.done)
+        fraction = self.done / total if total else 1.0
+        filled = round(self.width * fraction)
+        elapsed = time.monotonic() - self.started
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        bar = "#" * filled + "-" * (self.width - filled)
+        return f"[{bar}] {self.done}/{total} ({fraction:.0%}) {rate:.0f} msg/s"
+
+    def close(self) -> None:
+        if self.enabled and self._drawn:
+            self.stream.write("")
+            self._drawn = False

@@ -1,0 +1,403 @@
+"""AttachmentUploader: moves the turn's inline files to the attachment storage, leaving references.
+
+The checks (size from the encoded length, the content-type allow-list, strict decoding, magic-byte
+sniffing) are plain functions here, so the API and other services can run the same ones.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import mimetypes
+import posixpath
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+from urllib.parse import unquote_to_bytes
+
+from memproc.exceptions import AttachmentError, ConfigurationError
+from memproc.messages import AttachmentRef, FilePart, Message, Part
+from memproc.processors.base import ProcessorContext
+
+__all__ = [
+    "AttachmentStore",
+    "AttachmentUploader",
+    "CheckedFile",
+    "InlineFile",
+    "StagedAttachment",
+    "file_check",
+    "inline_file",
+    "sniff_content_type",
+    "type_allowed",
+]
+
+GENERIC_TYPES = frozenset({"", "application/octet-stream", "binary/octet-stream", "*/*", "image/*"})
+# Types whose first bytes identify them: a file declared as one of these must start like one.
+SNIFFED_TYPES = frozenset(
+    {"image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "image/heic", "application/pdf"}
+)
+TYPE_ALIASES = {"image/jpg": "image/jpeg", "image/pjpeg": "image/jpeg", "image/x-png": "image/png"}
+_TEXT_TYPES = frozenset({"application/json", "application/xml", "application/x-ndjson", "application/yaml"})
+
+
+@dataclass(frozen=True, slots=True)
+class InlineFile:
+    """One inline file of a message part, not decoded yet."""
+
+    payload: str | bytes
+    encoding: str  # "base64" | "percent" (a data: URI without ;base64) | "raw" | "invalid"
+    media_type: str  # declared, normalised ("" when the part gave none)
+    name: str  # as given ("" when none)
+
+    @property
+    def estimated_size(self) -> int:
+        """The decoded size, computed from the encoded length alone (exact for padded base64)."""
+        n = len(self.payload)
+        if self.encoding != "base64":
+            return n
+        tail = self.payload[-2:]
+        padding = tail.count("=" if isinstance(tail, str) else b"=")
+        return max(0, n * 3 // 4 - padding)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedFile:
+    """A decoded file that passed every check."""
+
+    data: bytes
+    content_type: str
+    name: str
+    sha256: str
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class StagedAttachment:
+    """A file stored for a turn that has not committed yet.
+
+    `created` is true when this turn wrote the file and its `Attachment` row does not exist yet (it
+    is written at commit); false when an existing row of the resource (same sha256) is reused.
+    """
+
+    id: str
+    resource_id: str
+    name: str
+    content_type: str
+    size: int
+    sha256: str
+    file_name: str = ""
+    created: bool = False
+
+
+@runtime_checkable
+class AttachmentStore(Protocol):
+    """Where AttachmentUploader puts files. The Django one is `memproc.services.attachments.
+    DjangoAttachmentStore` (the storage named by ATTACHMENT_STORAGE, rows deduplicated by sha256)."""
+
+    def stage(self, *, resource_id: str, file: CheckedFile) -> StagedAttachment: ...
+
+
+class AttachmentUploader:
+    """Input: replaces every inline file of the turn's new messages (data: URIs, base64 text or bytes
+    in a `FilePart`) with an `AttachmentRef` to a file stored once per resource (sha256 dedup).
+
+    Each file is checked before anything is stored: its size from the encoded length before decoding
+    (`max_bytes`, default MAX_ATTACHMENT_BYTES), its declared type against `content_types` (default
+    ATTACHMENT_CONTENT_TYPES; None allows any), strict decoding, and its first bytes (a file that says
+    it is a PNG must be one; text must be UTF-8). A failure aborts the turn with metadata `{"code":
+    "too_large" | "type_not_allowed" | "undecodable", "name", "size", "limit", "content_type"}`.
+
+    Files are stored at once (their names are unique, so concurrent turns never share one), but
+    their rows are written only when the turn commits; a turn that is blocked or fails deletes the
+    files it wrote (see `Turn.attachments`). Remote files (`FilePart.url`) and messages loaded from
+    memory are left alone. Never mutates; returns new messages. `Memory` puts it first on input
+    whenever it saves messages; placed in `input_processors` (same id), it replaces that one.
+    """
+
+    id = "attachment-uploader"
+
+    def __init__(
+        self,
+        *,
+        max_bytes: int | None = None,
+        content_types: Iterable[str] | None = None,
+        storage: AttachmentStore | None = None,
+    ) -> None:
+        if max_bytes is not None and (
+            isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0
+        ):
+            raise ConfigurationError("AttachmentUploader(max_bytes=...) must be a positive integer")
+        if isinstance(content_types, str):
+            raise ConfigurationError("AttachmentUploader(content_types=...) must be a list of types")
+        if storage is not None and not callable(getattr(storage, "stage", None)):
+            raise ConfigurationError(
+                "AttachmentUploader(storage=...) must be an AttachmentStore (with a stage() method); "
+                'to change the Django storage, set MEMPROC["ATTACHMENT_STORAGE"]'
+            )
+        self.max_bytes = max_bytes
+        self.content_types = None if content_types is None else tuple(content_types)
+        self.storage = storage
+
+    def limits(self) -> tuple[int, tuple[str, ...] | None]:
+        from memproc.conf import settings
+
+        allowed = self.content_types
+        if allowed is None and settings.ATTACHMENT_CONTENT_TYPES is not None:
+            allowed = tuple(settings.ATTACHMENT_CONTENT_TYPES)
+        return self.max_bytes or int(settings.MAX_ATTACHMENT_BYTES), allowed
+
+    def get_store(self) -> AttachmentStore:
+        if self.storage is not None:
+            return self.storage
+        from memproc.services.attachments import DjangoAttachmentStore
+
+        return DjangoAttachmentStore()
+
+    def process_input(self, ctx: ProcessorContext) -> list[Message] | None:
+        new_ids = {m.id for m in ctx.new_messages}
+        found = [
+            (i, j, file)
+            for i, message in enumerate(ctx.messages)
+            if message.id in new_ids
+            for j, part in enumerate(message.parts)
+            if isinstance(part, FilePart) and (file := inline_file(part)) is not None
+        ]
+        if not found:
+            return None
+        max_bytes, allowed = self.limits()
+        checked: list[tuple[int, int, CheckedFile]] = []
+        for i, j, file in found:  # every file is checked before any is stored
+            try:
+                checked.append((i, j, file_check(file, max_bytes=max_bytes, content_types=allowed)))
+            except AttachmentError as exc:
+                ctx.abort(str(exc), metadata={"code": exc.code, **exc.metadata})
+        refs = self._store_all(ctx, checked)
+        messages = list(ctx.messages)
+        for i in sorted({i for i, _, _ in checked}):
+            parts: list[Part] = list(messages[i].parts)
+            for j in (j for ci, j, _ in checked if ci == i):
+                parts[j] = refs[(i, j)]
+            messages[i] = messages[i].replace(parts=tuple(parts))
+        return messages
+
+    def _store_all(
+        self, ctx: ProcessorContext, checked: Sequence[tuple[int, int, CheckedFile]]
+    ) -> dict[tuple[int, int], AttachmentRef]:
+        store = self.get_store()
+        staged_list = ctx.turn.attachments if ctx.turn is not None else ctx.state.setdefault("staged", [])
+        by_sha: dict[str, StagedAttachment] = {}
+        refs: dict[tuple[int, int], AttachmentRef] = {}
+        for i, j, file in checked:
+            staged = by_sha.get(file.sha256)
+            if staged is None:
+                staged = store.stage(resource_id=ctx.resource_id or "", file=file)
+                staged_list.append(staged)  # registered at once, so a later failure cleans it up
+                by_sha[file.sha256] = staged
+            refs[(i, j)] = AttachmentRef(
+                attachment_id=staged.id, name=file.name, media_type=file.content_type, size=file.size
+            )
+        return refs
+
+
+# --- finding and checking inline files ------------------------------------------------------------
+
+
+def inline_file(part: FilePart) -> InlineFile | None:
+    """The inline file a part carries (a data: URI, base64 text or bytes), or None for a remote URL."""
+    data: Any = part.data
+    if data is None and isinstance(part.url, str) and part.url[:5].lower() == "data:":
+        data = part.url
+    if data is None:
+        return None
+    declared = normalise_type(part.media_type)
+    name = part.name or ""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return InlineFile(bytes(data), "raw", declared, name)
+    if not isinstance(data, str):
+        return InlineFile("", "invalid", declared, name)
+    if data[:5].lower() != "data:":
+        return InlineFile(data, "base64", declared, name)
+    comma = data.find(",")
+    if comma < 0:
+        return InlineFile("", "invalid", declared, name)
+    params = data[5:comma].split(";")
+    is_base64 = len(params) > 1 and params[-1].strip().lower() == "base64"
+    uri_type = normalise_type(params[0]) if "/" in params[0] else ""
+    return InlineFile(data[comma + 1 :], "base64" if is_base64 else "percent", uri_type or declared, name)
+
+
+def file_check(file: InlineFile, *, max_bytes: int, content_types: Sequence[str] | None) -> CheckedFile:
+    """Checks and decodes one inline file; raises AttachmentError with code too_large,
+    type_not_allowed or undecodable. The size is checked before decoding, from the encoded length."""
+    name = file.name or "file"
+
+    def refuse(code: str, reason: str, size: int, content_type: str, **extra: Any) -> AttachmentError:
+        metadata = {"name": name, "size": size, "limit": max_bytes, "content_type": content_type, **extra}
+        return AttachmentError(reason, code=code, metadata=metadata)
+
+    estimate = file.estimated_size
+    if estimate > max_bytes:
+        raise refuse(
+            "too_large",
+            f"Attachment {name!r} is {_human(estimate)}; the limit is {_human(max_bytes)}",
+            estimate,
+            file.media_type,
+        )
+    declared = file.media_type
+    if declared not in GENERIC_TYPES and not type_allowed(declared, content_types):
+        raise refuse(
+            "type_not_allowed",
+            f"Attachment {name!r} has type {declared}, which is not allowed",
+            estimate,
+            declared,
+            allowed=list(content_types or ()),
+        )
+    try:
+        data = _decode(file)
+    except (binascii.Error, ValueError) as exc:
+        raise refuse(
+            "undecodable", f"Attachment {name!r} could not be decoded: {exc}", estimate, declared
+        ) from exc
+    if len(data) > max_bytes:
+        raise refuse(
+            "too_large",
+            f"Attachment {name!r} is {_human(len(data))}; the limit is {_human(max_bytes)}",
+            len(data),
+            declared,
+        )
+    content_type, problem = effective_type(declared, data, name=file.name)
+    if problem:
+        detected = sniff_content_type(data)
+        raise refuse(
+            "type_not_allowed", f"Attachment {name!r} {problem}", len(data), declared, detected=detected
+        )
+    if not type_allowed(content_type, content_types):
+        raise refuse(
+            "type_not_allowed",
+            f"Attachment {name!r} has type {content_type}, which is not allowed",
+            len(data),
+            content_type,
+            allowed=list(content_types or ()),
+        )
+    return CheckedFile(
+        data=data,
+        content_type=content_type,
+        name=file_name(file.name, content_type),
+        sha256=hashlib.sha256(data).hexdigest(),
+    )
+
+
+def _decode(file: InlineFile) -> bytes:
+    if file.encoding == "raw":
+        return bytes(file.payload) if isinstance(file.payload, (bytes, bytearray)) else b""
+    if file.encoding == "percent":
+        text = file.payload if isinstance(file.payload, str) else file.payload.decode("ascii")
+        return unquote_to_bytes(text)
+    if file.encoding == "base64":
+        return base64.b64decode(file.payload, validate=True)
+    raise ValueError("not a data: URI (no comma after the header)")
+
+
+def effective_type(declared: str, data: bytes, *, name: str = "") -> tuple[str, str]:
+    """The type a file really has, and why it cannot be trusted ("" when it can).
+
+    A generic declaration takes the sniffed type, else a text type guessed from the name when the
+    content is text, else application/octet-stream. A sniffable type (PNG, JPEG, GIF, WebP, AVIF,
+    HEIC, PDF) must match the first bytes; text must decode as UTF-8 without NUL bytes.
+    """
+    sniffed = sniff_content_type(data)
+    if declared in GENERIC_TYPES:
+        if declared == "image/*" and not (sniffed or "").startswith("image/"):
+            return declared, "is declared as an image but its content is not a known image format"
+        if sniffed is None:
+            guessed = normalise_type(mimetypes.guess_type(name)[0]) if name else ""
+            if guessed and _is_text_type(guessed) and _is_text(data):
+                return guessed, ""
+        return sniffed or "application/octet-stream", ""
+    if sniffed is not None and sniffed != declared:
+        return declared, f"is declared as {declared} but its content is {sniffed}"
+    if sniffed is None and declared in SNIFFED_TYPES:
+        return declared, f"is declared as {declared} but its content is not"
+    if _is_text_type(declared) and not _is_text(data):
+        return declared, f"is declared as {declared} but its content is not UTF-8 text"
+    return declared, ""
+
+
+def sniff_content_type(data: bytes) -> str | None:
+    """The type named by a file's first bytes, for the formats models take as images or documents."""
+    head = data[:32]
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if head.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    if head[4:8] == b"ftyp":
+        brand = head[8:12]
+        if brand in (b"avif", b"avis"):
+            return "image/avif"
+        if brand in (b"heic", b"heix", b"heim", b"heis", b"mif1"):
+            return "image/heic"
+    if data[:1024].lstrip(b"\xef\xbb\xbf \t\r\n\x00").startswith(b"%PDF-"):
+        return "application/pdf"
+    return None
+
+
+def type_allowed(content_type: str, allowed: Sequence[str] | None) -> bool:
+    """Whether `content_type` matches the allow-list (exact types, "image/*", "*/*"; None allows all)."""
+    if allowed is None:
+        return True
+    major = content_type.split("/", 1)[0]
+    for entry in allowed:
+        entry = normalise_type(entry)
+        if entry in ("*/*", "*") or entry == content_type or entry == f"{major}/*":
+            return True
+    return False
+
+
+def normalise_type(value: str | None) -> str:
+    base = (value or "").split(";", 1)[0].strip().lower()
+    return TYPE_ALIASES.get(base, base)
+
+
+def file_name(name: str, content_type: str) -> str:
+    """A safe base name (no directories), at most 120 characters; "file.<ext>" when none was given."""
+    base = posixpath.basename((name or "").replace("\\", "/")).strip().lstrip(".")
+    if not base:
+        base = "file" + (mimetypes.guess_extension(content_type) or "")
+    if len(base) > 120:
+        stem, ext = posixpath.splitext(base)
+        base = stem[: 120 - len(ext[:16])] + ext[:16]
+    return base
+
+
+def _is_text_type(content_type: str) -> bool:
+    return (
+        content_type.startswith("text/")
+        or content_type in _TEXT_TYPES
+        or content_type.endswith(("+json", "+xml"))
+    )
+
+
+def _is_text(data: bytes) -> bool:
+    if b"\x00" in data:
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _human(size: int) -> str:
+    if size >= 1024 * 1024:
+        return f"{size / (1024 * 1024):.1f} MB"
+    if size >= 1024:
+        return f"{size / 1024:.1f} KB"
+    return f"{size} bytes"

@@ -1,0 +1,105 @@
+"""Deleting everything memproc stores about one resource (a user leaving, a GDPR erasure request)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+
+from django.db import transaction
+from django.db.models import Q, QuerySet
+
+from memproc import models
+
+logger = logging.getLogger(__name__)
+
+# Leaves first, so no cascade makes Django load rows (least of all vectors); revisions and tripwire
+# logs before the threads their queries name. Attachments go before all of these (their files too).
+DELETE_ORDER = ("embeddings", "working_memory_revisions", "tripwire_logs", "messages", "threads", "resource")
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeCounts:
+    """What a purge deletes (or, in a dry run, would delete)."""
+
+    resource_id: str
+    threads: int = 0
+    messages: int = 0
+    embeddings: int = 0
+    working_memory_revisions: int = 0
+    attachments: int = 0
+    tripwire_logs: int = 0
+    resource: int = 0  # the Resource row itself: 0 or 1
+
+    @property
+    def total(self) -> int:
+        return sum(v for k, v in asdict(self).items() if k != "resource_id")
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: v for k, v in asdict(self).items() if k != "resource_id"}
+
+
+def resource_purge(*, resource_id: str, dry_run: bool = False) -> PurgeCounts:
+    """Deletes a resource's threads, messages, embeddings, working memory (with its revisions),
+    attachments and tripwire logs, then the Resource row; with `dry_run`, only counts them.
+
+    One transaction. Attachment files are removed from storage after it commits, never before, and
+    a file still referenced by another attachment row is kept. Another resource's data is never
+    touched, and purging a resource with nothing stored is a no-op.
+    """
+    querysets = _querysets(resource_id)
+    if dry_run:
+        return PurgeCounts(resource_id=resource_id, **{k: qs.count() for k, qs in querysets.items()})
+    with transaction.atomic():
+        counts = {"attachments": _attachments_delete(querysets.pop("attachments"))}
+        for key in DELETE_ORDER:
+            label = querysets[key].model._meta.label
+            counts[key] = querysets[key].only("pk").delete()[1].get(label, 0)
+    result = PurgeCounts(resource_id=resource_id, **counts)
+    logger.info("memproc: purged resource %s: %s", resource_id, result.as_dict())
+    return result
+
+
+def _querysets(resource_id: str) -> dict[str, QuerySet]:
+    thread_ids = models.Thread.objects.filter(resource_id=resource_id).values("id")
+    messages = models.Message.objects.filter(Q(resource_id=resource_id) | Q(thread_id__in=thread_ids))
+    return {
+        "threads": models.Thread.objects.filter(resource_id=resource_id),
+        "messages": messages,
+        "embeddings": models.MessageEmbedding.objects.filter(
+            Q(resource_id=resource_id) | Q(message_id__in=messages.values("id"))
+        ),
+        "working_memory_revisions": models.WorkingMemoryRevision.objects.filter(
+            Q(scope=models.WorkingMemoryRevision.Scope.RESOURCE, key=resource_id)
+            | Q(scope=models.WorkingMemoryRevision.Scope.THREAD, key__in=thread_ids)
+            | Q(thread_id__in=thread_ids)
+        ),
+        "attachments": models.Attachment.objects.filter(
+            Q(resource_id=resource_id) | Q(message_id__in=messages.values("id"))
+        ),
+        "tripwire_logs": models.TripwireLog.objects.filter(
+            Q(resource_id=resource_id) | Q(thread_id__in=thread_ids)
+        ),
+        "resource": models.Resource.objects.filter(pk=resource_id),
+    }
+
+
+def _attachments_delete(attachments: QuerySet[models.Attachment]) -> int:
+    rows = list(attachments.values_list("pk", "file"))
+    if not rows:
+        return 0
+    pks = [pk for pk, _ in rows]
+    names = {name for _, name in rows if name}
+    models.Attachment.objects.filter(pk__in=pks).delete()
+    shared = set(models.Attachment.objects.filter(file__in=names).values_list("file", flat=True))
+    storage = models.Attachment._meta.get_field("file").storage
+    doomed = sorted(names - shared)
+
+    def remove_files() -> None:
+        for name in doomed:
+            try:
+                storage.delete(name)
+            except Exception:  # a missing or unreachable file must not undo a committed purge
+                logger.warning("memproc: could not delete attachment file %s", name, exc_info=True)
+
+    transaction.on_commit(remove_files)
+    return len(rows)

@@ -1,0 +1,180 @@
+"""Embedding maintenance: (re-)embed the messages of a thread, a resource or everything with one embedder.
+
+Work goes in batches of messages ordered by `(created_at, id)`. Only messages that have no vector from
+the chosen embedder yet are embedded, so a run can stop anywhere and start again: each batch reports a
+`ReindexPosition` (its last message), and passing it back as `after=` continues behind it. Messages
+stored while a run goes on come later in that order, so a long run picks them up too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q, QuerySet
+from django.utils.dateparse import parse_datetime
+
+from memproc import models
+from memproc.exceptions import ValidationError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class ReindexPosition:
+    """The last message a run has finished with; `str()` gives the token a command prints."""
+
+    created_at: datetime
+    message_id: str
+
+    def __str__(self) -> str:
+        return f"{self.created_at.isoformat()}|{self.message_id}"
+
+    @classmethod
+    def parse(cls, token: str) -> ReindexPosition:
+        """The position printed by an earlier run (`<created_at ISO 8601>|<message id>`)."""
+        stamp, sep, message_id = (token or "").strip().partition("|")
+        created_at = parse_datetime(stamp) if sep else None
+        if created_at is None or not message_id or created_at.tzinfo is None:
+            raise ValidationError(
+                f"Not a reindex position: {token!r} "
+                "(expected '<created_at, ISO 8601 with an offset>|<message id>')"
+            )
+        return cls(created_at=created_at, message_id=message_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ReindexBatch:
+    scanned: int  # messages of the scope that had no vector from the embedder
+    embedded: int  # of those, messages embedded now (blank texts have nothing to embed)
+    vectors: int  # rows stored (long messages are embedded in several chunks)
+    position: ReindexPosition
+
+
+@dataclass(frozen=True, slots=True)
+class ReindexSummary:
+    embedder_id: str
+    scanned: int = 0
+    embedded: int = 0
+    vectors: int = 0
+    position: ReindexPosition | None = None
+
+
+def reindex_pending_count(
+    *,
+    embedder: Any = None,
+    thread_id: str | None = None,
+    resource_id: str | None = None,
+    after: ReindexPosition | None = None,
+) -> int:
+    """How many messages of the scope (behind `after`) still lack a vector from `embedder`."""
+    from memproc.embedders import get_embedder
+
+    return _pending(
+        get_embedder(embedder).id, thread_id=thread_id, resource_id=resource_id, after=after
+    ).count()
+
+
+def reindex_batches(
+    *,
+    embedder: Any = None,
+    thread_id: str | None = None,
+    resource_id: str | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    after: ReindexPosition | None = None,
+) -> Iterator[ReindexBatch]:
+    """Embeds, batch by batch, the scope's messages that lack a vector from `embedder`.
+
+    The scope is one thread, one resource, or (neither given) every message. Each batch is one
+    embedder call and one insert, committed before it is yielded, so the yielded position is safe to
+    resume from. Embedder errors propagate (EmbedderUnavailable is transient: run again later).
+    """
+    from memproc.embedders import get_embedder
+    from memproc.services.recall import EmbeddingSource, sources_embed
+
+    if batch_size <= 0:
+        raise ValidationError("batch_size must be positive")
+    embedder = get_embedder(embedder)
+    while True:
+        rows = list(
+            _pending(embedder.id, thread_id=thread_id, resource_id=resource_id, after=after)
+            .order_by("created_at", "id")
+            .values_list("id", "thread_id", "resource_id", "text", "created_at")[:batch_size]
+        )
+        if not rows:
+            return
+        sources = [EmbeddingSource(mid, tid, rid, text) for mid, tid, rid, text, _ in rows if text.strip()]
+        vectors = sources_embed(sources=sources, embedder=embedder) if sources else 0
+        last = rows[-1]
+        after = ReindexPosition(created_at=last[4], message_id=last[0])
+        yield ReindexBatch(scanned=len(rows), embedded=len(sources), vectors=vectors, position=after)
+
+
+def reindex_run(
+    *,
+    embedder: Any = None,
+    thread_id: str | None = None,
+    resource_id: str | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    after: ReindexPosition | None = None,
+) -> ReindexSummary:
+    """`reindex_batches` to the end, summed up."""
+    from memproc.embedders import get_embedder
+
+    embedder = get_embedder(embedder)
+    scanned = embedded = vectors = 0
+    position = after
+    for batch in reindex_batches(
+        embedder=embedder, thread_id=thread_id, resource_id=resource_id, batch_size=batch_size, after=after
+    ):
+        scanned += batch.scanned
+        embedded += batch.embedded
+        vectors += batch.vectors
+        position = batch.position
+    return ReindexSummary(
+        embedder_id=embedder.id, scanned=scanned, embedded=embedded, vectors=vectors, position=position
+    )
+
+
+def agent_embedder(*, agent_id: str | None) -> Any:
+    """The embedder an agent's semantic recall uses (None: the EMBEDDER setting).
+
+    An agent that is no longer registered (renamed or removed since the work was queued) falls back
+    to the setting, with a warning: its messages are still worth embedding for the resource.
+    """
+    if not agent_id:
+        return None
+    from memproc.agents import get_agent
+
+    try:
+        agent = get_agent(agent_id)
+    except LookupError:
+        logger.warning("memproc: no agent %r in this process; embedding with the EMBEDDER setting", agent_id)
+        return None
+    _, output_chain = agent.processor_chains()
+    for processor in output_chain:
+        if getattr(processor, "id", None) == "semantic-recall" and hasattr(processor, "embedder"):
+            return processor.embedder
+    return agent.memory.embedder if agent.memory is not None else None
+
+
+def _pending(
+    embedder_id: str, *, thread_id: str | None, resource_id: str | None, after: ReindexPosition | None
+) -> QuerySet[models.Message]:
+    from memproc.services.recall import EMBEDDABLE_ROLES
+
+    qs = models.Message.objects.filter(role__in=EMBEDDABLE_ROLES)
+    if thread_id is not None:
+        qs = qs.filter(thread_id=thread_id)
+    if resource_id is not None:
+        qs = qs.filter(resource_id=resource_id)
+    if after is not None:
+        qs = qs.filter(
+            Q(created_at__gt=after.created_at) | Q(created_at=after.created_at, id__gt=after.message_id)
+        )
+    return qs.exclude(embeddings__model=embedder_id)

@@ -1,0 +1,164 @@
+"""memproc's background tasks: thin interfaces over services, run by Celery or inline.
+
+Wire names (never renamed; payloads are ids and small scalars, JSON-serialisable):
+
+- ``memproc.embed_messages``      ``{"message_ids": [...], "agent_id": str | None,
+  "embedder": dotted path | None}``
+- ``memproc.generate_title``      ``{"thread_id": str, "agent_id": str}``
+- ``memproc.backfill_embeddings`` ``{"embedder": dotted path | None, "agent_id": str | None,
+  "batch_size": int, "resource_id": str | None, "thread_id": str | None}``
+- ``memproc.purge_resource``      ``{"resource_id": str}``
+
+Every task is idempotent: it may run twice (``acks_late`` redelivers after a worker dies) with no
+harm. Transient failures (an embedder or a model provider unavailable or rate-limited, a database
+connection dropped) retry with exponential backoff; anything else is permanent: logged with the
+payload and dropped, never retried and never raised into the worker.
+
+`TASKS` maps each wire name to a plain function taking the same keyword arguments: inline mode
+(`MEMPROC["BACKGROUND"] = "inline"`, the default) runs those, so Celery is needed only with
+`"celery"`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.db import InterfaceError, OperationalError
+
+from memproc.exceptions import EmbedderUnavailable, ModelRateLimitError, ModelUnavailableError
+
+logger = logging.getLogger(__name__)
+
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    EmbedderUnavailable,
+    ModelUnavailableError,
+    ModelRateLimitError,
+    OperationalError,
+    InterfaceError,
+)
+RETRY_OPTIONS: dict[str, Any] = {
+    "autoretry_for": TRANSIENT_ERRORS,
+    "retry_backoff": 2,  # retry within 2 s, then 4, 8, ... (random below each bound), at most 600 s
+    "retry_backoff_max": 600,
+    "retry_jitter": True,
+    "max_retries": 8,
+    "acks_late": True,
+    "ignore_result": True,
+}
+
+
+# --- plain task bodies (inline mode runs these; the Celery tasks below wrap them) -----------------
+
+
+def embed_messages(message_ids: list[str], agent_id: str | None = None, embedder: str | None = None) -> int:
+    """Embeds stored messages in one batch with `embedder` (a dotted path), else the agent's recall
+    embedder, else the EMBEDDER setting. Messages already embedded by that embedder, and messages
+    deleted since, are skipped."""
+    from memproc.services.recall import messages_embed
+    from memproc.services.reindex import agent_embedder
+
+    return messages_embed(
+        message_ids=list(message_ids), embedder=embedder or agent_embedder(agent_id=agent_id)
+    )
+
+
+def generate_title(thread_id: str, agent_id: str) -> str | None:
+    """Titles an untitled thread from its first user message with the agent's model."""
+    from memproc.services.titles import thread_title_generate
+
+    return thread_title_generate(thread_id=thread_id, agent_id=agent_id)
+
+
+def backfill_embeddings(
+    embedder: str | None = None,
+    agent_id: str | None = None,
+    batch_size: int = 100,
+    resource_id: str | None = None,
+    thread_id: str | None = None,
+) -> int:
+    """Embeds, in batches, every message (of a resource or thread, if given) that has no vector from
+    the embedder: `embedder` (a dotted path), else the agent's, else the EMBEDDER setting. Returns
+    the number of messages embedded."""
+    from memproc.services.reindex import agent_embedder, reindex_run
+
+    summary = reindex_run(
+        embedder=embedder or agent_embedder(agent_id=agent_id),
+        thread_id=thread_id,
+        resource_id=resource_id,
+        batch_size=batch_size,
+    )
+    return summary.embedded
+
+
+def purge_resource(resource_id: str) -> dict[str, int]:
+    """Deletes everything stored for a resource (see `resource_purge`); returns the counts."""
+    from memproc.services.purge import resource_purge
+
+    return resource_purge(resource_id=resource_id).as_dict()
+
+
+TASKS: dict[str, Callable[..., Any]] = {
+    "memproc.embed_messages": embed_messages,
+    "memproc.generate_title": generate_title,
+    "memproc.backfill_embeddings": backfill_embeddings,
+    "memproc.purge_resource": purge_resource,
+}
+
+
+def run_logged(task_name: str, kwargs: dict[str, Any]) -> Any:
+    """Runs a task body; transient errors propagate (to be retried), permanent ones are logged."""
+    try:
+        return TASKS[task_name](**kwargs)
+    except TRANSIENT_ERRORS:
+        raise
+    except Exception:
+        logger.exception("memproc: task %s failed permanently with %r; not retried", task_name, kwargs)
+        return None
+
+
+# --- Celery tasks -----------------------------------------------------------------------------------
+
+try:
+    from celery import shared_task
+except ImportError:  # Celery is an optional extra; inline mode needs only TASKS.
+    shared_task = None
+
+if shared_task is not None:
+
+    @shared_task(name="memproc.embed_messages", **RETRY_OPTIONS)
+    def embed_messages_task(
+        message_ids: list[str], agent_id: str | None = None, embedder: str | None = None
+    ) -> Any:
+        return run_logged(
+            "memproc.embed_messages",
+            {"message_ids": message_ids, "agent_id": agent_id, "embedder": embedder},
+        )
+
+    @shared_task(name="memproc.generate_title", **RETRY_OPTIONS)
+    def generate_title_task(thread_id: str, agent_id: str) -> Any:
+        return run_logged("memproc.generate_title", {"thread_id": thread_id, "agent_id": agent_id})
+
+    @shared_task(name="memproc.backfill_embeddings", **RETRY_OPTIONS)
+    def backfill_embeddings_task(
+        embedder: str | None = None,
+        agent_id: str | None = None,
+        batch_size: int = 100,
+        resource_id: str | None = None,
+        thread_id: str | None = None,
+    ) -> Any:
+        return run_logged(
+            "memproc.backfill_embeddings",
+            {
+                "embedder": embedder,
+                "agent_id": agent_id,
+                "batch_size": batch_size,
+                "resource_id": resource_id,
+                "thread_id": thread_id,
+            },
+        )
+
+    @shared_task(name="memproc.purge_resource", **RETRY_OPTIONS)
+    def purge_resource_task(resource_id: str) -> Any:
+        return run_logged("memproc.purge_resource", {"resource_id": resource_id})

@@ -1,0 +1,310 @@
+"""pgvector search on PostgreSQL: a partial HNSW cosine index per embedder, one statement per search.
+
+The `vector` column is untyped so embedders of any size share the table; each (embedder, dimensions)
+gets `memproc_emb_hnsw_<hash>` on `(vector::vector(d)) vector_cosine_ops WHERE model = ... AND
+dimensions = d` (the dimensions guard keeps an embedder id reused at another size from breaking the
+cast, and so inserts). It is created on the first store or search of that embedder in a process.
+
+A search is ONE round trip: `SET LOCAL hnsw.ef_search`, `SET LOCAL hnsw.iterative_scan` (pgvector 0.8+)
+and a SELECT, sent together as one simple-protocol string. In autocommit the three run as one implicit
+transaction, so the settings last for that search only; inside a caller's transaction they last until
+its end (harmless: they only tune HNSW scans). No session SET, so poolers in transaction mode are fine.
+
+The SELECT picks its own strategy, with no extra round trip: it counts the scope's rows up to
+`EXACT_SEARCH_MAX_ROWS` (an index-only scan) and, through two branches gated on that count, either
+scores every row of the scope exactly (small scopes: exact, and cheaper than HNSW) or orders by the
+HNSW index expression with iterative scanning, so a filter on one resource or thread still yields
+`top_k` rows when the scope is a small fraction of the table. In that branch the planner may still
+prefer the (model, resource_id) btree and a sort for a selective scope; that answer is exact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from django.db import DatabaseError, connections, transaction
+
+from memproc.exceptions import ConfigurationError
+from memproc.fields import is_postgres, vector_literal
+from memproc.models import MessageEmbedding
+from memproc.processors.store import VectorHit
+from memproc.vectors.base import (
+    CommitMarker,
+    DjangoVectorStore,
+    EmbeddingRow,
+    check_search_args,
+    query_vector,
+    tentative_marker,
+)
+
+logger = logging.getLogger("memproc.vectors")
+
+# Rows fetched from the HNSW branch per wanted message: room for several chunks of one message.
+CHUNK_OVERFETCH = 4
+
+
+@dataclass(frozen=True, slots=True)
+class _IndexState:
+    """What this process learnt about one index; `marker` when it learnt it inside a transaction."""
+
+    created: bool
+    marker: CommitMarker | None
+
+    def settled(self) -> bool:
+        """No need to try again: it exists, or it failed and trying again now would fail too."""
+        if self.marker is None:
+            return True
+        if self.created:
+            return self.marker.holds()  # gone if the creating transaction rolled back
+        return self.marker.pending()  # a failure inside a transaction: retry once it has ended
+
+
+_known_indexes: dict[tuple[str, str, int], _IndexState] = {}
+_pgvector_versions: dict[str, tuple[int, ...]] = {}
+_lock = threading.Lock()
+
+
+class PgvectorStore(DjangoVectorStore):
+    """Cosine search with pgvector; the default on PostgreSQL.
+
+    `ef_search` and `exact_max_rows` default to the HNSW_EF_SEARCH and EXACT_SEARCH_MAX_ROWS settings.
+    """
+
+    def __init__(
+        self,
+        *,
+        using: str | None = None,
+        ef_search: int | None = None,
+        exact_max_rows: int | None = None,
+    ) -> None:
+        super().__init__(using=using)
+        if ef_search is not None and not 1 <= ef_search <= 1000:
+            raise ConfigurationError("PgvectorStore(ef_search=...) must be between 1 and 1000")
+        if exact_max_rows is not None and exact_max_rows < 0:
+            raise ConfigurationError("PgvectorStore(exact_max_rows=...) must not be negative")
+        self.ef_search = ef_search
+        self.exact_max_rows = exact_max_rows
+
+    def store(self, rows: Sequence[EmbeddingRow]) -> None:
+        for model, dimensions in {(row.model, row.dimensions) for row in rows}:
+            self.ensure_index(model, dimensions)
+        super().store(rows)
+
+    def search(
+        self,
+        *,
+        embedder_id: str,
+        vector: Sequence[float] | np.ndarray,
+        top_k: int,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        threshold: float | None = None,
+    ) -> list[VectorHit]:
+        check_search_args(top_k=top_k, threshold=threshold)
+        query = query_vector(vector)
+        if not query.any():
+            return []  # nothing is similar to the zero vector
+        alias = self.db_for_read()
+        connection = connections[alias]
+        self.ensure_index(embedder_id, query.size, using=alias)
+        sql = self.search_sql(
+            connection,
+            embedder_id=embedder_id,
+            query=query,
+            top_k=top_k,
+            thread_id=thread_id,
+            resource_id=resource_id,
+            threshold=threshold,
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql)
+            rows = last_result(cursor, connection)
+        return [VectorHit(message_id, thread, 1.0 - float(distance)) for message_id, thread, distance in rows]
+
+    def search_sql(
+        self,
+        connection: Any,
+        *,
+        embedder_id: str,
+        query: np.ndarray,
+        top_k: int,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        threshold: float | None = None,
+    ) -> str:
+        """The whole search as one SQL string, values inlined by the driver's own quoting.
+
+        Inlined rather than bound because several statements can share one round trip only without
+        bind parameters; inlined constants also let the planner match the partial index predicate.
+        """
+        from memproc.conf import settings
+
+        ef_search = self.ef_search or int(settings.HNSW_EF_SEARCH)
+        exact_max_rows = self.exact_max_rows
+        if exact_max_rows is None:
+            exact_max_rows = int(settings.EXACT_SEARCH_MAX_ROWS)
+        prefix = f"SET LOCAL hnsw.ef_search = {int(ef_search)}; "
+        if self.pgvector_version(connection) >= (0, 8):
+            prefix += "SET LOCAL hnsw.iterative_scan = relaxed_order; "
+        scope, scope_params = _scope_clause(connection, embedder_id, thread_id, resource_id)
+        select = _select_sql(
+            connection, scope, dims=int(query.size), top_k=top_k, exact_max_rows=exact_max_rows
+        )
+        literal = vector_literal(query)
+        params: list[Any] = [*scope_params, literal, *scope_params, literal, *scope_params, literal]
+        if threshold is not None:
+            select += " HAVING MIN(distance) <= %s"
+            params.append(1.0 - float(threshold))
+        select += f" ORDER BY distance, message_id LIMIT {int(top_k)}"
+        return prefix + connection.ops.compose_sql(select, params)
+
+    def ensure_index(
+        self, embedder_id: str, dimensions: int, *, using: str | None = None, concurrently: bool = False
+    ) -> None:
+        """Creates the embedder's HNSW index unless this process knows it exists.
+
+        Cheap on an empty table; on a large one it locks writes while it builds, so deploy it ahead
+        with `concurrently=True` (outside a transaction) from a command or a migration.
+        """
+        alias = using or self.db_for_write()
+        key = (alias, embedder_id, int(dimensions))
+        with _lock:
+            state = _known_indexes.get(key)
+            if state is not None and state.settled():
+                return
+        connection = connections[alias]
+        if not is_postgres(connection):
+            raise ConfigurationError("PgvectorStore needs PostgreSQL with the pgvector extension")
+        if concurrently and connection.in_atomic_block:
+            raise ValueError("CREATE INDEX CONCURRENTLY cannot run inside a transaction")
+        sql = index_sql(connection, embedder_id, int(dimensions), concurrently=concurrently)
+        created = True
+        try:
+            if concurrently:
+                with connection.cursor() as cursor:
+                    cursor.execute(sql)
+            else:
+                with transaction.atomic(using=alias), connection.cursor() as cursor:
+                    cursor.execute(sql)
+        except DatabaseError:
+            # Another process created it at the same moment, this role may not create indexes, or
+            # this transaction already wrote embeddings ("pending trigger events"). Searches still
+            # work, exactly; retry in a later transaction, not on every search.
+            logger.warning("Could not create the HNSW index for %s", embedder_id, exc_info=True)
+            created = False
+        with _lock:
+            _known_indexes[key] = _IndexState(created, tentative_marker(alias))
+
+    def pgvector_version(self, connection: Any) -> tuple[int, ...]:
+        """The installed extension's version, asked once per database and process."""
+        version = _pgvector_versions.get(connection.alias)
+        if version is None:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+                row = cursor.fetchone()
+            if row is None:
+                raise ConfigurationError(
+                    "The pgvector extension is not installed in this database: run memproc's migrations "
+                    "(they CREATE EXTENSION vector) as a user allowed to create it."
+                )
+            version = _pgvector_versions[connection.alias] = _parse_version(row[0])
+        return version
+
+
+def index_name(embedder_id: str, dimensions: int) -> str:
+    digest = hashlib.sha256(f"{embedder_id}\x00{dimensions}".encode()).hexdigest()[:16]
+    return f"memproc_emb_hnsw_{digest}"
+
+
+def index_sql(connection: Any, embedder_id: str, dimensions: int, *, concurrently: bool = False) -> str:
+    column = _columns(connection)
+    qn = connection.ops.quote_name
+    return connection.ops.compose_sql(
+        f"CREATE INDEX {'CONCURRENTLY ' if concurrently else ''}IF NOT EXISTS "
+        f"{qn(index_name(embedder_id, dimensions))} ON {qn(MessageEmbedding._meta.db_table)} "
+        f"USING hnsw (({column['vector']}::vector({int(dimensions)})) vector_cosine_ops) "
+        f"WHERE {column['model']} = %s AND {column['dimensions']} = {int(dimensions)}",
+        [embedder_id],
+    )
+
+
+def last_result(cursor: Any, connection: Any) -> list[tuple[Any, ...]]:
+    """Rows of the last statement of a multi-statement execute (psycopg 3 starts at the first)."""
+    rows = cursor.fetchall() if cursor.description else []
+    while True:
+        try:
+            more = cursor.nextset()
+        except connection.Database.NotSupportedError:  # psycopg2 already sits on the last result
+            return rows
+        if not more:
+            return rows
+        if cursor.description:
+            rows = cursor.fetchall()
+
+
+def forget_indexes() -> None:
+    """Forgets which indexes exist (for tests that drop them)."""
+    with _lock:
+        _known_indexes.clear()
+        _pgvector_versions.clear()
+
+
+def _scope_clause(
+    connection: Any, embedder_id: str, thread_id: str | None, resource_id: str | None
+) -> tuple[str, list[Any]]:
+    column = _columns(connection)
+    where, params = [f"{column['model']} = %s"], [embedder_id]
+    if thread_id is not None:
+        where.append(f"{column['thread_id']} = %s")
+        params.append(thread_id)
+    if resource_id is not None:
+        where.append(f"{column['resource_id']} = %s")
+        params.append(resource_id)
+    return " AND ".join(where), params
+
+
+def _select_sql(connection: Any, scope: str, *, dims: int, top_k: int, exact_max_rows: int) -> str:
+    """Counts the scope (capped), then runs the exact branch or the HNSW branch, never both.
+
+    Each branch is gated on the count by a one-time filter, so the other is never executed. The exact
+    branch measures distance on the untyped column, which no index matches: it scores every row of
+    the scope (through the btree on model and thread or resource). The HNSW branch orders by the
+    index expression, over-fetching so that several chunks of one message still leave `top_k`
+    messages. The threshold is a HAVING on the best chunk: a WHERE on the distance could be pushed
+    into the exact branch and evaluated on rows of another size before the dimensions test.
+    """
+    column = _columns(connection)
+    table = connection.ops.quote_name(MessageEmbedding._meta.db_table)
+    scope_rows = "(SELECT n FROM scope_rows)"
+    same_size = f"{column['dimensions']} = {dims}"
+    index_distance = f"({column['vector']}::vector({dims})) <=> %s::vector({dims})"
+    return (
+        f"WITH scope_rows AS (SELECT COUNT(*) AS n FROM "
+        f"(SELECT 1 FROM {table} WHERE {scope} LIMIT {exact_max_rows + 1}) AS capped), "
+        f"candidates AS ("
+        f"(SELECT {column['message']} AS message_id, {column['thread_id']} AS thread_id, "
+        f"({column['vector']} <=> %s::vector) AS distance FROM {table} "
+        f"WHERE {scope} AND {same_size} AND {scope_rows} <= {exact_max_rows}) "
+        f"UNION ALL "
+        f"(SELECT {column['message']}, {column['thread_id']}, {index_distance} FROM {table} "
+        f"WHERE {scope} AND {same_size} AND {scope_rows} > {exact_max_rows} "
+        f"ORDER BY {index_distance} LIMIT {top_k * CHUNK_OVERFETCH})) "
+        f"SELECT message_id, thread_id, MIN(distance) AS distance FROM candidates "
+        f"GROUP BY message_id, thread_id"
+    )
+
+
+def _columns(connection: Any) -> dict[str, str]:
+    qn = connection.ops.quote_name
+    names = ("model", "thread_id", "resource_id", "dimensions", "message", "vector")
+    return {name: qn(MessageEmbedding._meta.get_field(name).column) for name in names}
+
+
+def _parse_version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())

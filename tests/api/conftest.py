@@ -1,0 +1,145 @@
+"""Fixtures for the API tests: users (owner, other, staff), clients, a registered scripted agent."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from rest_framework.test import APIClient
+
+from memproc import Agent, Memory
+from memproc.agents import register, unregister
+from memproc.processors.base import ProcessorContext
+from memproc.testing import ScriptedModel
+from tests.factories import ResourceFactory, ThreadFactory, UserFactory
+
+API = "/api/memproc/"
+
+
+class BlockWord:
+    """Blocks input that contains `word` (an input tripwire)."""
+
+    id = "block-word"
+
+    def __init__(self, word: str = "forbidden") -> None:
+        self.word = word
+
+    def process_input(self, ctx: ProcessorContext) -> None:
+        if self.word in ctx.messages[-1].text:
+            ctx.abort(f"The word {self.word!r} is not allowed", metadata={"word": self.word})
+        return None
+
+
+class BlockStreamWord:
+    """Blocks a streamed answer as soon as a delta contains `word` (a stream tripwire)."""
+
+    id = "block-stream-word"
+
+    def __init__(self, word: str = "secret") -> None:
+        self.word = word
+
+    def process_output_stream(self, ctx: ProcessorContext, part: Any) -> Any:
+        if part.type == "text-delta" and self.word in part.text:
+            ctx.abort("The answer leaked a secret", metadata={"word": self.word})
+        return part
+
+
+@pytest.fixture(autouse=True)
+def _fresh_throttle_counts() -> Iterator[None]:
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def api_client() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def user(db: None) -> Any:
+    return UserFactory()
+
+
+@pytest.fixture
+def other_user(db: None) -> Any:
+    return UserFactory()
+
+
+@pytest.fixture
+def staff(db: None) -> Any:
+    return UserFactory(is_staff=True)
+
+
+def client_for(user: Any) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+@pytest.fixture
+def owner_client(user: Any) -> APIClient:
+    return client_for(user)
+
+
+@pytest.fixture
+def other_client(other_user: Any) -> APIClient:
+    return client_for(other_user)
+
+
+@pytest.fixture
+def staff_client(staff: Any) -> APIClient:
+    return client_for(staff)
+
+
+@pytest.fixture
+def resource(user: Any) -> Any:
+    """The owner's resource: the default resolver names it by the user's pk."""
+    return ResourceFactory(id=str(user.pk))
+
+
+@pytest.fixture
+def other_resource(other_user: Any) -> Any:
+    return ResourceFactory(id=str(other_user.pk))
+
+
+@pytest.fixture
+def thread(resource: Any) -> Any:
+    return ThreadFactory(id="owned-thread", resource=resource, title="Mine")
+
+
+@pytest.fixture
+def other_thread(other_resource: Any) -> Any:
+    return ThreadFactory(id="foreign-thread", resource=other_resource, title="Not yours")
+
+
+@pytest.fixture
+def model() -> ScriptedModel:
+    return ScriptedModel()
+
+
+@pytest.fixture
+def make_agent(model: ScriptedModel) -> Iterator[Callable[..., Agent]]:
+    """Builds and registers agents (unregistered after the test)."""
+    registered: list[str] = []
+
+    def build(**kwargs: Any) -> Agent:
+        kwargs.setdefault("id", "api-test")
+        kwargs.setdefault("instructions", "You are a test agent.")
+        kwargs.setdefault("model", model)
+        kwargs.setdefault("memory", Memory(last_messages=10))
+        agent = Agent(**kwargs)
+        register(agent, replace=True)
+        registered.append(agent.id)
+        return agent
+
+    yield build
+    for agent_id in registered:
+        unregister(agent_id)
+
+
+@pytest.fixture
+def agent(make_agent: Callable[..., Agent]) -> Agent:
+    return make_agent(input_processors=[BlockWord()], output_processors=[BlockStreamWord()])

@@ -1,0 +1,113 @@
+"""The OpenAPI document: valid OpenAPI 3, every endpoint, request and response bodies described."""
+
+from __future__ import annotations
+
+import pytest
+from openapi_spec_validator import validate
+
+from tests.api.conftest import API
+
+pytestmark = pytest.mark.django_db
+
+ENDPOINTS = {
+    "": {"get"},
+    "agents/": {"get"},
+    "agents/{id}/": {"get"},
+    "agents/{id}/generate/": {"post"},
+    "agents/{id}/stream/": {"post"},
+    "threads/": {"get", "post"},
+    "threads/{id}/": {"get", "patch", "delete"},
+    "threads/{id}/messages/": {"get"},
+    "threads/{id}/clone/": {"post"},
+    "threads/{id}/working-memory/": {"get", "put"},
+    "resources/{id}/working-memory/": {"get", "put"},
+    "tripwires/": {"get"},
+    "tripwires/{id}/": {"get"},
+    "tripwires/{id}/review/": {"post"},
+    "attachments/{id}/": {"get"},
+}
+HTTP_METHODS = {"get", "put", "post", "patch", "delete"}
+
+
+@pytest.fixture
+def document(api_client) -> dict:
+    response = api_client.get(API + "schema/", {"format": "json"})
+    assert response.status_code == 200
+    return response.json()
+
+
+def test_the_document_is_valid_openapi_3(document):
+    validate(document)
+    assert document["openapi"].startswith("3.")
+    assert document["info"]["title"] == "memproc API"
+
+
+def test_generating_the_document_raises_no_warnings(api_client):
+    from drf_spectacular.drainage import GENERATOR_STATS
+
+    GENERATOR_STATS.reset()
+    assert api_client.get(API + "schema/").status_code == 200
+    assert not GENERATOR_STATS, "drf-spectacular warned while describing memproc's API"
+
+
+def test_every_endpoint_and_method_is_described(document):
+    described = {
+        path.removeprefix(API): {m for m in ops if m in HTTP_METHODS}
+        for path, ops in document["paths"].items()
+    }
+    assert described == ENDPOINTS
+
+
+def test_every_operation_documents_its_bodies_and_errors(document):
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            if method not in HTTP_METHODS:
+                continue
+            where = f"{method.upper()} {path}"
+            assert operation.get("summary"), where
+            if method in ("post", "put", "patch"):
+                assert operation["requestBody"]["content"], where
+            ok = [code for code in operation["responses"] if code.startswith("2")]
+            assert ok, where
+            for code in ok:
+                if code != "204":
+                    assert operation["responses"][code]["content"], where
+            if path != API:
+                assert {"401", "403"} <= set(operation["responses"]), where
+
+
+def test_the_stream_is_described_as_server_sent_events(document):
+    responses = document["paths"][API + "agents/{id}/stream/"]["post"]["responses"]
+    assert set(responses["200"]["content"]) == {"text/event-stream"}
+    assert responses["400"]["content"]["application/json"]
+
+
+def test_errors_share_one_shape(document):
+    error = document["components"]["schemas"]["Error"]
+    assert set(error["properties"]) == {"detail", "code"}
+
+
+def test_swagger_ui_is_served(api_client):
+    response = api_client.get(API + "docs/")
+    assert response.status_code == 200
+    assert b"swagger" in response.content.lower()
+
+
+def test_project_views_stay_out_of_the_document():
+    from memproc.api.schema import memproc_endpoints
+
+    class Foreign:
+        __module__ = "shop.views"
+
+    class Own:
+        __module__ = "memproc.api.views.threads"
+
+    def callback(cls):
+        def view():
+            return None
+
+        view.cls = cls
+        return view
+
+    kept = memproc_endpoints([("/shop/", "", "GET", callback(Foreign)), ("/t/", "", "GET", callback(Own))])
+    assert [e[0] for e in kept] == ["/t/"]

@@ -1,0 +1,230 @@
+"""Threads: list and filter, create, read, patch, delete, messages (cursor pages), clone; all owner-scoped."""
+
+from __future__ import annotations
+
+import pytest
+
+from memproc import models
+from tests.api.conftest import API
+from tests.factories import MessageFactory, ResourceFactory, ThreadFactory
+
+pytestmark = pytest.mark.django_db
+
+THREAD_FIELDS = {"id", "resource_id", "title", "agent_id", "metadata", "created_at", "updated_at"}
+
+
+def thread_url(thread_id: str, suffix: str = "") -> str:
+    return f"{API}threads/{thread_id}/{suffix}"
+
+
+def add_messages(thread, count: int) -> list[str]:
+    ids = []
+    for i in range(1, count + 1):
+        ids.append(MessageFactory(thread=thread, id=f"{thread.pk}-m{i}", text=f"m{i}", sequence=i).id)
+    models.Thread.objects.filter(pk=thread.pk).update(last_sequence=count)
+    return ids
+
+
+def test_list_shows_only_the_callers_threads(owner_client, thread, other_thread):
+    response = owner_client.get(API + "threads/")
+    assert response.status_code == 200
+    body = response.json()
+    assert set(body) == {"next", "previous", "results"}
+    assert [t["id"] for t in body["results"]] == [thread.pk]
+    assert set(body["results"][0]) == THREAD_FIELDS
+
+
+def test_staff_lists_every_thread_and_filters_by_resource(staff_client, thread, other_thread):
+    ids = {t["id"] for t in staff_client.get(API + "threads/").json()["results"]}
+    assert ids == {thread.pk, other_thread.pk}
+    filtered = staff_client.get(API + "threads/", {"resource_id": other_thread.resource_id}).json()["results"]
+    assert [t["id"] for t in filtered] == [other_thread.pk]
+
+
+def test_resource_filter_cannot_widen_the_scope(owner_client, thread, other_thread):
+    response = owner_client.get(API + "threads/", {"resource_id": other_thread.resource_id})
+    assert response.status_code == 200
+    assert response.json()["results"] == []
+
+
+def test_thread_list_is_cursor_paginated(owner_client, resource):
+    for i in range(3):
+        ThreadFactory(id=f"page-{i}", resource=resource)
+    first = owner_client.get(API + "threads/", {"limit": 2}).json()
+    assert len(first["results"]) == 2 and first["next"]
+    second = owner_client.get(first["next"]).json()
+    seen = [t["id"] for t in first["results"] + second["results"]]
+    assert sorted(seen) == ["page-0", "page-1", "page-2"]
+
+
+def test_create_defaults_to_the_callers_resource(owner_client, user):
+    response = owner_client.post(
+        API + "threads/", {"id": "chosen", "title": "Trip", "metadata": {"topic": "travel"}}, format="json"
+    )
+    assert response.status_code == 201
+    body = response.json()
+    assert set(body) == THREAD_FIELDS
+    assert (body["id"], body["resource_id"], body["title"], body["metadata"]) == (
+        "chosen",
+        str(user.pk),
+        "Trip",
+        {"topic": "travel"},
+    )
+    assert models.Thread.objects.get(pk="chosen").resource_id == str(user.pk)
+
+
+def test_create_generates_an_id(owner_client, resource):
+    response = owner_client.post(API + "threads/", {"title": "No id"}, format="json")
+    assert response.status_code == 201
+    assert response.json()["id"]
+
+
+def test_create_for_another_resource_is_a_404(owner_client, other_resource):
+    response = owner_client.post(API + "threads/", {"resource_id": other_resource.pk}, format="json")
+    assert response.status_code == 404
+    assert not models.Thread.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"id": "a/b"}, "id"),
+        ({"id": "x" * 256}, "id"),
+        ({"title": "t" * 256}, "title"),
+        ({"metadata": ["not", "an", "object"]}, "metadata"),
+        ({"metadata": {"k": "nul\x00"}}, "metadata"),
+    ],
+)
+def test_create_rejects_bad_input_with_field_errors(owner_client, resource, body, field):
+    response = owner_client.post(API + "threads/", body, format="json")
+    assert response.status_code == 400
+    assert set(response.json()) == {field}
+
+
+def test_create_with_a_taken_id_is_a_400(owner_client, thread):
+    response = owner_client.post(API + "threads/", {"id": thread.pk}, format="json")
+    assert response.status_code == 400
+    assert "already exists" in response.json()["id"][0]
+
+
+def test_retrieve_patch_and_delete_own_thread(owner_client, thread):
+    assert owner_client.get(thread_url(thread.pk)).json()["title"] == "Mine"
+    response = owner_client.patch(
+        thread_url(thread.pk), {"title": "Renamed", "metadata": {"a": 1}}, format="json"
+    )
+    assert response.status_code == 200
+    assert (response.json()["title"], response.json()["metadata"]) == ("Renamed", {"a": 1})
+    thread.refresh_from_db()
+    assert thread.title == "Renamed"
+    add_messages(thread, 2)
+    assert owner_client.delete(thread_url(thread.pk)).status_code == 204
+    assert not models.Thread.objects.filter(pk=thread.pk).exists()
+    assert not models.Message.objects.exists()
+
+
+def test_patch_validates(owner_client, thread):
+    response = owner_client.patch(thread_url(thread.pk), {"metadata": "nope"}, format="json")
+    assert response.status_code == 400 and set(response.json()) == {"metadata"}
+
+
+def test_put_is_not_offered(owner_client, thread):
+    assert owner_client.put(thread_url(thread.pk), {"title": "x"}, format="json").status_code == 405
+
+
+@pytest.mark.parametrize(
+    "method, suffix, body",
+    [
+        ("get", "", None),
+        ("patch", "", {"title": "mine now"}),
+        ("delete", "", None),
+        ("get", "messages/", None),
+        ("post", "clone/", {}),
+        ("get", "working-memory/", None),
+        ("put", "working-memory/", {"working_memory": "# stolen"}),
+    ],
+)
+def test_another_users_thread_is_a_404_everywhere(owner_client, other_thread, method, suffix, body):
+    add_messages(other_thread, 1)
+    models.Thread.objects.filter(pk=other_thread.pk).update(working_memory="secret")
+    response = getattr(owner_client, method)(thread_url(other_thread.pk, suffix), body, format="json")
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Not found.", "code": "not_found"}
+    other_thread.refresh_from_db()
+    assert (other_thread.title, other_thread.working_memory) == ("Not yours", "secret")
+    assert models.Message.objects.filter(thread=other_thread).count() == 1
+    assert models.Thread.objects.count() == 1
+
+
+def test_a_missing_thread_answers_the_same_404(owner_client, resource):
+    assert owner_client.get(thread_url("nope")).json() == {"detail": "Not found.", "code": "not_found"}
+
+
+def test_staff_reach_any_thread(staff_client, other_thread):
+    assert staff_client.get(thread_url(other_thread.pk)).status_code == 200
+    assert staff_client.get(thread_url(other_thread.pk, "messages/")).status_code == 200
+
+
+@pytest.mark.parametrize("client_name", ["api_client"])
+def test_anonymous_thread_endpoints_are_refused(request, client_name, thread):
+    client = request.getfixturevalue(client_name)
+    for response in (
+        client.get(API + "threads/"),
+        client.post(API + "threads/", {}, format="json"),
+        client.get(thread_url(thread.pk)),
+        client.get(thread_url(thread.pk, "messages/")),
+    ):
+        assert response.status_code in (401, 403)
+
+
+def test_messages_are_cursor_paginated_oldest_first(owner_client, thread):
+    ids = add_messages(thread, 5)
+    page = owner_client.get(thread_url(thread.pk, "messages/"), {"limit": 2}).json()
+    assert set(page) == {"next", "previous", "results"}
+    seen = [m["id"] for m in page["results"]]
+    assert set(page["results"][0]) == {"id", "role", "parts", "created_at", "thread_id"}
+    while page["next"]:
+        page = owner_client.get(page["next"]).json()
+        seen += [m["id"] for m in page["results"]]
+    assert seen == ids
+    back = owner_client.get(page["previous"]).json()
+    assert [m["id"] for m in back["results"]] == ids[2:4]
+
+
+def test_messages_newest_first(owner_client, thread):
+    ids = add_messages(thread, 5)
+    page = owner_client.get(thread_url(thread.pk, "messages/"), {"order": "desc", "limit": 3}).json()
+    assert [m["id"] for m in page["results"]] == ids[::-1][:3]
+    rest = owner_client.get(page["next"]).json()
+    assert [m["id"] for m in rest["results"]] == ids[::-1][3:]
+    assert rest["next"] is None
+
+
+def test_messages_reject_a_bad_order_or_cursor(owner_client, thread):
+    add_messages(thread, 1)
+    assert owner_client.get(thread_url(thread.pk, "messages/"), {"order": "sideways"}).status_code == 400
+    assert owner_client.get(thread_url(thread.pk, "messages/"), {"cursor": "garbage"}).status_code == 404
+    import base64
+
+    forged = base64.b64encode(b"p=not-a-number").decode()
+    assert owner_client.get(thread_url(thread.pk, "messages/"), {"cursor": forged}).status_code == 404
+
+
+def test_clone_copies_the_thread(owner_client, thread):
+    add_messages(thread, 3)
+    response = owner_client.post(
+        thread_url(thread.pk, "clone/"), {"id": "copy", "title": "Copy"}, format="json"
+    )
+    assert response.status_code == 201
+    assert (response.json()["id"], response.json()["title"]) == ("copy", "Copy")
+    copied = owner_client.get(thread_url("copy", "messages/")).json()["results"]
+    assert [m["parts"][0]["text"] for m in copied] == ["m1", "m2", "m3"]
+
+
+def test_clone_with_a_taken_id_is_a_400(owner_client, thread):
+    ThreadFactory(id="taken", resource=ResourceFactory(id="someone-else"))
+    response = owner_client.post(thread_url(thread.pk, "clone/"), {"id": "taken"}, format="json")
+    assert response.status_code == 400 and set(response.json()) == {"id"}
+
+
+def test_nul_in_a_path_id_is_a_404(owner_client, resource):
+    assert owner_client.get(thread_url("bad%00id")).status_code == 404

@@ -1,0 +1,42 @@
+"""Fixtures for the vector-store tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from memproc.models import Message, Resource, Thread
+from memproc.vectors import VectorStore, get_vector_store
+
+
+@pytest.fixture
+def make_messages(db) -> Callable[..., list[Message]]:
+    """make_messages(thread_id, count, resource_id="r1") -> saved messages (thread and resource too)."""
+    sequences: dict[str, int] = {}
+
+    def make(thread_id: str, count: int, *, resource_id: str = "r1") -> list[Message]:
+        resource, _ = Resource.objects.get_or_create(id=resource_id)
+        thread, _ = Thread.objects.get_or_create(id=thread_id, defaults={"resource": resource})
+        start = sequences.get(thread_id, 0)
+        sequences[thread_id] = start + count
+        return Message.objects.bulk_create(
+            Message(
+                id=f"{thread_id}-m{start + i:05d}",
+                thread=thread,
+                resource_id=resource_id,
+                role="user",
+                content={"parts": []},
+                text=f"message {start + i}",
+                sequence=start + i + 1,
+            )
+            for i in range(count)
+        )
+
+    return make
+
+
+@pytest.fixture
+def store(db) -> VectorStore:
+    """The store memproc picks for the test database: NumPy on SQLite, pgvector on PostgreSQL."""
+    return get_vector_store("auto")
