@@ -143,14 +143,16 @@ class Memory:
         from memproc.services.threads import messages_save
 
         values = to_messages(messages)
-        rows = messages_save(thread_id=thread_id, resource_id=resource_id, messages=values)
-        saved_ids = {r.id for r in rows}
-        saved = [m for m in values if m.id in saved_ids]
+        saved = messages_save(thread_id=thread_id, resource_id=resource_id, messages=values)
         if (self.uses_semantic_recall if embed is None else embed) and saved:
             sources = sources_for(saved, thread_id=thread_id, resource_id=resource_id)
             background.enqueue(
                 "memproc.embed_messages",
-                kwargs={"message_ids": [s.message_id for s in sources]},
+                # A worker can only rebuild an embedder named by dotted path; objects stay in-process.
+                kwargs={
+                    "message_ids": [s.message_id for s in sources],
+                    **({"embedder": self.embedder} if isinstance(self.embedder, str) else {}),
+                },
                 inline=lambda: sources_embed(sources=sources, embedder=self.embedder),
             )
         return saved

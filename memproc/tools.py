@@ -7,6 +7,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal, get_args, get_origin
 
 import jsonschema
@@ -46,6 +47,13 @@ class Tool:
         if self.parameters.get("type") != "object":
             raise ConfigurationError(f"Tool {self.name!r}: parameters must be a JSON schema of type object")
 
+    @cached_property
+    def validator(self) -> Any:
+        """Built once: checking the schema itself on every call costs more than the call."""
+        cls = jsonschema.validators.validator_for(self.parameters)
+        cls.check_schema(self.parameters)
+        return cls(self.parameters)
+
     @property
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
@@ -53,7 +61,7 @@ class Tool:
     def run(self, args: Mapping[str, Any], context: ToolContext) -> Any:
         """Validates `args` against the schema and calls the function; bad args raise ToolError."""
         try:
-            jsonschema.validate(dict(args), self.parameters)
+            self.validator.validate(dict(args))
         except jsonschema.ValidationError as exc:
             raise ToolError(f"Invalid arguments for {self.name}: {exc.message}") from exc
         kwargs = dict(args)

@@ -132,29 +132,48 @@ def sequences_allocate(*, thread_id: str, count: int) -> int:
     return int(row[0]) - count + 1
 
 
-def message_rows(
-    *, thread_id: str, resource_id: str, messages: Sequence[Message], first_sequence: int
-) -> list[models.Message]:
+MESSAGE_COLUMNS = (
+    "id",
+    "thread",
+    "resource_id",
+    "role",
+    "content",
+    "text",
+    "token_count",
+    "created_at",
+    "sequence",
+)
+
+
+def messages_insert(*, thread_id: str, resource_id: str, messages: Sequence[Message]) -> None:
+    """Appends messages to an existing thread, in order: one sequence UPDATE and one INSERT.
+
+    Call inside a transaction: the UPDATE's lock keeps concurrent turns from interleaving.
+    """
+    from memproc.db import insert_rows
+
+    if not messages:
+        return
+    first = sequences_allocate(thread_id=thread_id, count=len(messages))
     now = timezone.now()
     rows = []
     for offset, message in enumerate(messages):
         if message.role == "system":
             raise ValidationError("System messages are never saved")
-        created = message.created_at or now + timedelta(microseconds=offset)
         rows.append(
-            models.Message(
-                id=message.id,
-                thread_id=thread_id,
-                resource_id=resource_id,
-                role=message.role,
-                content=message.to_content(),
-                text=message.text,
-                token_count=message.metadata.get("token_count"),
-                created_at=created,
-                sequence=first_sequence + offset,
-            )
+            {
+                "id": message.id,
+                "thread": thread_id,
+                "resource_id": resource_id,
+                "role": message.role,
+                "content": message.to_content(),
+                "text": message.text,
+                "token_count": message.metadata.get("token_count"),
+                "created_at": message.created_at or now + timedelta(microseconds=offset),
+                "sequence": first + offset,
+            }
         )
-    return rows
+    insert_rows(models.Message, rows, fields=MESSAGE_COLUMNS)
 
 
 @transaction.atomic
@@ -166,9 +185,9 @@ def messages_save(
     agent_id: str = "",
     thread_exists: bool = False,
     skip_existing: bool = True,
-) -> list[models.Message]:
-    """Saves messages at the end of a thread, in order, together. Ids already stored in this thread are
-    skipped; an id stored in another thread is a ValidationError (ids are global)."""
+) -> list[Message]:
+    """Saves messages at the end of a thread, in order, together; returns those it saved. Ids already
+    stored in this thread are skipped; an id stored in another thread is a ValidationError."""
     if not thread_exists:
         thread_ensure(thread_id=thread_id, resource_id=resource_id, agent_id=agent_id)
     messages = [m for m in messages if m.role != "system"]
@@ -180,11 +199,8 @@ def messages_save(
         if clash:
             raise ValidationError(f"Message ids already used by another thread: {', '.join(clash)}")
         messages = [m for m in messages if m.id not in stored]
-    if not messages:
-        return []
-    first = sequences_allocate(thread_id=thread_id, count=len(messages))
-    rows = message_rows(thread_id=thread_id, resource_id=resource_id, messages=messages, first_sequence=first)
-    return models.Message.objects.bulk_create(rows)
+    messages_insert(thread_id=thread_id, resource_id=resource_id, messages=messages)
+    return messages
 
 
 @transaction.atomic

@@ -357,7 +357,7 @@ def turn_commit(turn: Turn) -> None:
     embeddings and titles run after commit."""
     from memproc import background
     from memproc.services.attachments import attachments_commit, attachments_link
-    from memproc.services.threads import message_rows, sequences_allocate, thread_ensure
+    from memproc.services.threads import messages_insert, thread_ensure
     from memproc.services.working_memory import working_memory_update
 
     writes = turn.writes
@@ -372,16 +372,7 @@ def turn_commit(turn: Turn) -> None:
             writes.generate_title = bool(memory and memory.generate_title and not turn.thread_title)
         if writes.messages:
             writes.messages = attachments_commit(staged=turn.attachments, messages=writes.messages)
-            first = sequences_allocate(thread_id=turn.thread_id, count=len(writes.messages))
-            rows = message_rows(
-                thread_id=turn.thread_id,
-                resource_id=turn.resource_id,
-                messages=writes.messages,
-                first_sequence=first,
-            )
-            from memproc.models import Message as MessageRow
-
-            MessageRow.objects.bulk_create(rows)
+            messages_insert(thread_id=turn.thread_id, resource_id=turn.resource_id, messages=writes.messages)
             attachments_link(resource_id=turn.resource_id, messages=writes.messages)
         for wm in writes.working_memory:
             working_memory_update(

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import uuid
+from functools import lru_cache
 from typing import Any
 
 import jsonschema
-from django.db import transaction
-from django.db.models import F
+from django.db import connection, transaction
+from django.utils import timezone
 
 from memproc import models
+from memproc.db import insert_rows
 from memproc.exceptions import MemprocError, ValidationError
 
 MAX_CAS_ATTEMPTS = 20
@@ -74,13 +77,21 @@ def next_schema_value(*, current: str, patch: Any, schema: dict[str, Any] | None
     merged = deep_merge(parse_json_memory(current), patch)
     if schema:
         try:
-            jsonschema.validate(merged, schema)
+            _validator(json.dumps(schema, sort_keys=True)).validate(merged)
         except jsonschema.ValidationError as exc:
             path = "/".join(str(p) for p in exc.absolute_path) or "(root)"
             raise ValidationError(
                 f"Working memory does not match the schema at {path}: {exc.message}"
             ) from exc
     return json.dumps(merged, ensure_ascii=False, sort_keys=True)
+
+
+@lru_cache(maxsize=64)
+def _validator(schema_json: str) -> Any:
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
 
 
 def compute_next(
@@ -117,34 +128,77 @@ def working_memory_update(
     """
     model = _model_for(scope)
     if scope == "resource":
-        models.Resource.objects.get_or_create(pk=key)
+        resource_ensure_raw(key)
+    table = connection.ops.quote_name(model._meta.db_table)
     for _ in range(MAX_CAS_ATTEMPTS):
-        with transaction.atomic():
-            row = model.objects.filter(pk=key).values_list("working_memory", "working_memory_version").first()
-            if row is None:
-                raise ValidationError(f"No {scope} with id {key!r}")
-            current, version = row
-            new = compute_next(
-                current=current, value=value, template=template, schema=schema, mode=mode, replace=replace
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT working_memory, working_memory_version FROM {table} WHERE id = %s", [key])
+            row = cursor.fetchone()
+        if row is None:
+            raise ValidationError(f"No {scope} with id {key!r}")
+        current, version = row[0], int(row[1])
+        # Refusals (template guard, schema) are raised here, before anything is written.
+        new = compute_next(
+            current=current, value=value, template=template, schema=schema, mode=mode, replace=replace
+        )
+        if new == current:
+            return current, version
+        # No savepoint: losing the race is not a database error, only a reason to read again.
+        with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET working_memory = %s, working_memory_version = %s "
+                "WHERE id = %s AND working_memory_version = %s",
+                [new, version + 1, key, version],
             )
-            if new == current:
-                return current, version
-            updated = model.objects.filter(pk=key, working_memory_version=version).update(
-                working_memory=new, working_memory_version=F("working_memory_version") + 1
-            )
-            if updated:
-                models.WorkingMemoryRevision.objects.create(
-                    scope=scope,
-                    key=key,
-                    old=current,
-                    new=new,
-                    version=version + 1,
-                    source=source,
-                    actor=actor if getattr(actor, "is_authenticated", False) else None,
-                    thread_id=thread_id or (key if scope == "thread" else ""),
-                )
+            if cursor.rowcount == 1:
+                revision = {
+                    "id": uuid.uuid4(),
+                    "scope": scope,
+                    "key": key,
+                    "old": current,
+                    "new": new,
+                    "version": version + 1,
+                    "source": source,
+                    "actor": actor.pk if getattr(actor, "is_authenticated", False) else None,
+                    "thread_id": thread_id or (key if scope == "thread" else ""),
+                    "created_at": timezone.now(),
+                }
+                insert_rows(models.WorkingMemoryRevision, [revision], fields=list(revision))
                 return new, version + 1
     raise WorkingMemoryConflict(f"Working memory of {scope} {key!r} kept changing; update not applied")
+
+
+REVISION_FIELDS = (
+    "id",
+    "scope",
+    "key",
+    "old",
+    "new",
+    "version",
+    "source",
+    "actor",
+    "thread_id",
+    "created_at",
+)
+
+
+def resource_ensure_raw(resource_id: str) -> None:
+    """Creates the resource row if it is missing, in one statement."""
+    insert_rows(
+        models.Resource,
+        [
+            {
+                "id": resource_id,
+                "working_memory": "",
+                "working_memory_version": 0,
+                "metadata": {},
+                "created_at": timezone.now(),
+                "updated_at": timezone.now(),
+            }
+        ],
+        fields=("id", "working_memory", "working_memory_version", "metadata", "created_at", "updated_at"),
+        ignore_conflicts=True,
+    )
 
 
 def _model_for(scope: str) -> type[models.Thread] | type[models.Resource]:

@@ -6,7 +6,6 @@ import asyncio
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.db.models.signals import post_save
 
 from memproc import Agent, Memory
 from memproc.events import Tripwire
@@ -101,7 +100,11 @@ def test_memory_order_with_all_memory_processors(make_agent):
     agent = make_agent(memory=Memory(semantic_recall=True, working_memory=True))
     chain_in, chain_out = agent.processor_chains()
     assert [p.id for p in chain_in] == [
-        "attachment-uploader", "working-memory", "message-history", "semantic-recall"]
+        "attachment-uploader",
+        "working-memory",
+        "message-history",
+        "semantic-recall",
+    ]
     assert [p.id for p in chain_out] == ["semantic-recall", "message-history"]
 
 
@@ -334,20 +337,18 @@ def test_model_error_saves_nothing_and_is_raised(make_agent, model):
     assert stored() == [] and not Thread.objects.exists()
 
 
-def test_failure_during_save_rolls_back_every_row(make_agent, model):
-    def explode(sender, instance, **kwargs):
+def test_failure_during_save_rolls_back_every_row(make_agent, model, monkeypatch):
+    def explode(*args, **kwargs):
         raise RuntimeError("disk full")
 
     agent = make_agent(memory=Memory(working_memory={"scope": "thread"}))
     model.add(
         ModelResponse(tool_calls=[ToolCall("c1", "updateWorkingMemory", {"memory": "# Name: Ada"})]), "ok"
     )
-    post_save.connect(explode, sender="memproc.WorkingMemoryRevision", dispatch_uid="explode")
-    try:
-        with pytest.raises(RuntimeError, match="disk full"):
-            agent.generate("I am Ada", thread_id=T, resource_id=R)
-    finally:
-        post_save.disconnect(dispatch_uid="explode", sender="memproc.WorkingMemoryRevision")
+    # The working-memory revision is the last write of the turn: the messages are in by then.
+    monkeypatch.setattr("memproc.services.working_memory.insert_rows", explode)
+    with pytest.raises(RuntimeError, match="disk full"):
+        agent.generate("I am Ada", thread_id=T, resource_id=R)
     assert stored() == [] and not Thread.objects.exists()
 
 
