@@ -24,30 +24,109 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 SUBJECTS = [
-    "the customer", "my manager", "our support team", "a new user", "the billing service", "my sister",
-    "the delivery driver", "the landlord", "our engineering lead", "the doctor", "this old laptop",
-    "the weekly report", "a friend from school", "the project budget", "the marketing department",
-    "the mobile app", "my neighbour", "the hiring committee", "the train to Berlin", "our cat",
+    "the customer",
+    "my manager",
+    "our support team",
+    "a new user",
+    "the billing service",
+    "my sister",
+    "the delivery driver",
+    "the landlord",
+    "our engineering lead",
+    "the doctor",
+    "this old laptop",
+    "the weekly report",
+    "a friend from school",
+    "the project budget",
+    "the marketing department",
+    "the mobile app",
+    "my neighbour",
+    "the hiring committee",
+    "the train to Berlin",
+    "our cat",
 ]
 VERBS = [
-    "asked about", "forgot", "complained about", "needs to update", "will review", "cancelled",
-    "is worried about", "recommended", "could not find", "wants to change", "paid for", "shipped",
-    "rescheduled", "approved", "lost", "is planning", "mentioned", "tested", "ordered", "booked",
+    "asked about",
+    "forgot",
+    "complained about",
+    "needs to update",
+    "will review",
+    "cancelled",
+    "is worried about",
+    "recommended",
+    "could not find",
+    "wants to change",
+    "paid for",
+    "shipped",
+    "rescheduled",
+    "approved",
+    "lost",
+    "is planning",
+    "mentioned",
+    "tested",
+    "ordered",
+    "booked",
 ]
 ADJECTIVES = [
-    "quarterly", "expensive", "broken", "new", "overdue", "shared", "private", "small", "urgent",
-    "annual", "second", "confusing", "monthly", "remote", "vegetarian", "premium", "old", "late",
+    "quarterly",
+    "expensive",
+    "broken",
+    "new",
+    "overdue",
+    "shared",
+    "private",
+    "small",
+    "urgent",
+    "annual",
+    "second",
+    "confusing",
+    "monthly",
+    "remote",
+    "vegetarian",
+    "premium",
+    "old",
+    "late",
 ]
 NOUNS = [
-    "password", "invoice", "subscription", "appointment", "flight", "refund", "meeting", "contract",
-    "dinner reservation", "account settings", "insurance claim", "birthday party", "database migration",
-    "training plan", "apartment lease", "phone number", "shipping address", "holiday schedule",
-    "tax return", "performance review", "grocery list", "server outage", "recipe", "playlist",
+    "password",
+    "invoice",
+    "subscription",
+    "appointment",
+    "flight",
+    "refund",
+    "meeting",
+    "contract",
+    "dinner reservation",
+    "account settings",
+    "insurance claim",
+    "birthday party",
+    "database migration",
+    "training plan",
+    "apartment lease",
+    "phone number",
+    "shipping address",
+    "holiday schedule",
+    "tax return",
+    "performance review",
+    "grocery list",
+    "server outage",
+    "recipe",
+    "playlist",
 ]
 PREPOSITIONS = ["before", "after", "during", "because of", "instead of", "without", "along with"]
 TIMES = [
-    "last Tuesday", "next week", "this morning", "by Friday", "in March", "two days ago", "tomorrow",
-    "at the end of the month", "over the weekend", "since January", "tonight", "yesterday afternoon",
+    "last Tuesday",
+    "next week",
+    "this morning",
+    "by Friday",
+    "in March",
+    "two days ago",
+    "tomorrow",
+    "at the end of the month",
+    "over the weekend",
+    "since January",
+    "tonight",
+    "yesterday afternoon",
 ]
 CONNECTIVES = ["and", "but", "so", "because", "although", "while", "since"]
 OPENERS = ["Honestly,", "By the way,", "Also,", "Quick question:", "Reminder:", "Note that", "I think"]
@@ -88,13 +167,21 @@ def peak_rss_mb() -> float:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sentences", type=int, default=2048, help="sentences per batched pass")
     parser.add_argument("--batch-sizes", default="32,64", help="comma-separated batch sizes")
-    parser.add_argument("--single", type=int, default=256,
-                        help="sentences embedded one call at a time (capped at --sentences)")
+    parser.add_argument(
+        "--single",
+        type=int,
+        default=256,
+        help="sentences embedded one call at a time (capped at --sentences)",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="timed passes per mode; the median is reported")
-    parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads (default: all)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="onnxruntime intra-op threads (default: all)"
+    )
     parser.add_argument("--seed", type=int, default=20261130)
     return parser.parse_args(argv)
 

@@ -22,11 +22,15 @@ DEFAULTS: dict[str, Any] = {
     # Vector search
     "HNSW_EF_SEARCH": 100,
     "EXACT_SEARCH_MAX_ROWS": 20000,
-    "EMBEDDING_CHUNK_CHARS": 2000,
+    # MiniLM reads 256 tokens (~1,000 characters of English); longer chunks would be cut silently.
+    "EMBEDDING_CHUNK_CHARS": 1000,
     # Attachments
     "ATTACHMENT_STORAGE": "memproc_attachments",
     "MAX_ATTACHMENT_BYTES": 10 * 1024 * 1024,
+    # Files up to this size are always sent to the model as bytes (0: only when the provider needs it,
+    # see MODELS[provider]["inline_attachments"]: True, False or a list of content types).
     "INLINE_ATTACHMENT_BYTES": 0,
+    # The allow-list for uploaded files; None allows every type.
     "ATTACHMENT_CONTENT_TYPES": [
         "image/png",
         "image/jpeg",

@@ -249,7 +249,10 @@ def to_messages(value: MessageInput) -> list[Message]:
         items = value
     else:
         raise ValidationError(f"messages must be a string, a dict or a list, not {type(value).__name__}")
-    result = [_to_message(item) for item in items]
+    try:
+        result = [_to_message(item) for item in items]
+    except (TypeError, AttributeError, KeyError) as exc:  # odd shapes from JSON clients
+        raise ValidationError(f"Malformed message: {exc}") from exc
     if not result:
         raise ValidationError("messages must not be empty")
     return result

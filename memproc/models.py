@@ -46,7 +46,10 @@ class Thread(models.Model):
 
     class Meta:
         ordering = ["-updated_at"]
-        indexes = [models.Index(fields=["resource", "-updated_at"], name="memproc_thread_res_upd")]
+        indexes = [
+            models.Index(fields=["resource", "-updated_at"], name="memproc_thread_res_upd"),
+            models.Index(fields=["created_at"], name="memproc_thread_created"),
+        ]
 
     def __str__(self) -> str:
         return self.title or self.id
@@ -76,6 +79,7 @@ class Message(models.Model):
         ]
         indexes = [
             models.Index(fields=["resource_id", "created_at"], name="memproc_msg_res_created"),
+            models.Index(fields=["created_at"], name="memproc_msg_created"),
         ]
 
     def __str__(self) -> str:
@@ -194,7 +198,11 @@ class TripwireLog(models.Model):
 
 
 def attachment_upload_to(instance: Attachment, filename: str) -> str:
-    return f"memproc/{instance.resource_id or '_'}/{instance.sha256[:2]}/{instance.sha256}/{filename}"
+    """Content-addressed path; the resource id is a client-chosen string, so it is made path-safe."""
+    from django.utils.text import get_valid_filename
+
+    resource = get_valid_filename(instance.resource_id or "_").replace("..", "_") or "_"
+    return f"memproc/{resource}/{instance.sha256[:2]}/{instance.sha256}/{get_valid_filename(filename)}"
 
 
 class Attachment(models.Model):

@@ -46,7 +46,11 @@ def _message_from_raw(row: Sequence[Any]) -> Message:
     if isinstance(content, (str, bytes)):
         content = json.loads(content)
     return message_from_content(
-        id=row[0], thread_id=row[1], resource_id=row[2], role=row[3], content=content or {},
+        id=row[0],
+        thread_id=row[1],
+        resource_id=row[2],
+        role=row[3],
+        content=content or {},
         created_at=_datetime(row[5]),
     )
 

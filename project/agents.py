@@ -38,7 +38,9 @@ register(
         description="Remembers the conversation, recalls related messages and keeps notes about you.",
         instructions="You are a friendly assistant. Use what you remember about the user.",
         model=MODEL,
-        memory=Memory(last_messages=10, semantic_recall={"top_k": 3}, working_memory=True),
+        memory=Memory(
+            last_messages=10, semantic_recall={"top_k": 3}, working_memory=True, generate_title=True
+        ),
         input_processors=[TokenLimiter(8000)],
     ),
     replace=True,

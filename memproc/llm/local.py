@@ -85,6 +85,9 @@ class EchoModel:
     def generate(self, request: ModelRequest) -> ModelResponse:
         prompt = _read(request.messages)
         prompt_tokens = sum(_words(_message_text(m)) for m in request.messages)
+        if _asks_for_title(request.messages) and prompt.last_user is not None:
+            title = _title_from(prompt.last_user.text)
+            return ModelResponse(text=title, usage=_usage(prompt_tokens, _words(title)), finish_reason="stop")
         call = self._working_memory_call(request, prompt)
         if call is not None:
             completion = _words(json.dumps(call.args))
@@ -273,3 +276,15 @@ def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+
+
+def _asks_for_title(messages: Sequence[Message]) -> bool:
+    """memproc's title task (services/titles.py) asks for "the title of a conversation"."""
+    return any(m.role == "system" and "title of a conversation" in m.text for m in messages)
+
+
+def _title_from(text: str, *, words: int = 6) -> str:
+    """The first few words of the first message, capitalised: a plausible offline title."""
+    picked = re.findall(r"[\w'-]+", text)[:words]
+    title = " ".join(picked) or "New conversation"
+    return title[:1].upper() + title[1:]

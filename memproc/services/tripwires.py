@@ -30,7 +30,10 @@ def tripwire_log(
     log stays. (Inside a caller's outer atomic block the row shares that block's fate; memproc's views
     are non-atomic for this reason.)
     """
-    content = [{"id": m.id, "role": m.role, **m.to_content()} for m in messages]
+    from memproc.services.attachments import messages_without_file_data
+
+    # Never the bytes of a blocked file: a 50 MB upload must not end up in a log row.
+    content = [{"id": m.id, "role": m.role, **m.to_content()} for m in messages_without_file_data(messages)]
     with transaction.atomic():
         log = models.TripwireLog.objects.create(
             agent_id=agent_id or "",

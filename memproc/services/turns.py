@@ -230,7 +230,6 @@ class _TurnExecution:
     def _blocked(
         self, tripwire: Tripwire, content: list[Message], prompt: list[Message]
     ) -> Generator[StreamEvent, None, GenerateResult]:
-        from memproc.services.attachments import messages_without_file_data
         from memproc.services.tripwires import tripwire_log
 
         turn = self.turn
@@ -239,7 +238,7 @@ class _TurnExecution:
             agent_id=self.agent.id,
             thread_id=turn.thread_id,
             resource_id=turn.resource_id,
-            messages=messages_without_file_data(content),
+            messages=content,
         )
         result = GenerateResult(
             text="",

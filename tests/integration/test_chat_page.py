@@ -34,9 +34,9 @@ def page(live_server, monkeypatch):
         page.set_default_timeout(15000)
         yield page
         browser.close()
-    from django.db import connections
+        from django.db import connections
 
-    connections.close_all()  # ORM calls under Playwright's loop opened a second connection
+        connections.close_all()  # ORM calls under Playwright's loop opened a second connection
 
 
 def login(page, base: str) -> None:
@@ -112,7 +112,8 @@ def test_model_failure_shows_a_retryable_error_and_saves_nothing(page, live_serv
         page.screenshot(path=str(ARTIFACTS / "chat-error.png"), full_page=True)
         banner.locator("button").click()
         page.wait_for_function("document.getElementById('banner').hidden")
-        page.wait_for_function("document.querySelectorAll('#messages li.assistant').length == 1")
+        # Not the streaming placeholder: the list reloaded from the server after the turn committed.
+        page.wait_for_function("document.querySelectorAll('#messages li.assistant:not(.pending)').length == 1")
         assert page.locator("#messages li.assistant").inner_text() == "Back again"
         assert Message.objects.count() == 2
     finally:
