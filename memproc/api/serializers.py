@@ -243,6 +243,17 @@ class GenerateRequestSerializer(serializers.Serializer):
     )
 
 
+class GenerateUploadSerializer(serializers.Serializer):
+    """The multipart form of a generate/stream request: the fields, plus files for the last user message."""
+
+    messages = serializers.CharField(help_text="The messages as JSON, or the text of one user message.")
+    thread_id = serializers.CharField(required=False, help_text="Continue (or start) this thread.")
+    resource_id = serializers.CharField(
+        required=False, help_text="The owner; defaults to the caller's resource."
+    )
+    files = serializers.ListField(child=serializers.FileField(), required=False, help_text="Files to attach.")
+
+
 class GenerateResultSerializer(serializers.Serializer):
     text = serializers.CharField(help_text='The final assistant text ("" when blocked).')
     messages = MessageSerializer(many=True, help_text="The turn's new messages, as saved.")

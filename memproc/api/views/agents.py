@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,16 +12,25 @@ from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
+from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from memproc.agents import all_agents, get_agent
 from memproc.api.permissions import default_resource
-from memproc.api.serializers import AgentSerializer, GenerateRequestSerializer, GenerateResultSerializer
+from memproc.api.serializers import (
+    AgentSerializer,
+    GenerateRequestSerializer,
+    GenerateResultSerializer,
+    GenerateUploadSerializer,
+)
 from memproc.api.sse import CONTENT_TYPE, primed, sse_frames, sse_response
 from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
 from memproc.api.views.checks import attachments_check
+from memproc.conf import settings as memproc_settings
+from memproc.exceptions import AttachmentError
+from memproc.messages import FilePart, Message, to_messages
 from memproc.selectors import thread_get
 from memproc.services.attachments import attachment_check_size
 
@@ -69,7 +79,10 @@ class TurnRequest:
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
 class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
     """Registered agents. Turns run outside any request-wide transaction (ATOMIC_REQUESTS): a turn
-    owns its save, and a blocked turn's tripwire log must survive."""
+    owns its save, and a blocked turn's tripwire log must survive. Turns take JSON, or multipart
+    forms whose `files` join the last user message."""
+
+    parser_classes = [JSONParser, MultiPartParser]
 
     @extend_schema(
         summary="List the registered agents", responses={200: AgentSerializer(many=True), **errors()}
@@ -89,7 +102,10 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
         summary="Run one turn and answer its result",
         description="A blocked turn is a normal 200 with `tripwire` set and `text` empty; nothing is saved.",
         parameters=[id_parameter("The agent id.")],
-        request=GenerateRequestSerializer,
+        request={
+            "application/json": GenerateRequestSerializer,
+            "multipart/form-data": GenerateUploadSerializer,
+        },
         responses={200: GenerateResultSerializer, **errors(400, 404, 409, 413, 502)},
     )
     @action(detail=True, methods=["post"])
@@ -103,7 +119,10 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
         summary="Run one turn as Server-Sent Events",
         description=STREAM_DESCRIPTION,
         parameters=[id_parameter("The agent id.")],
-        request=GenerateRequestSerializer,
+        request={
+            "application/json": GenerateRequestSerializer,
+            "multipart/form-data": GenerateUploadSerializer,
+        },
         responses={
             (200, CONTENT_TYPE): OpenApiResponse(
                 SSE_EVENT_SCHEMA,
@@ -138,7 +157,10 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
         """Validated input with the resource settled: the thread's owner when it exists, else the
         given or default resource. Another owner's thread or resource is a 404."""
         attachment_check_size(content_length=request.META.get("CONTENT_LENGTH"))  # 413 before reading
-        serializer = GenerateRequestSerializer(data=request.data)
+        files = request.FILES.getlist("files") if is_multipart(request) else []
+        serializer = GenerateRequestSerializer(
+            data=multipart_fields(request) if is_multipart(request) else request.data
+        )
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         thread_id, resource_id = data.get("thread_id"), data.get("resource_id")
@@ -154,4 +176,45 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
             if resource_id is None:
                 raise serializers.ValidationError({"resource_id": ["Name the resource this turn is for."]})
         attachments_check(data["messages"], resource_id=resource_id)
-        return TurnRequest(messages=data["messages"], thread_id=thread_id, resource_id=resource_id)
+        messages = with_uploads(data["messages"], files) if files else data["messages"]
+        return TurnRequest(messages=messages, thread_id=thread_id, resource_id=resource_id)
+
+
+def is_multipart(request: Request) -> bool:
+    return (request.content_type or "").startswith("multipart/form-data")
+
+
+def multipart_fields(request: Request) -> dict[str, Any]:
+    """A multipart body's fields as the JSON body would carry them: `messages` is JSON or plain text."""
+    fields: dict[str, Any] = {
+        k: request.data.get(k) for k in ("thread_id", "resource_id") if k in request.data
+    }
+    raw = request.data.get("messages")
+    if raw is not None:
+        try:
+            fields["messages"] = json.loads(raw)
+        except (TypeError, ValueError):
+            fields["messages"] = raw
+    return fields
+
+
+def with_uploads(messages: Any, files: list[Any]) -> list[Message]:
+    """Attaches uploaded files to the last user message; AttachmentUploader stores them."""
+    values = to_messages(messages)
+    index = max((i for i, m in enumerate(values) if m.role == "user"), default=None)
+    if index is None:
+        raise serializers.ValidationError({"files": ["Files need a user message to go with."]})
+    limit = memproc_settings.MAX_ATTACHMENT_BYTES
+    for f in files:  # sizes are known before the files are read into memory
+        if f.size > limit:
+            raise AttachmentError(
+                f"{f.name} is {f.size} bytes; the limit is {limit} bytes",
+                code="too_large",
+                metadata={"name": f.name, "size": f.size, "limit": limit},
+            )
+    parts = tuple(
+        FilePart(data=f.read(), media_type=f.content_type or "application/octet-stream", name=f.name)
+        for f in files
+    )
+    values[index] = values[index].replace(parts=values[index].parts + parts)
+    return values
