@@ -87,3 +87,56 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def on_postgres(request: pytest.FixtureRequest) -> bool:
     return request.config.getoption("--db") == "postgres"
+
+
+# --- agents ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def model():
+    """A scripted model; tests add responses with `model.add(...)` and read `model.requests`."""
+    from memproc.testing import ScriptedModel
+
+    return ScriptedModel()
+
+
+@pytest.fixture
+def make_agent(model):
+    """Builds test agents whose turns run their after-commit work (inline embedding, file deletion)
+    as a real commit would: tests run inside a transaction that never commits, so `on_commit`
+    callbacks are captured and executed when each turn returns."""
+    from memproc import Memory
+
+    def build(**kwargs):
+        kwargs.setdefault("id", "test-agent")
+        kwargs.setdefault("instructions", "You are a test agent.")
+        kwargs.setdefault("model", model)
+        kwargs.setdefault("memory", Memory(last_messages=10))
+        return committing_agent_class()(**kwargs)
+
+    return build
+
+
+def committing_agent_class():
+    from django.test import TestCase
+
+    from memproc import Agent
+
+    class CommittingAgent(Agent):
+        def generate(self, *args, **kwargs):
+            with TestCase.captureOnCommitCallbacks(execute=True):
+                return super().generate(*args, **kwargs)
+
+        def stream(self, *args, **kwargs):
+            with TestCase.captureOnCommitCallbacks(execute=True):
+                yield from super().stream(*args, **kwargs)
+
+    return CommittingAgent
+
+
+@pytest.fixture
+def committing():
+    """A context manager that runs the on_commit callbacks of the code inside it on exit."""
+    from django.test import TestCase
+
+    return lambda: TestCase.captureOnCommitCallbacks(execute=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from memproc.events import StreamEvent
 from memproc.llm.types import ModelRequest, ModelResponse, ToolCall, ToolSpec
 from memproc.messages import Message, thaw
+from memproc.processors.working_memory import DEFAULT_TEMPLATE
 
 __all__ = ["DEFAULT_WORKING_MEMORY_TEMPLATE", "EchoModel"]
 
@@ -18,16 +19,7 @@ WORKING_MEMORY_TOOL = "updateWorkingMemory"
 RECALL_PREFIX = "Remembered from another conversation"
 
 # Mastra's default working-memory template; used when the prompt shows neither data nor a template.
-DEFAULT_WORKING_MEMORY_TEMPLATE = """# User Information
-- **First Name**:
-- **Last Name**:
-- **Location**:
-- **Occupation**:
-- **Interests**:
-- **Goals**:
-- **Events**:
-- **Facts**:
-- **Projects**:"""
+DEFAULT_WORKING_MEMORY_TEMPLATE = DEFAULT_TEMPLATE
 
 _DATA_TAGS = ("working_memory", "working_memory_data")
 # One line per recalled message, as "user: ...", "- assistant: ..." or "[2024-01-01] user: ...".

@@ -11,9 +11,7 @@ import pytest
 from django.core.files.storage import storages
 from django.test import TestCase
 
-from memproc import Agent, Memory
 from memproc.messages import FilePart, Message, TextPart
-from memproc.testing import ScriptedModel
 
 T, R = "t1", "user-1"
 BUCKET = "memproc-test"
@@ -69,32 +67,15 @@ def fs_storage(settings, tmp_path):
 
 
 @pytest.fixture
-def model() -> ScriptedModel:
-    return ScriptedModel()
+def make_agent(make_agent):
+    """The shared committing agents, introduced as looking at files."""
 
-
-@pytest.fixture
-def make_agent(model: ScriptedModel):
-    """Agents whose turns run their after-commit work (file deletions) as a real commit would."""
-
-    def build(**kwargs) -> Agent:
+    def build(**kwargs):
         kwargs.setdefault("id", "files-agent")
         kwargs.setdefault("instructions", "You look at files.")
-        kwargs.setdefault("model", model)
-        kwargs.setdefault("memory", Memory(last_messages=10))
-        return CommittingAgent(**kwargs)
+        return make_agent(**kwargs)
 
     return build
-
-
-class CommittingAgent(Agent):
-    def generate(self, *args, **kwargs):
-        with TestCase.captureOnCommitCallbacks(execute=True):
-            return super().generate(*args, **kwargs)
-
-    def stream(self, *args, **kwargs):
-        with TestCase.captureOnCommitCallbacks(execute=True):
-            yield from super().stream(*args, **kwargs)
 
 
 @pytest.fixture
