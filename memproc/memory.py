@@ -140,10 +140,11 @@ class Memory:
         """Saves messages at the end of a thread; embeds them (after commit) when recall is on."""
         from memproc import background
         from memproc.services.recall import sources_embed, sources_for
-        from memproc.services.threads import messages_save
+        from memproc.services.attachments import messages_save_with_files
 
         values = to_messages(messages)
-        saved = messages_save(thread_id=thread_id, resource_id=resource_id, messages=values)
+        # Inline files are offloaded to the attachment storage, as in a turn: rows never hold bytes.
+        saved = messages_save_with_files(thread_id=thread_id, resource_id=resource_id, messages=values)
         if (self.uses_semantic_recall if embed is None else embed) and saved:
             sources = sources_for(saved, thread_id=thread_id, resource_id=resource_id)
             background.enqueue(

@@ -256,3 +256,29 @@ def test_client_chosen_resource_ids_cannot_escape_the_storage():
     row = attachment_store(resource_id="../../etc", data=png(), name="a.png", content_type="image/png")
     assert row.resource_id == "../../etc"
     assert ".." not in row.file.name and row.file.name.startswith("memproc/_etc/")
+
+
+@pytest.mark.django_db
+def test_memory_save_messages_offloads_inline_files(committing):
+    import base64
+
+    from memproc import Memory
+    from memproc.exceptions import AttachmentError
+    from memproc.messages import FilePart, Message, TextPart
+    from memproc.models import Attachment
+    from memproc.models import Message as StoredMessage
+
+    memory = Memory()
+    data = base64.b64encode(b"plain notes").decode()
+    message = Message.create(
+        "user", (TextPart("see file"), FilePart(data=data, media_type="text/plain", name="n.txt"))
+    )
+    with committing():
+        memory.save_messages([message], thread_id="t-files", resource_id="r-files")
+    stored = StoredMessage.objects.get()
+    assert [p["type"] for p in stored.content["parts"]] == ["text", "attachment"]
+    assert Attachment.objects.get().message_id == stored.id
+    bad = Message.create("user", (FilePart(data="!!!not base64!!!", media_type="text/plain", name="x.txt"),))
+    with pytest.raises(AttachmentError):
+        memory.save_messages([bad], thread_id="t-files", resource_id="r-files")
+    assert StoredMessage.objects.count() == 1 and Attachment.objects.count() == 1

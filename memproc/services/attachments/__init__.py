@@ -38,6 +38,7 @@ from memproc.services.attachments.turn import (
     attachments_commit,
     attachments_discard,
     attachments_link,
+    messages_save_with_files,
     messages_without_file_data,
 )
 
@@ -59,5 +60,6 @@ __all__ = [
     "attachments_link",
     "attachments_release",
     "attachments_resolve",
+    "messages_save_with_files",
     "messages_without_file_data",
 ]
