@@ -139,8 +139,8 @@ class Memory:
     ) -> list[Message]:
         """Saves messages at the end of a thread; embeds them (after commit) when recall is on."""
         from memproc import background
-        from memproc.services.recall import sources_embed, sources_for
         from memproc.services.attachments import messages_save_with_files
+        from memproc.services.recall import sources_embed, sources_for
 
         values = to_messages(messages)
         # Inline files are offloaded to the attachment storage, as in a turn: rows never hold bytes.
