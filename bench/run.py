@@ -100,6 +100,8 @@ def setup_django(db: str):
             "ENGINE": "django.db.backends.postgresql", "NAME": "postgres", "USER": "postgres",
             "HOST": str(info.socket_dir), "PORT": str(info.port),
         }
+        if os.environ.get("BENCH_PG_OPTIONS"):  # e.g. "-c synchronous_commit=off" to see the fsync share
+            settings.DATABASES["default"]["OPTIONS"] = {"options": os.environ["BENCH_PG_OPTIONS"]}
     django.setup()
     from django.core.management import call_command
 

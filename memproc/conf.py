@@ -21,7 +21,9 @@ DEFAULTS: dict[str, Any] = {
     "MODELS": {},
     # Vector search
     "HNSW_EF_SEARCH": 100,
-    "EXACT_SEARCH_MAX_ROWS": 20000,
+    # pgvector: scopes up to this many rows are scored exactly (counting them is part of the query,
+    # so the cap also bounds that count); larger ones use the HNSW index with iterative scans.
+    "EXACT_SEARCH_MAX_ROWS": 2000,
     # MiniLM reads 256 tokens (~1,000 characters of English); longer chunks would be cut silently.
     "EMBEDDING_CHUNK_CHARS": 1000,
     # Attachments

@@ -49,5 +49,10 @@ class VectorField(models.Field):
 
 
 def vector_literal(array: Any) -> str:
-    """pgvector's text form, `[1,2,3]`; psycopg sends it untyped so PostgreSQL casts it."""
-    return "[" + ",".join(repr(float(x)) for x in np.asarray(array, dtype=np.float32)) + "]"
+    """pgvector's text form, `[1,2,3]`; psycopg sends it untyped so PostgreSQL casts it.
+
+    Rounded to 8 decimals (beyond float32's precision for unit vectors) so the C-level list repr,
+    twice as fast as formatting each float, also gives short numbers.
+    """
+    values = np.round(np.asarray(array, dtype=np.float32).astype(np.float64), 8).tolist()
+    return str(values).replace(" ", "")

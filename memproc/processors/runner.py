@@ -110,33 +110,49 @@ class ProcessorRunner:
 
     def run_stream_part(
         self, chain: Sequence[Any], part: StreamEvent, system_messages: Sequence[Message]
-    ) -> StreamEvent | None:
-        """Rule 7: an error in a stream hook is logged and the part passes unchanged."""
+    ) -> list[StreamEvent]:
+        """The parts to emit for one model event. A hook returns the part, a changed part, None (drop
+        it) or a list of parts (a buffering processor flushing held text before a `finish`); later
+        processors see each returned part in order. Rule 7: an error in a stream hook is logged and
+        the part passes unchanged."""
+        parts = [part]
         for processor in chain:
             hook = getattr(processor, "process_output_stream", None)
             if hook is None:
                 continue
-            ctx = self.context(processor, phase="stream", messages=(), system_messages=system_messages)
-            try:
-                changed = call_hook(hook, ctx, part)
-            except TripWire as exc:
-                raise Blocked(_tripwire(exc, processor, "stream")) from exc
-            except Exception:
-                logger.exception(
-                    "memproc: stream processor %s failed; part passed unchanged", processor_id(processor)
-                )
-                continue
-            if changed is None:
-                return None
-            if not isinstance(changed, StreamEvent):
-                logger.error(
-                    "memproc: stream processor %s returned %r, not a StreamEvent; ignored",
-                    processor_id(processor),
-                    type(changed).__name__,
-                )
-                continue
-            part = changed
-        return part
+            out: list[StreamEvent] = []
+            for current in parts:
+                ctx = self.context(processor, phase="stream", messages=(), system_messages=system_messages)
+                try:
+                    changed = call_hook(hook, ctx, current)
+                except TripWire as exc:
+                    raise Blocked(_tripwire(exc, processor, "stream")) from exc
+                except Exception:
+                    logger.exception(
+                        "memproc: stream processor %s failed; part passed unchanged", processor_id(processor)
+                    )
+                    out.append(current)
+                    continue
+                out.extend(_stream_parts(changed, processor, current))
+            parts = out
+            if not parts:
+                break
+        return parts
+
+
+def _stream_parts(changed: Any, processor: Any, original: StreamEvent) -> list[StreamEvent]:
+    if changed is None:
+        return []
+    if isinstance(changed, StreamEvent):
+        return [changed]
+    if isinstance(changed, (list, tuple)) and all(isinstance(p, StreamEvent) for p in changed):
+        return list(changed)
+    logger.error(
+        "memproc: stream processor %s returned %r, not a StreamEvent or a list of them; ignored",
+        processor_id(processor),
+        type(changed).__name__,
+    )
+    return [original]
 
 
 def _tripwire(exc: TripWire, processor: Any, phase: Phase) -> Tripwire:

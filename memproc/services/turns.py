@@ -322,15 +322,16 @@ class _TurnExecution:
         for event in events:
             if event.type == "finish":
                 usage, finish = dict(event.usage or {}), event.finish_reason or finish
-                continue
-            if event.type == "tool-call" and event.tool_call is not None:
+            elif event.type == "tool-call" and event.tool_call is not None:
                 calls.append(event.tool_call)  # calls run whatever stream processors make of the event
-            part = self.runner.run_stream_part(self.output_chain, event, system)
-            if part is None:
-                continue
-            if part.type == "text-delta":
-                text.append(part.text)
-            yield part
+            # The model's finish goes through the processors too, so buffering ones can flush what
+            # they hold; the turn itself emits the one finish event the client sees, with the result.
+            for part in self.runner.run_stream_part(self.output_chain, event, system):
+                if part.type == "finish":
+                    continue
+                if part.type == "text-delta":
+                    text.append(part.text)
+                yield part
         return ModelResponse(text="".join(text), tool_calls=calls, usage=usage, finish_reason=finish)
 
     def _run_tool(self, call: ToolCall) -> ToolResultPart:

@@ -274,7 +274,8 @@ def _select_sql(connection: Any, scope: str, *, dims: int, top_k: int, exact_max
 
     Each branch is gated on the count by a one-time filter, so the other is never executed. The exact
     branch measures distance on the untyped column, which no index matches: it scores every row of
-    the scope (through the btree on model and thread or resource). The HNSW branch orders by the
+    the scope (through the btree on model and thread or resource) and keeps the best few with a top-N
+    heap sort before grouping chunks by message. The HNSW branch orders by the
     index expression, over-fetching so that several chunks of one message still leave `top_k`
     messages. The threshold is a HAVING on the best chunk: a WHERE on the distance could be pushed
     into the exact branch and evaluated on rows of another size before the dimensions test.
@@ -290,7 +291,8 @@ def _select_sql(connection: Any, scope: str, *, dims: int, top_k: int, exact_max
         f"candidates AS ("
         f"(SELECT {column['message']} AS message_id, {column['thread_id']} AS thread_id, "
         f"({column['vector']} <=> %s::vector) AS distance FROM {table} "
-        f"WHERE {scope} AND {same_size} AND {scope_rows} <= {exact_max_rows}) "
+        f"WHERE {scope} AND {same_size} AND {scope_rows} <= {exact_max_rows} "
+        f"ORDER BY 3 LIMIT {top_k * CHUNK_OVERFETCH}) "
         f"UNION ALL "
         f"(SELECT {column['message']}, {column['thread_id']}, {index_distance} FROM {table} "
         f"WHERE {scope} AND {same_size} AND {scope_rows} > {exact_max_rows} "
