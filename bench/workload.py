@@ -16,8 +16,12 @@ from memproc.llm.types import ModelRequest, ModelResponse, ToolCall
 M = 0xFFFFFFFF
 SYL = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "xe", "zu", "ba", "do", "fi", "go", "hu", "je"]
 VOCAB = [SYL[k >> 4] + SYL[k & 15] for k in range(256)]
-STREAMS = {"prefill": ("msg", 0x5EED0001), "turn": ("turn", 0x5EED0002), "warmup": ("warm", 0x5EED0003),
-           "mem": ("mem", 0x5EED0004)}
+STREAMS = {
+    "prefill": ("msg", 0x5EED0001),
+    "turn": ("turn", 0x5EED0002),
+    "warmup": ("warm", 0x5EED0003),
+    "mem": ("mem", 0x5EED0004),
+}
 RESOURCE = "bench-resource"
 MAIN_THREAD = {"W1": "w1-main", "W2": "w2-live", "W3": "w3-main"}
 EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
@@ -31,7 +35,7 @@ def mulberry32(a: int):
         nonlocal a
         a = (a + 0x6D2B79F5) & M
         t = ((a ^ (a >> 15)) * (1 | a)) & M
-        t = (((t + (((t ^ (t >> 7)) * (61 | t)) & M)) & M) ^ t)
+        t = ((t + (((t ^ (t >> 7)) * (61 | t)) & M)) & M) ^ t
         return (t ^ (t >> 14)) & M
 
     return nxt
@@ -76,7 +80,9 @@ class InstantModel:
         last = request.messages[-1]
         if self.update_working_memory and last.role != "tool":
             doc = working_memory_doc(self.turn)
-            return ModelResponse(tool_calls=[ToolCall(f"wm-{self.turn}", "updateWorkingMemory", {"memory": doc})])
+            return ModelResponse(
+                tool_calls=[ToolCall(f"wm-{self.turn}", "updateWorkingMemory", {"memory": doc})]
+            )
         return ModelResponse(text="OK.")
 
 

@@ -81,8 +81,9 @@ def test_absurdly_nested_json_is_a_400(owner_client, agent, resource):
 def test_only_json_bodies_are_accepted_except_uploads_to_turns(owner_client, agent):
     response = owner_client.post(API + "threads/", {"title": "form"})  # multipart
     assert response.status_code == 415
-    response = owner_client.post(API + "agents/api-test/generate/", "messages=hi",
-                                 content_type="application/x-www-form-urlencoded")
+    response = owner_client.post(
+        API + "agents/api-test/generate/", "messages=hi", content_type="application/x-www-form-urlencoded"
+    )
     assert response.status_code == 415
 
 

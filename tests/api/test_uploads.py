@@ -37,8 +37,11 @@ def test_multipart_upload_is_stored_once_and_referenced(client, owner, uploader_
     client.force_login(owner)
     response = client.post(
         "/api/memproc/agents/files/generate/",
-        {"messages": "What is in this picture?", "thread_id": "pics",
-         "files": [SimpleUploadedFile("dot.png", PNG, content_type="image/png")]},
+        {
+            "messages": "What is in this picture?",
+            "thread_id": "pics",
+            "files": [SimpleUploadedFile("dot.png", PNG, content_type="image/png")],
+        },
     )
     assert response.status_code == 200, response.content
     attachment = Attachment.objects.get()
@@ -53,8 +56,17 @@ def test_multipart_upload_is_stored_once_and_referenced(client, owner, uploader_
 def test_data_uri_in_json_body_is_offloaded(client, owner, uploader_agent):
     client.force_login(owner)
     uri = "data:image/png;base64," + base64.b64encode(PNG).decode()
-    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "look"},
-                                                      {"type": "image_url", "image_url": {"url": uri}}]}]}
+    body = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image_url", "image_url": {"url": uri}},
+                ],
+            }
+        ]
+    }
     response = client.post("/api/memproc/agents/files/generate/", body, content_type="application/json")
     assert response.status_code == 200, response.content
     assert Attachment.objects.count() == 1 and "base64" not in str(Message.objects.get(role="user").content)

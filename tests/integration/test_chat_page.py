@@ -10,9 +10,19 @@ import pytest
 from django.core.management import call_command
 
 CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(os.environ.get("MEMPROC_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts"))
-LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-               "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARTIFACTS = Path(
+    os.environ.get("MEMPROC_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts")
+)
+LAUNCH_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 pytestmark = [
     pytest.mark.browser,
@@ -54,7 +64,9 @@ def send(page, text: str) -> None:
     page.click("#send")
     page.wait_for_function(
         "n => document.querySelectorAll('#messages li.assistant:not(.pending)').length > n "
-        "|| !document.getElementById('banner').hidden", arg=count)
+        "|| !document.getElementById('banner').hidden",
+        arg=count,
+    )
 
 
 def test_chat_streams_remembers_and_shows_blocked_turns(page, live_server):
@@ -65,14 +77,20 @@ def test_chat_streams_remembers_and_shows_blocked_turns(page, live_server):
         send(page, text)
     replies = page.locator("#messages li.assistant").all_inner_texts()
     assert [r.split(" [")[0] for r in replies] == [
-        "Echo: hello there", "Echo: how are you today", "Echo: tell me about memory"]
+        "Echo: hello there",
+        "Echo: how are you today",
+        "Echo: tell me about memory",
+    ]
     assert page.locator("#history li").count() == 4  # the window the model saw on the third turn
     page.screenshot(path=str(ARTIFACTS / "chat-three-turns.png"), full_page=True)
 
     page.reload()
     page.wait_for_function("document.querySelectorAll('#messages li').length >= 6")
     assert page.locator("#messages li.user").all_inner_texts() == [
-        "hello there", "how are you today", "tell me about memory"]
+        "hello there",
+        "how are you today",
+        "tell me about memory",
+    ]
 
     send(page, "my name is Ada")
     page.wait_for_function("document.getElementById('working-memory').textContent.includes('Ada')")
@@ -113,7 +131,9 @@ def test_model_failure_shows_a_retryable_error_and_saves_nothing(page, live_serv
         banner.locator("button").click()
         page.wait_for_function("document.getElementById('banner').hidden")
         # Not the streaming placeholder: the list reloaded from the server after the turn committed.
-        page.wait_for_function("document.querySelectorAll('#messages li.assistant:not(.pending)').length == 1")
+        page.wait_for_function(
+            "document.querySelectorAll('#messages li.assistant:not(.pending)').length == 1"
+        )
         assert page.locator("#messages li.assistant").inner_text() == "Back again"
         assert Message.objects.count() == 2
     finally:
