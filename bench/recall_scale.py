@@ -133,6 +133,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(default: PgvectorStore.ensure_index, pgvector's defaults m 16, ef_construction 64)",
     )
     parser.add_argument("--no-prewarm", action="store_true", help="do not pg_prewarm the HNSW index")
+    parser.add_argument(
+        "--server-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra server setting (ALTER SYSTEM), e.g. max_parallel_workers_per_gather=0; repeatable",
+    )
     parser.add_argument("--seed", type=int, default=20261130)
     return parser.parse_args(argv)
 
@@ -600,7 +607,8 @@ def run(args: argparse.Namespace, server) -> None:
     if exact_max_rows is None:
         exact_max_rows = int(memproc_settings.EXACT_SEARCH_MAX_ROWS)
     shared_buffers = size_setting(args.shared_buffers, args.n, args.dims, 512, 4096)
-    restart_with(server, {"shared_buffers": shared_buffers, "max_wal_size": "8GB"})
+    extra = dict(setting.split("=", 1) for setting in args.server_setting)
+    restart_with(server, {"shared_buffers": shared_buffers, "max_wal_size": "8GB", **extra})
     machine = {
         "cpus": os.cpu_count(),
         "load_avg": [round(x, 2) for x in os.getloadavg()],
@@ -705,6 +713,7 @@ def run(args: argparse.Namespace, server) -> None:
         "table_mb": round(scalar("SELECT pg_total_relation_size('memproc_messageembedding')") / 2**20, 1),
         "heap_mb": round(scalar("SELECT pg_relation_size('memproc_messageembedding')") / 2**20, 1),
         "shared_buffers": shared_buffers,
+        "server_settings": extra,
         "prewarm_s": prewarm_s,
         "postgres": scalar("SHOW server_version"),
         "pgvector": scalar("SELECT extversion FROM pg_extension WHERE extname = 'vector'"),

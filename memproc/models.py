@@ -63,7 +63,10 @@ class Message(models.Model):
         TOOL = "tool", _("Tool")
 
     id = models.CharField(primary_key=True, max_length=255)
-    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="messages")
+    # No index of its own: the unique (thread, sequence) constraint's index serves every lookup by
+    # thread, in order. A second one (with PostgreSQL's `_like` twin) tempted the planner into
+    # scanning a whole thread and sorting it whenever statistics lagged behind a bulk load.
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="messages", db_index=False)
     resource_id = models.CharField(max_length=255)
     role = models.CharField(max_length=16, choices=Role.choices)
     content = models.JSONField(default=dict)

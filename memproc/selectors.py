@@ -66,13 +66,27 @@ def message_from_row(row: dict[str, Any]) -> Message:
     )
 
 
-def messages_recent(*, thread_id: str, limit: int) -> list[Message]:
-    """The newest `limit` messages of a thread, oldest first. One query (the thread+sequence index)."""
+def messages_recent(*, thread_id: str, limit: int, last_sequence: int | None = None) -> list[Message]:
+    """The newest `limit` messages of a thread, oldest first. One query on the thread+sequence index.
+
+    With the thread's `last_sequence` (the turn already read it) the query is a bounded range that
+    touches `limit` rows whatever the planner's statistics say; after a bulk load, stale statistics
+    made PostgreSQL scan and sort the whole thread for the plain ORDER BY ... LIMIT. A range that
+    comes back short (messages were deleted) falls back to that plain query.
+    """
     if limit <= 0:
         return []
+    table = _table(models.Message)
+    if last_sequence is not None:
+        rows = _fetch(
+            f"SELECT {_MESSAGE_COLUMNS} FROM {table} m WHERE m.thread_id = %s AND m.sequence > %s "
+            "ORDER BY m.sequence",
+            [thread_id, last_sequence - limit],
+        )
+        if len(rows) >= min(limit, last_sequence):
+            return [_message_from_raw(r) for r in rows[-limit:]]
     rows = _fetch(
-        f"SELECT {_MESSAGE_COLUMNS} FROM {_table(models.Message)} m "
-        "WHERE m.thread_id = %s ORDER BY m.sequence DESC LIMIT %s",
+        f"SELECT {_MESSAGE_COLUMNS} FROM {table} m WHERE m.thread_id = %s ORDER BY m.sequence DESC LIMIT %s",
         [thread_id, limit],
     )
     return [_message_from_raw(r) for r in reversed(rows)]
@@ -106,10 +120,12 @@ def messages_around(*, message_ids: Sequence[str], before: int, after: int) -> d
     return grouped
 
 
-def thread_owner(*, thread_id: str) -> tuple[str, str] | None:
-    """(resource id, title) of a thread, or None. One query."""
-    rows = _fetch(f"SELECT resource_id, title FROM {_table(models.Thread)} WHERE id = %s", [thread_id])
-    return (rows[0][0], rows[0][1]) if rows else None
+def thread_owner(*, thread_id: str) -> tuple[str, str, int] | None:
+    """(resource id, title, last sequence) of a thread, or None. One query."""
+    rows = _fetch(
+        f"SELECT resource_id, title, last_sequence FROM {_table(models.Thread)} WHERE id = %s", [thread_id]
+    )
+    return (rows[0][0], rows[0][1], int(rows[0][2])) if rows else None
 
 
 def thread_get(*, thread_id: str) -> models.Thread | None:

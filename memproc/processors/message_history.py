@@ -33,7 +33,9 @@ class MessageHistory:
             return None
         history: list[Message] = []
         if turn.thread_exists and self.last_messages:
-            history = store.messages_recent(thread_id=ctx.thread_id, limit=self.last_messages)
+            history = store.messages_recent(
+                thread_id=ctx.thread_id, limit=self.last_messages, last_sequence=turn.thread_last_sequence
+            )
         stored_here = {m.id for m in history}
         new = ctx.new_messages
         elsewhere: set[str] = set()

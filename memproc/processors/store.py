@@ -25,8 +25,10 @@ class WorkingMemoryValue:
 
 
 class MemoryStore(Protocol):
-    def messages_recent(self, *, thread_id: str, limit: int) -> list[Message]:
-        """The newest `limit` messages of the thread, oldest first."""
+    def messages_recent(
+        self, *, thread_id: str, limit: int, last_sequence: int | None = None
+    ) -> list[Message]:
+        """The newest `limit` messages of the thread, oldest first (`last_sequence`: a hint)."""
         ...
 
     def messages_existing(self, *, ids: Iterable[str]) -> dict[str, str]:

@@ -15,11 +15,13 @@ from memproc.processors.store import VectorHit, WorkingMemoryValue
 class DjangoMemoryStore:
     """Reads through selectors and the configured vector store. Writes go through the turn."""
 
-    def thread_owner(self, *, thread_id: str) -> tuple[str, str] | None:
+    def thread_owner(self, *, thread_id: str) -> tuple[str, str, int] | None:
         return selectors.thread_owner(thread_id=thread_id)
 
-    def messages_recent(self, *, thread_id: str, limit: int) -> list[Message]:
-        return selectors.messages_recent(thread_id=thread_id, limit=limit)
+    def messages_recent(
+        self, *, thread_id: str, limit: int, last_sequence: int | None = None
+    ) -> list[Message]:
+        return selectors.messages_recent(thread_id=thread_id, limit=limit, last_sequence=last_sequence)
 
     def messages_existing(self, *, ids: Iterable[str]) -> dict[str, str]:
         return selectors.messages_existing(ids=ids)

@@ -76,6 +76,7 @@ class Turn:
     client_ids: set[str] = field(default_factory=set)
     thread_exists: bool = False
     thread_title: str = ""
+    thread_last_sequence: int | None = None  # as read at the start of the turn
     loaded_ids: set[str] = field(default_factory=set)
     tools: dict[str, Tool] = field(default_factory=dict)
     writes: TurnWrites = field(default_factory=TurnWrites)
@@ -132,7 +133,7 @@ def turn_start(
     if any(m.role == "system" for m in inputs):
         raise ValidationError("System messages cannot be sent as input; use the agent's instructions")
     store = None
-    exists, title = False, ""
+    exists, title, last_sequence = False, "", None
     if agent.memory is not None:
         from memproc.services.store import DjangoMemoryStore
 
@@ -140,7 +141,7 @@ def turn_start(
         thread_id = thread_id or new_id()
         row = store.thread_owner(thread_id=thread_id)
         if row is not None:
-            owner, title = row
+            owner, title, last_sequence = row
             if resource_id and owner != resource_id:
                 raise ThreadOwnershipError(f"Thread {thread_id!r} belongs to another resource")
             resource_id, exists = owner, True
@@ -156,6 +157,7 @@ def turn_start(
         client_ids=client_ids,
         thread_exists=exists,
         thread_title=title,
+        thread_last_sequence=last_sequence,
     )
     for t in agent.tools:
         turn.add_tool(t)

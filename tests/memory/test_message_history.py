@@ -135,3 +135,15 @@ def test_turn_query_count_is_fixed_whatever_the_history_length(
 
 
 EXPECTED_QUERIES = 11
+
+
+def test_window_is_full_after_messages_were_deleted(make_agent, model):
+    agent = make_agent(memory=Memory(last_messages=4))
+    for i in range(4):
+        model.add(f"a{i}")
+        agent.generate(f"u{i}", thread_id=T, resource_id=R)
+    agent.memory.delete_messages(list(StoredMessage.objects.filter(text__in=["a3", "u2"]).values_list("id", flat=True)))
+    model.add("a4")
+    agent.generate("u4", thread_id=T, resource_id=R)
+    # The range below the last sequence came back short: the plain newest-first query filled it.
+    assert prompt_texts(model) == ["u1", "a1", "a2", "u3", "u4"]
