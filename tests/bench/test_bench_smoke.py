@@ -120,6 +120,8 @@ def test_recall_scale_smoke() -> None:
         "2",
         "--exact-max-rows",
         "400",
+        "--alt-exact-max-rows",
+        "0",
         timeout=180,
     )
     kinds = [row["kind"] for row in rows]
