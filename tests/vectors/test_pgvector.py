@@ -139,7 +139,9 @@ def test_search_settings_apply_to_the_search_statement_only(make_messages) -> No
     store = PgvectorStore(ef_search=123)
     store.store(rows_for(make_messages("t1", 3), random_vectors(3)))
     sql = store.search_sql(connection, embedder_id=MODEL, query=random_vectors(1)[0], top_k=3)
-    assert sql.startswith("SET LOCAL hnsw.ef_search = 123; SET LOCAL hnsw.iterative_scan = relaxed_order; ")
+    assert sql.startswith(
+        "SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL hnsw.ef_search = 123; SET LOCAL hnsw.iterative_scan = relaxed_order; "
+    )
     with CaptureQueriesContext(connection) as queries:
         store.search(embedder_id=MODEL, vector=random_vectors(1)[0], top_k=3)
     assert len(queries) == 1
