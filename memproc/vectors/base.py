@@ -84,6 +84,31 @@ class DjangoVectorStore:
         resource_id: str | None = None,
         threshold: float | None = None,
     ) -> list[VectorHit]:
+        """Checks the arguments and normalises the query once for every back end."""
+        check_search_args(top_k=top_k, threshold=threshold)
+        query = query_vector(vector)
+        if not query.any():
+            return []  # nothing is similar to the zero vector
+        return self.search_unit(
+            embedder_id=embedder_id,
+            query=query,
+            top_k=top_k,
+            thread_id=thread_id,
+            resource_id=resource_id,
+            threshold=threshold,
+        )
+
+    def search_unit(
+        self,
+        *,
+        embedder_id: str,
+        query: np.ndarray,
+        top_k: int,
+        thread_id: str | None,
+        resource_id: str | None,
+        threshold: float | None,
+    ) -> list[VectorHit]:
+        """The search proper, given a non-zero unit query vector."""
         raise NotImplementedError
 
 

@@ -37,8 +37,6 @@ from memproc.processors.store import VectorHit
 from memproc.vectors.base import (
     CommitMarker,
     DjangoVectorStore,
-    check_search_args,
-    query_vector,
     tentative_marker,
 )
 
@@ -60,20 +58,16 @@ class NumpyVectorStore(DjangoVectorStore):
             raise ConfigurationError("NumpyVectorStore(cache_bytes=...) must not be negative")
         self.cache_bytes = cache_bytes
 
-    def search(
+    def search_unit(
         self,
         *,
         embedder_id: str,
-        vector: Sequence[float] | np.ndarray,
+        query: np.ndarray,
         top_k: int,
-        thread_id: str | None = None,
-        resource_id: str | None = None,
-        threshold: float | None = None,
+        thread_id: str | None,
+        resource_id: str | None,
+        threshold: float | None,
     ) -> list[VectorHit]:
-        check_search_args(top_k=top_k, threshold=threshold)
-        query = query_vector(vector)
-        if not query.any():
-            return []  # nothing is similar to the zero vector
         alias = self.db_for_read()
         key: CacheKey = (alias, embedder_id, query.size, thread_id, resource_id)
         matrix, message_ids, thread_ids = _cache.snapshot(key, self.cache_bytes)

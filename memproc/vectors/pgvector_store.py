@@ -38,8 +38,6 @@ from memproc.vectors.base import (
     CommitMarker,
     DjangoVectorStore,
     EmbeddingRow,
-    check_search_args,
-    query_vector,
     tentative_marker,
 )
 
@@ -96,20 +94,16 @@ class PgvectorStore(DjangoVectorStore):
             self.ensure_index(model, dimensions)
         super().store(rows)
 
-    def search(
+    def search_unit(
         self,
         *,
         embedder_id: str,
-        vector: Sequence[float] | np.ndarray,
+        query: np.ndarray,
         top_k: int,
-        thread_id: str | None = None,
-        resource_id: str | None = None,
-        threshold: float | None = None,
+        thread_id: str | None,
+        resource_id: str | None,
+        threshold: float | None,
     ) -> list[VectorHit]:
-        check_search_args(top_k=top_k, threshold=threshold)
-        query = query_vector(vector)
-        if not query.any():
-            return []  # nothing is similar to the zero vector
         alias = self.db_for_read()
         connection = connections[alias]
         self.ensure_index(embedder_id, query.size, using=alias)
