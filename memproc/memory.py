@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from typing import Any
+
+from django.db import transaction
 
 from memproc.exceptions import ConfigurationError, ValidationError
 from memproc.messages import Message, MessageInput, to_messages
@@ -40,6 +43,7 @@ class Memory:
         self.vector_store = vector_store
         self.generate_title = generate_title
         self.read_only = read_only
+        self._importing = False
         self._processors = self._build_processors()
 
     @property
@@ -147,6 +151,10 @@ class Memory:
         saved = messages_save_with_files(thread_id=thread_id, resource_id=resource_id, messages=values)
         if (self.uses_semantic_recall if embed is None else embed) and saved:
             sources = sources_for(saved, thread_id=thread_id, resource_id=resource_id)
+            if self._importing:
+                # In this process, so the rows land while the index is held back; errors reach the caller.
+                transaction.on_commit(lambda: sources_embed(sources=sources, embedder=self.embedder))
+                return saved
             background.enqueue(
                 "memproc.embed_messages",
                 # A worker can only rebuild an embedder named by dotted path; objects stay in-process.
@@ -157,6 +165,31 @@ class Memory:
                 inline=lambda: sources_embed(sources=sources, embedder=self.embedder),
             )
         return saved
+
+    @contextmanager
+    def bulk_import(self) -> Iterator[None]:
+        """A block for loading many messages (history from another system, a backfill).
+
+        Inside it `save_messages` embeds in this process (not on a worker) and the vector store holds
+        its index back, building it once at the end: on PostgreSQL that is pgvector's HNSW index, which
+        costs milliseconds per row to maintain and a fraction of that to build. Searches stay correct
+        meanwhile (exact). Start it outside a transaction. Without semantic recall it changes nothing.
+        """
+        if not self.uses_semantic_recall or self._importing:
+            yield
+            return
+        from memproc.embedders import get_embedder
+        from memproc.vectors import get_vector_store
+
+        embedder = get_embedder(self.embedder)
+        store = get_vector_store()
+        defer = getattr(store, "deferred_index", None)  # a custom store may keep no index
+        with defer(embedder.id, int(embedder.dimensions)) if defer else nullcontext():
+            self._importing = True
+            try:
+                yield
+            finally:
+                self._importing = False
 
     def delete_messages(self, message_ids: Sequence[str]) -> int:
         from memproc.services.threads import messages_delete

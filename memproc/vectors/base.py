@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from django.db import connections, router, transaction
+from django.utils import timezone
 
 from memproc.exceptions import ConfigurationError
 from memproc.models import MessageEmbedding
@@ -67,12 +70,25 @@ class DjangoVectorStore:
         return self.using or router.db_for_write(MessageEmbedding)
 
     def store(self, rows: Sequence[EmbeddingRow]) -> None:
-        """One INSERT that skips rows already stored (split only past the database's parameter
-        limit: 3640 rows on SQLite), so re-running an embedding task is harmless."""
+        """One INSERT (or COPY, for large batches on PostgreSQL) that skips rows already stored, so
+        re-running an embedding task is harmless."""
+        from memproc.db import insert_rows
+
         if not rows:
             return
-        objects = [embedding_model(row) for row in rows]
-        MessageEmbedding.objects.using(self.db_for_write()).bulk_create(objects, ignore_conflicts=True)
+        now = timezone.now()
+        insert_rows(
+            MessageEmbedding,
+            [embedding_values(row, now) for row in rows],
+            fields=EMBEDDING_COLUMNS,
+            using=self.db_for_write(),
+            ignore_conflicts=True,
+        )
+
+    def deferred_index(self, embedder_id: str, dimensions: int) -> AbstractContextManager[None]:
+        """A block of bulk writes during which no search index is maintained row by row; the store
+        brings its index up to date once at the end. Nothing to defer for stores without an index."""
+        return nullcontext()
 
     def search(
         self,
@@ -112,20 +128,35 @@ class DjangoVectorStore:
         raise NotImplementedError
 
 
-def embedding_model(row: EmbeddingRow) -> MessageEmbedding:
+EMBEDDING_COLUMNS = (
+    "message",
+    "thread_id",
+    "resource_id",
+    "chunk",
+    "model",
+    "dimensions",
+    "content_hash",
+    "vector",
+    "created_at",
+)
+
+
+def embedding_values(row: EmbeddingRow, created_at: datetime) -> dict[str, Any]:
+    """The row's column values by field name, its vector checked against its declared size."""
     vector = np.asarray(row.vector, dtype=np.float32)
     if vector.shape != (row.dimensions,):
         raise ValueError(f"{row.message_id}#{row.chunk}: a {row.dimensions}-d row holds shape {vector.shape}")
-    return MessageEmbedding(
-        message_id=row.message_id,
-        thread_id=row.thread_id,
-        resource_id=row.resource_id,
-        chunk=row.chunk,
-        model=row.model,
-        dimensions=row.dimensions,
-        content_hash=row.content_hash,
-        vector=vector,
-    )
+    return {
+        "message": row.message_id,
+        "thread_id": row.thread_id,
+        "resource_id": row.resource_id,
+        "chunk": row.chunk,
+        "model": row.model,
+        "dimensions": row.dimensions,
+        "content_hash": row.content_hash,
+        "vector": vector,
+        "created_at": created_at,
+    }
 
 
 def query_vector(vector: Sequence[float] | np.ndarray) -> np.ndarray:

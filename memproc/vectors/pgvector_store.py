@@ -23,7 +23,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +65,7 @@ class _IndexState:
 
 
 _known_indexes: dict[tuple[str, str, int], _IndexState] = {}
+_deferred: set[tuple[str, str, int]] = set()  # indexes this process holds back for a bulk load
 _pgvector_versions: dict[str, tuple[int, ...]] = {}
 _lock = threading.Lock()
 
@@ -168,19 +170,21 @@ class PgvectorStore(DjangoVectorStore):
         """Creates the embedder's HNSW index unless this process knows it exists.
 
         Cheap on an empty table; on a large one it locks writes while it builds, so deploy it ahead
-        with `concurrently=True` (outside a transaction) from a command or a migration.
+        with `concurrently=True` (outside a transaction) from a command or a migration. While a bulk
+        load holds the index back (`deferred_index`, in any process), nothing is created or cached.
         """
         alias = using or self.db_for_write()
         key = (alias, embedder_id, int(dimensions))
         with _lock:
             state = _known_indexes.get(key)
-            if state is not None and state.settled():
+            if key in _deferred or (state is not None and state.settled()):
                 return
         connection = connections[alias]
         if not is_postgres(connection):
             raise ConfigurationError("PgvectorStore needs PostgreSQL with the pgvector extension")
         if concurrently and connection.in_atomic_block:
             raise ValueError("CREATE INDEX CONCURRENTLY cannot run inside a transaction")
+        name = index_name(embedder_id, int(dimensions))
         sql = index_sql(connection, embedder_id, int(dimensions), concurrently=concurrently)
         created = True
         try:
@@ -189,6 +193,10 @@ class PgvectorStore(DjangoVectorStore):
                     cursor.execute(sql)
             else:
                 with transaction.atomic(using=alias), connection.cursor() as cursor:
+                    # Another session is bulk loading with this index held back: leave it to that one.
+                    cursor.execute("SELECT pg_try_advisory_xact_lock_shared(%s)", [deferral_lock(name)])
+                    if not cursor.fetchone()[0]:
+                        return
                     cursor.execute(sql)
         except DatabaseError:
             # Another process created it at the same moment, this role may not create indexes, or
@@ -198,6 +206,67 @@ class PgvectorStore(DjangoVectorStore):
             created = False
         with _lock:
             _known_indexes[key] = _IndexState(created, tentative_marker(alias))
+
+    @contextmanager
+    def deferred_index(self, embedder_id: str, dimensions: int) -> Iterator[None]:
+        """Holds the embedder's HNSW index back for a bulk load, then builds it once.
+
+        pgvector's own advice: inserting a row into an HNSW graph costs milliseconds (it searches the
+        graph and rewrites its neighbours' lists), building the graph over the loaded rows costs a
+        fraction of that per row. The index is dropped (CONCURRENTLY), other sessions are kept from
+        re-creating it by an advisory lock, and at the end it is built CONCURRENTLY (writes go on) and
+        the table is vacuumed and analysed. Searches meanwhile stay correct: without the index they
+        score rows exactly. Call it outside a transaction; the build takes `maintenance_work_mem`
+        (the graph of N d-dimensional rows needs about N * (4d + 200) bytes to build in memory).
+        """
+        alias = self.db_for_write()
+        connection = connections[alias]
+        if not is_postgres(connection):
+            raise ConfigurationError("PgvectorStore needs PostgreSQL with the pgvector extension")
+        if connection.in_atomic_block:
+            raise ValueError(
+                "deferred_index() must start outside a transaction: it drops and builds an index"
+            )
+        key = (alias, embedder_id, int(dimensions))
+        name = index_name(embedder_id, int(dimensions))
+        qn = connection.ops.quote_name
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s)", [deferral_lock(name)])
+        try:
+            with _lock:
+                _deferred.add(key)
+                _known_indexes.pop(key, None)
+            with connection.cursor() as cursor:
+                cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {qn(name)}")
+            try:
+                yield
+            finally:
+                with _lock:
+                    _deferred.discard(key)
+                self.build_index(embedder_id, int(dimensions))
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [deferral_lock(name)])
+
+    def build_index(self, embedder_id: str, dimensions: int) -> None:
+        """Builds the embedder's index CONCURRENTLY (an interrupted build leaves an invalid index:
+        it is dropped, so the next call starts over), then VACUUM ANALYZE for the planner's statistics
+        and the visibility map that the capped scope count scans."""
+        alias = self.db_for_write()
+        connection = connections[alias]
+        qn = connection.ops.quote_name
+        name = index_name(embedder_id, int(dimensions))
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(index_sql(connection, embedder_id, int(dimensions), concurrently=True))
+        except BaseException:
+            with connection.cursor() as cursor:
+                cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {qn(name)}")
+            raise
+        with connection.cursor() as cursor:
+            cursor.execute(f"VACUUM (ANALYZE) {qn(MessageEmbedding._meta.db_table)}")
+        with _lock:
+            _known_indexes[(alias, embedder_id, int(dimensions))] = _IndexState(True, None)
 
     def pgvector_version(self, connection: Any) -> tuple[int, ...]:
         """The installed extension's version, asked once per database and process."""
@@ -218,6 +287,11 @@ class PgvectorStore(DjangoVectorStore):
 def index_name(embedder_id: str, dimensions: int) -> str:
     digest = hashlib.sha256(f"{embedder_id}\x00{dimensions}".encode()).hexdigest()[:16]
     return f"memproc_emb_hnsw_{digest}"
+
+
+def deferral_lock(name: str) -> int:
+    """The advisory lock key (a signed 64-bit integer) a bulk load holds while it defers `name`."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
 
 
 def index_sql(connection: Any, embedder_id: str, dimensions: int, *, concurrently: bool = False) -> str:
