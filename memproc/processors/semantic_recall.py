@@ -5,8 +5,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import numpy as np
-
 from memproc.exceptions import ConfigurationError
 from memproc.messages import Message
 from memproc.processors.base import ProcessorContext
@@ -96,8 +94,10 @@ class SemanticRecall:
         return result
 
     def recall(self, ctx: ProcessorContext, query: str) -> tuple[list[Message], list[Message]] | None:
+        from memproc.services.recall import query_embed
+
         embedder = self.embedder
-        vector = np.asarray(embedder.embed([query])[0], dtype=np.float32)
+        vector = query_embed(query, embedder)
         scope_filter: dict[str, Any] = (
             {"resource_id": ctx.resource_id} if self.scope == "resource" else {"thread_id": ctx.thread_id}
         )

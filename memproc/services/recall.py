@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -86,6 +87,28 @@ def sources_embed(*, sources: Sequence[EmbeddingSource], embedder: Any) -> int:
     ]
     get_vector_store().store(rows)
     return len(rows)
+
+
+def query_embed(text: str, embedder: Any) -> np.ndarray:
+    """The vector of a recall query, through the same process cache as stored chunks.
+
+    The query is usually the turn's new user message, which is embedded again for storage after the
+    turn commits: remembering it under that chunk's content hash spares the second embedder call (and
+    the table lookup). A query longer than one chunk is embedded whole, as it is, and not remembered.
+    """
+    from memproc.embedders import chunk_text, content_hash, get_embedder
+
+    embedder = get_embedder(embedder)
+    chunks = chunk_text(text, settings.EMBEDDING_CHUNK_CHARS)
+    if len(chunks) != 1:
+        return np.asarray(embedder.embed([text])[0], dtype=np.float32)
+    key = content_hash(chunks[0], embedder.id)
+    cached = _vector_cache.get(key)
+    if cached is not None:
+        with contextlib.suppress(KeyError):  # evicted meanwhile by another thread
+            _vector_cache.move_to_end(key)
+        return cached
+    return _remember(key, np.asarray(embedder.embed([chunks[0]])[0], dtype=np.float32))
 
 
 def _known_vectors(embedder_id: str, hashes: set[str]) -> dict[str, np.ndarray]:

@@ -176,3 +176,30 @@ def test_minilm_recalls_a_paraphrase_over_an_unrelated_message(make_agent, model
     make_agent(memory=memory).generate("How do I reset my password?", thread_id="t2", resource_id=R)
     recalled = next(t for t in system_texts(model) if t.startswith(CROSS_THREAD_HEADER))
     assert "login credentials" in recalled and "sunny" not in recalled
+
+
+def test_the_turns_user_text_is_embedded_once_for_search_and_storage(make_agent, model) -> None:
+    from memproc.services.recall import clear_vector_cache
+    from memproc.testing import HashEmbedder
+
+    class CountingEmbedder(HashEmbedder):
+        id = "counting-hash"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.texts: list[str] = []
+
+        def embed(self, texts):
+            self.texts.extend(texts)
+            return super().embed(texts)
+
+    clear_vector_cache()
+    embedder = CountingEmbedder()
+    agent = make_agent(memory=Memory(last_messages=4, semantic_recall=True, embedder=embedder))
+    model.add("the answer")
+    agent.generate("  a question about  otters ", thread_id="t1", resource_id=R)
+    assert sorted(embedder.texts) == ["a question about  otters", "the answer"]
+    long_text = "word " * 400  # more than one chunk: the query is embedded whole, chunks separately
+    model.add("again")
+    agent.generate(long_text, thread_id="t1", resource_id=R)
+    assert embedder.texts.count(long_text) == 1 and "again" in embedder.texts
