@@ -21,10 +21,11 @@ DEFAULTS: dict[str, Any] = {
     "MODELS": {},
     # Vector search
     "HNSW_EF_SEARCH": 100,
-    # HNSW build parameters of new indexes (pgvector's defaults). ef_construction 128 lifted
-    # recall@10 at 1M vectors from 0.93 to 0.97 (bench/RESULTS.md) at about twice the insert cost.
+    # HNSW build parameters of new indexes. ef_construction 128 (pgvector's default is 64) lifts
+    # recall@10 at 1M vectors from 0.92 to 0.96-0.97 (bench/RESULTS.md); it costs ~1.5x per inserted
+    # row and ~1.7x per build. 64 suits write-heavy sites that embed inline and search small scopes.
     "HNSW_M": 16,
-    "HNSW_EF_CONSTRUCTION": 64,
+    "HNSW_EF_CONSTRUCTION": 128,
     # pgvector: scopes up to this many rows are scored exactly (counting them is part of the query,
     # so the cap also bounds that count); larger ones use the HNSW index with iterative scans.
     "EXACT_SEARCH_MAX_ROWS": 2000,
