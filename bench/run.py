@@ -21,6 +21,7 @@ embedding) and reports that time as drain_s.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -58,6 +59,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=1, help="runs in separate processes; medians reported")
+    parser.add_argument(
+        "--prefill",
+        choices=["bulk", "rows"],
+        default="bulk",
+        help="bulk: inside Memory.bulk_import() (the HNSW index is built once at the end, and that "
+        "build counts in the prefill time); rows: the index is maintained row by row",
+    )
     parser.add_argument(
         "--background",
         choices=["inline", "celery"],
@@ -100,6 +108,8 @@ def repeat(args: argparse.Namespace) -> dict:
         str(args.warmup),
         "--background",
         args.background,
+        "--prefill",
+        args.prefill,
     ]
     if args.updates:
         child.append("--updates")
@@ -334,13 +344,28 @@ def bench_agent(workload: str, model: Any, memory: Any = None) -> Any:
     return Agent(id=f"bench-{workload.lower()}", model=model, memory=memory or memory_for(workload))
 
 
-def prefill(workload: str, n: int, memory) -> dict:
+def prefill(workload: str, n: int, memory, *, mode: str = "bulk") -> dict:
+    """Saves the N prefill messages; `index_build_s` is the part of `prefill_s` spent building the
+    vector index at the end of a bulk import (0 when rows maintain it one by one, or without recall)."""
+    start = time.perf_counter()
+    with memory.bulk_import() if mode == "bulk" else contextlib.nullcontext():
+        save_prefill(workload, n, memory)
+        loaded = time.perf_counter()
+    seconds = time.perf_counter() - start
+    return {
+        "prefill": mode,
+        "prefill_s": round(seconds, 3),
+        "prefill_msgs_per_s": round(n / seconds, 1),
+        "index_build_s": round(seconds - (loaded - start), 3),
+    }
+
+
+def save_prefill(workload: str, n: int, memory) -> None:
     from bench.workload import RESOURCE, make_text, prefill_created_at, prefill_thread
     from memproc.messages import Message
 
     prefix = "w1" if workload == "W1" else "w2"
     threads = list(dict.fromkeys(prefill_thread(workload, i, n) for i in range(n)))
-    start = time.perf_counter()
     for thread_id in threads:
         memory.create_thread(resource_id=RESOURCE, thread_id=thread_id)
     batch: list[Message] = []
@@ -361,8 +386,21 @@ def prefill(workload: str, n: int, memory) -> dict:
         )
     if batch:
         memory.save_messages(batch, thread_id=current, resource_id=RESOURCE)
-    seconds = time.perf_counter() - start
-    return {"prefill_s": round(seconds, 3), "prefill_msgs_per_s": round(n / seconds, 1)}
+
+
+def cpu_reference_ms() -> float:
+    """Best of 5 timings of a fixed pure-Python loop: how fast this machine is right now.
+
+    The shared hosts vary by 2x from day to day; figures of runs with different references are not
+    comparable, and RESULTS.md gives the reference next to every table."""
+    best = math.inf
+    for _ in range(5):
+        start = time.perf_counter()
+        total = 0
+        for i in range(200_000):
+            total += i * i % 7
+        best = min(best, time.perf_counter() - start)
+    return round(best * 1000, 2)
 
 
 def measure(args: argparse.Namespace, tmp: Path) -> dict:
@@ -383,12 +421,16 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict:
         "updates": args.updates,
         "background": args.background,
         "port_checked": check_port(),
+        "cpu_ref_ms": cpu_reference_ms(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
     }
+    if args.db == "postgres":
+        stats["hnsw"] = f"m={memproc_settings.HNSW_M},ef_construction={memproc_settings.HNSW_EF_CONSTRUCTION}"
     if args.workload in ("W1", "W2"):
         # Inline whatever --background says: the measured loop must start on a fully embedded store.
         # override_settings signals setting_changed, which memproc.conf reloads on.
         with override_settings(MEMPROC={**settings.MEMPROC, "BACKGROUND": "inline"}):
-            stats.update(prefill(args.workload, args.n, memory))
+            stats.update(prefill(args.workload, args.n, memory, mode=args.prefill))
     thread_id = MAIN_THREAD[args.workload]
     # The prefill does not create the live thread (W2, W3); creating it here keeps that work out of
     # the first measured turn, so every measured turn issues the same SQL.

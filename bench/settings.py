@@ -8,9 +8,11 @@ sets before either loads them:
 - BENCH_PG_HOST, BENCH_PG_PORT: the embedded PostgreSQL's socket dir and port (instead of SQLite);
   BENCH_PG_OPTIONS: libpq options for it, e.g. "-c synchronous_commit=off";
 - BENCH_BACKGROUND: memproc's BACKGROUND, "inline" (default) or "celery";
-- BENCH_REDIS_URL: the Celery broker (default redis://127.0.0.1:6379/13, a database kept for benchmarks).
+- BENCH_REDIS_URL: the Celery broker (default redis://127.0.0.1:6379/13, a database kept for benchmarks);
+- BENCH_MEMPROC: JSON merged into MEMPROC, e.g. '{"HNSW_EF_CONSTRUCTION": 64}' to compare settings.
 """
 
+import json
 import os
 
 SECRET_KEY = "bench"
@@ -43,6 +45,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 MEMPROC = {
     "EMBEDDER": {"CLASS": "memproc.testing.HashEmbedder", "OPTIONS": {"dimensions": 384}},
     "BACKGROUND": os.environ.get("BENCH_BACKGROUND", "inline"),
+    **json.loads(os.environ.get("BENCH_MEMPROC", "{}")),
 }
 LOGGING = {"version": 1, "disable_existing_loggers": False}
 

@@ -26,6 +26,9 @@ DEFAULTS: dict[str, Any] = {
     # row and ~1.7x per build. 64 suits write-heavy sites that embed inline and search small scopes.
     "HNSW_M": 16,
     "HNSW_EF_CONSTRUCTION": 128,
+    # maintenance_work_mem for the index builds of Memory.bulk_import (e.g. "1GB"); None keeps the
+    # server's. A graph that does not fit is finished on disk, several times slower.
+    "HNSW_BUILD_MEMORY": None,
     # pgvector: scopes up to this many rows are scored exactly (counting them is part of the query,
     # so the cap also bounds that count); larger ones use the HNSW index with iterative scans.
     "EXACT_SEARCH_MAX_ROWS": 2000,

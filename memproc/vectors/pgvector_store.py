@@ -252,19 +252,26 @@ class PgvectorStore(DjangoVectorStore):
         """Builds the embedder's index CONCURRENTLY (an interrupted build leaves an invalid index:
         it is dropped, so the next call starts over), then VACUUM ANALYZE for the planner's statistics
         and the visibility map that the capped scope count scans."""
+        from memproc.conf import settings
+
         alias = self.db_for_write()
         connection = connections[alias]
         qn = connection.ops.quote_name
         name = index_name(embedder_id, int(dimensions))
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute(index_sql(connection, embedder_id, int(dimensions), concurrently=True))
-        except BaseException:
-            with connection.cursor() as cursor:
-                cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {qn(name)}")
-            raise
+        memory = settings.HNSW_BUILD_MEMORY
         with connection.cursor() as cursor:
-            cursor.execute(f"VACUUM (ANALYZE) {qn(MessageEmbedding._meta.db_table)}")
+            if memory:
+                cursor.execute("SELECT set_config('maintenance_work_mem', %s, false)", [str(memory)])
+            try:
+                try:
+                    cursor.execute(index_sql(connection, embedder_id, int(dimensions), concurrently=True))
+                except BaseException:
+                    cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {qn(name)}")
+                    raise
+                cursor.execute(f"VACUUM (ANALYZE) {qn(MessageEmbedding._meta.db_table)}")
+            finally:
+                if memory:
+                    cursor.execute("RESET maintenance_work_mem")
         with _lock:
             _known_indexes[(alias, embedder_id, int(dimensions))] = _IndexState(True, None)
 

@@ -132,3 +132,28 @@ def test_a_deferred_index_cannot_start_inside_a_transaction() -> None:
     with pytest.raises(ValueError, match="outside a transaction"), transaction.atomic():
         with PgvectorStore().deferred_index(embedder.id, embedder.dimensions):
             pass  # pragma: no cover
+
+
+@pytest.mark.postgres
+def test_the_build_gets_the_configured_memory_and_the_session_gets_its_own_back() -> None:
+    seen: list[str] = []
+
+    def spy(execute, sql, params, many, context):
+        if "CREATE INDEX CONCURRENTLY" in sql:
+            with connection.cursor() as cursor:
+                cursor.execute("SHOW maintenance_work_mem")
+                seen.append(cursor.fetchone()[0])
+        return execute(sql, params, many, context)
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW maintenance_work_mem")
+        before = cursor.fetchone()[0]
+    mem = memory()
+    with override_settings(MEMPROC={**settings.MEMPROC, "HNSW_BUILD_MEMORY": "96MB"}):
+        with connection.execute_wrapper(spy), mem.bulk_import():
+            load(mem, "t", texts(3))
+    assert seen == ["96MB"]
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW maintenance_work_mem")
+        assert cursor.fetchone()[0] == before != "96MB"
+    assert the_index() == (True, True)
