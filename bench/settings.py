@@ -45,6 +45,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 MEMPROC = {
     "EMBEDDER": {"CLASS": "memproc.testing.HashEmbedder", "OPTIONS": {"dimensions": 384}},
     "BACKGROUND": os.environ.get("BENCH_BACKGROUND", "inline"),
+    # The README's advice for bulk imports: the 50k graph (~90 MB) would not fit the server's 64 MB.
+    "HNSW_BUILD_MEMORY": "1GB",
     **json.loads(os.environ.get("BENCH_MEMPROC", "{}")),
 }
 LOGGING = {"version": 1, "disable_existing_loggers": False}
