@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import inspect
+import json
 import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any, Literal, get_args, get_origin
 
 import jsonschema
@@ -16,6 +17,23 @@ from memproc.exceptions import ConfigurationError, ToolError
 from memproc.llm.types import ToolSpec
 
 _SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def schema_validator(schema: Mapping[str, Any]) -> Any:
+    """A validator for `schema`, built once per distinct schema in this process.
+
+    Checking a schema against its metaschema costs more than validating a call, and some tools (the
+    working-memory one) are rebuilt every turn with the same schema.
+    """
+    return _validator_for(json.dumps(schema, sort_keys=True))
+
+
+@lru_cache(maxsize=256)
+def _validator_for(schema_json: str) -> Any:
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
 
 
 @dataclass
@@ -49,10 +67,7 @@ class Tool:
 
     @cached_property
     def validator(self) -> Any:
-        """Built once: checking the schema itself on every call costs more than the call."""
-        cls = jsonschema.validators.validator_for(self.parameters)
-        cls.check_schema(self.parameters)
-        return cls(self.parameters)
+        return schema_validator(self.parameters)
 
     @property
     def spec(self) -> ToolSpec:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from functools import lru_cache
 from typing import Any
 
 import jsonschema
@@ -14,6 +13,7 @@ from django.utils import timezone
 from memproc import models
 from memproc.db import insert_rows
 from memproc.exceptions import MemprocError, ValidationError
+from memproc.tools import schema_validator
 
 MAX_CAS_ATTEMPTS = 20
 
@@ -77,21 +77,13 @@ def next_schema_value(*, current: str, patch: Any, schema: dict[str, Any] | None
     merged = deep_merge(parse_json_memory(current), patch)
     if schema:
         try:
-            _validator(json.dumps(schema, sort_keys=True)).validate(merged)
+            schema_validator(schema).validate(merged)
         except jsonschema.ValidationError as exc:
             path = "/".join(str(p) for p in exc.absolute_path) or "(root)"
             raise ValidationError(
                 f"Working memory does not match the schema at {path}: {exc.message}"
             ) from exc
     return json.dumps(merged, ensure_ascii=False, sort_keys=True)
-
-
-@lru_cache(maxsize=64)
-def _validator(schema_json: str) -> Any:
-    schema = json.loads(schema_json)
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema)
 
 
 def compute_next(
