@@ -4,7 +4,8 @@ The ORM compiles every query anew; on a small machine that costs more than SQLit
 running a turn's few statements. These helpers keep the ORM's value conversion (each field's
 `get_db_prep_save`) and skip only the compiler. On PostgreSQL with psycopg 3, large batches go through
 COPY: a 500-row INSERT spends most of its time in the driver's placeholder parsing and the server's
-parse of a ~1 MB statement.
+parse of a ~1 MB statement. COPY goes through psycopg's own cursor, so `execute_wrapper` hooks (query
+counters, tracing) do not see it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from django.db import connections, models, transaction
+from django.db import ProgrammingError, connections, models, transaction
 
 # From this many rows a PostgreSQL insert goes through COPY (below it, one INSERT is cheaper).
 COPY_MIN_ROWS = 64
@@ -44,8 +45,11 @@ def insert_rows(
     values = [[f.get_db_prep_save(row[f.name], connection) for f in model_fields] for row in rows]
     columns = ", ".join(connection.ops.quote_name(f.column) for f in model_fields)
     if connection.vendor == "postgresql" and len(rows) >= COPY_MIN_ROWS and _can_copy(connection):
-        _copy(connection, connection.ops.quote_name(table), columns, values, ignore_conflicts)
-        return
+        try:
+            _copy(connection, connection.ops.quote_name(table), columns, values, ignore_conflicts)
+            return
+        except _NoTemporaryTables:
+            connection.memproc_no_temporary_tables = True  # this role may not: INSERT from now on
     # SQLite caps bound parameters per statement (32,766 since 3.32, 999 before).
     per_statement = connection.ops.bulk_batch_size(list(model_fields), rows) or len(rows)
     for start in range(0, len(values), per_statement):
@@ -68,11 +72,15 @@ def _insert(
         cursor.execute(sql, list(itertools.chain.from_iterable(values)))
 
 
+class _NoTemporaryTables(Exception):
+    """The role lacks the TEMPORARY privilege that a COPY skipping conflicts needs."""
+
+
 def _can_copy(connection: Any) -> bool:
     """psycopg 3's `Cursor.copy` (psycopg2 has only `copy_expert`, which needs CSV quoting by hand)."""
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
-    return is_psycopg3
+    return is_psycopg3 and not getattr(connection, "memproc_no_temporary_tables", False)
 
 
 def _copy(
@@ -84,10 +92,13 @@ def _copy(
         target = table
         if ignore_conflicts:
             target = connection.ops.quote_name("memproc_copy_" + table.strip('"'))
-            cursor.execute(
-                f"CREATE TEMPORARY TABLE {target} ON COMMIT DROP "
-                f"AS SELECT {columns} FROM {table} WITH NO DATA"
-            )
+            try:
+                cursor.execute(
+                    f"CREATE TEMPORARY TABLE {target} ON COMMIT DROP "
+                    f"AS SELECT {columns} FROM {table} WITH NO DATA"
+                )
+            except ProgrammingError as exc:  # permission denied: the savepoint rolls back, nothing lost
+                raise _NoTemporaryTables from exc
         # The raw cursor's COPY: errors are wrapped by hand into Django's (IntegrityError, ...).
         with (
             connection.wrap_database_errors,

@@ -116,3 +116,36 @@ def test_large_batches_go_through_copy_on_postgresql() -> None:
         insert_rows(models.Message, rows, fields=MESSAGE_COLUMNS)
     assert not any(q["sql"].startswith("INSERT") for q in queries.captured_queries)
     assert models.Message.objects.count() == COPY_MIN_ROWS
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_role_without_temporary_tables_still_skips_conflicts_with_plain_inserts() -> None:
+    thread()
+    messages = message_rows(COPY_MIN_ROWS)
+    insert_rows(models.Message, messages, fields=MESSAGE_COLUMNS)
+    first = embedding_rows(messages[:10], seed=1)
+    insert_rows(models.MessageEmbedding, first, fields=EMBEDDING_COLUMNS, ignore_conflicts=True)
+    database = connection.ops.quote_name(connection.settings_dict["NAME"])
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE ROLE memproc_no_temp")
+        cursor.execute("GRANT ALL ON ALL TABLES IN SCHEMA public TO memproc_no_temp")
+        cursor.execute("GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO memproc_no_temp")
+        cursor.execute(f"REVOKE TEMPORARY ON DATABASE {database} FROM PUBLIC")
+    # PostgreSQL checks the privilege when a session first creates a temporary table: a new session.
+    connection.close()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SET ROLE memproc_no_temp")
+        rows = embedding_rows(messages, seed=2)
+        insert_rows(models.MessageEmbedding, rows, fields=EMBEDDING_COLUMNS, ignore_conflicts=True)
+        assert connection.memproc_no_temporary_tables
+    finally:
+        connection.close()
+        with connection.cursor() as cursor:
+            cursor.execute(f"GRANT TEMPORARY ON DATABASE {database} TO PUBLIC")
+            cursor.execute("DROP OWNED BY memproc_no_temp")
+            cursor.execute("DROP ROLE memproc_no_temp")
+    stored = dict(models.MessageEmbedding.objects.values_list("message_id", "content_hash"))
+    assert len(stored) == COPY_MIN_ROWS
+    assert all(stored[row["message"]] == row["content_hash"] for row in first + rows[10:])
