@@ -176,7 +176,7 @@ def messages_insert(*, thread_id: str, resource_id: str, messages: Sequence[Mess
     insert_rows(models.Message, rows, fields=MESSAGE_COLUMNS)
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)  # inside a caller's transaction a failure aborts it whole anyway
 def messages_save(
     *,
     thread_id: str,
