@@ -479,18 +479,40 @@ def measured_loop(args: argparse.Namespace, memory: Any, thread_id: str) -> dict
         stats["model_calls_per_turn"] = model.calls / args.turns
     else:
         prefix = args.workload.lower()
+        calls: dict[str, list[float]] = {}
+
+        def timed(name: str, call: Any, /, *call_args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return call(*call_args, **kwargs)
+            finally:
+                calls.setdefault(name, []).append((time.perf_counter() - start) * 1000)
+
         with connection.execute_wrapper(counter):
             loop_start = time.perf_counter()
             for j in range(args.turns):
                 before, start = counter.count, time.perf_counter()
                 query = make_text("mem", j) if args.workload == "W2" else None
-                memory.recall(thread_id=thread_id, resource_id=RESOURCE, query=query, last_messages=10)
+                timed(
+                    "recall",
+                    memory.recall,
+                    thread_id=thread_id,
+                    resource_id=RESOURCE,
+                    query=query,
+                    last_messages=10,
+                )
                 if args.workload == "W3":
-                    memory.get_working_memory(thread_id=thread_id, resource_id=RESOURCE)
-                    memory.update_working_memory(
-                        working_memory_doc(j), thread_id=thread_id, resource_id=RESOURCE
+                    timed("wm_get", memory.get_working_memory, thread_id=thread_id, resource_id=RESOURCE)
+                    timed(
+                        "wm_update",
+                        memory.update_working_memory,
+                        working_memory_doc(j),
+                        thread_id=thread_id,
+                        resource_id=RESOURCE,
                     )
-                memory.save_messages(
+                timed(
+                    "save",
+                    memory.save_messages,
                     [
                         Message.create("user", make_text("mem", j), id=f"{prefix}-mem-u{j}"),
                         Message.create("assistant", "OK.", id=f"{prefix}-mem-a{j}"),
@@ -501,6 +523,11 @@ def measured_loop(args: argparse.Namespace, memory: Any, thread_id: str) -> dict
                 latencies.append((time.perf_counter() - start) * 1000)
                 queries.append(counter.count - before)
             loop = time.perf_counter() - loop_start
+        # WORKLOADS.md: "time each call and the iteration".
+        for name, values in calls.items():
+            stats[f"{name}_p50_ms"] = round(nearest_rank(values, 0.5), 3)
+            stats[f"{name}_p95_ms"] = round(nearest_rank(values, 0.95), 3)
+            stats[f"{name}_mean_ms"] = round(statistics.fmean(values), 3)
     stats.update(
         {
             "turns": args.turns,

@@ -96,7 +96,8 @@ def messages_existing(*, ids: Iterable[str]) -> dict[str, str]:
     ids = list(ids)
     if not ids:
         return {}
-    return dict(models.Message.objects.filter(id__in=ids).values_list("id", "thread_id"))
+    marks = ", ".join(["%s"] * len(ids))
+    return dict(_fetch(f"SELECT id, thread_id FROM {_table(models.Message)} WHERE id IN ({marks})", ids))
 
 
 def messages_around(*, message_ids: Sequence[str], before: int, after: int) -> dict[str, list[Message]]:

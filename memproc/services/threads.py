@@ -52,9 +52,13 @@ def thread_ensure(*, thread_id: str, resource_id: str, agent_id: str = "") -> mo
                 return models.Thread.objects.create(id=thread_id, resource_id=resource_id, agent_id=agent_id)
         except IntegrityError:  # created concurrently
             thread = models.Thread.objects.get(pk=thread_id)
-    if thread.resource_id != resource_id:
-        raise ThreadOwnershipError(f"Thread {thread_id!r} belongs to another resource")
+    check_owner(thread_id=thread_id, owner=thread.resource_id, resource_id=resource_id)
     return thread
+
+
+def check_owner(*, thread_id: str, owner: str, resource_id: str) -> None:
+    if owner != resource_id:
+        raise ThreadOwnershipError(f"Thread {thread_id!r} belongs to another resource")
 
 
 def thread_update(
@@ -189,7 +193,13 @@ def messages_save(
     """Saves messages at the end of a thread, in order, together; returns those it saved. Ids already
     stored in this thread are skipped; an id stored in another thread is a ValidationError."""
     if not thread_exists:
-        thread_ensure(thread_id=thread_id, resource_id=resource_id, agent_id=agent_id)
+        from memproc.selectors import thread_owner
+
+        owner = thread_owner(thread_id=thread_id)  # plain SQL: the ORM compiler costs more than the read
+        if owner is None:
+            thread_ensure(thread_id=thread_id, resource_id=resource_id, agent_id=agent_id)
+        else:
+            check_owner(thread_id=thread_id, owner=owner[0], resource_id=resource_id)
     messages = [m for m in messages if m.role != "system"]
     if skip_existing and messages:
         from memproc.selectors import messages_existing
