@@ -8,7 +8,8 @@ class MemprocConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from memproc import checks, signals  # noqa: F401  (registers checks and receivers)
+        # Registers the checks and receivers, and the task bodies inline background work runs.
+        from memproc import checks, signals, tasks  # noqa: F401
         from memproc.agents.registry import autodiscover
 
         autodiscover()

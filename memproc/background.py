@@ -1,4 +1,8 @@
-"""Background work after commit: inline in-process (default) or as Celery tasks. Only services call it."""
+"""Background work after commit: inline in-process (default) or as Celery tasks. Only services call it.
+
+Inline mode runs a task's plain function from the registry below; `memproc.tasks` (an interface, a
+layer above this module) registers its functions with `register_task` when the app is ready.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,15 @@ from django.db import transaction
 from memproc.conf import settings
 
 logger = logging.getLogger(__name__)
+
+# Wire name -> the plain function inline mode runs with the task's keyword arguments.
+TASKS: dict[str, Callable[..., Any]] = {}
+
+
+def register_task(task_name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """Makes `function` the body inline mode runs for `task_name` (replacing any earlier one)."""
+    TASKS[task_name] = function
+    return function
 
 
 def enqueue(task_name: str, *, kwargs: dict[str, Any], inline: Callable[[], Any] | None = None) -> None:
@@ -40,6 +53,12 @@ def enqueue(task_name: str, *, kwargs: dict[str, Any], inline: Callable[[], Any]
 
 
 def run_task_inline(task_name: str, kwargs: dict[str, Any]) -> Any:
-    from memproc import tasks
-
-    return tasks.TASKS[task_name](**kwargs)
+    """Runs the registered body of `task_name` in this process; LookupError if none is registered."""
+    try:
+        function = TASKS[task_name]
+    except KeyError:
+        raise LookupError(
+            f"No background task {task_name!r} is registered in this process; memproc.tasks registers "
+            "its tasks when the app is ready (is 'memproc' in INSTALLED_APPS?)"
+        ) from None
+    return function(**kwargs)

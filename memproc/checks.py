@@ -8,9 +8,11 @@ from django.core.checks import Error, Tags, Warning, register
 from django.db import connections
 from django.utils.module_loading import import_string
 
+from memproc.agents.registry import all_agents
 from memproc.conf import DEFAULTS, user_settings
 
 DOTTED_PATH_KEYS = ("EMBEDDER", "TOKENIZER", "RESOURCE_RESOLVER")
+BOOLEAN_KEYS = ("STORE_BLOCKED_CONTENT", "API_ALLOW_SYSTEM_MESSAGES")
 
 
 @register(Tags.compatibility)
@@ -45,6 +47,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
                         id="memproc.E002",
                     )
                 )
+    for key in BOOLEAN_KEYS:
+        if key in configured and not isinstance(configured[key], bool):
+            errors.append(
+                Error(
+                    f"MEMPROC[{key!r}] is {configured[key]!r}, not a boolean.",
+                    hint="Use True or False.",
+                    obj="MEMPROC",
+                    id="memproc.E005",
+                )
+            )
     background = configured.get("BACKGROUND", DEFAULTS["BACKGROUND"])
     if background not in ("inline", "celery"):
         errors.append(
@@ -61,8 +73,6 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
 @register(Tags.database)
 def check_vector_search(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Any]:
     """Semantic recall without pgvector still works, through exact in-process search: say so."""
-    from memproc.agents.registry import all_agents
-
     if not any(agent.memory is not None and agent.memory.uses_semantic_recall for agent in all_agents()):
         return []
     store = user_settings().get("VECTOR_STORE", DEFAULTS["VECTOR_STORE"])

@@ -58,6 +58,8 @@ DEFAULTS: dict[str, Any] = {
     # API
     "RESOURCE_RESOLVER": "memproc.api.permissions.user_resources",
     "MAX_REQUEST_MESSAGES": 200,
+    # System messages in API input (rule 18): refused with a 400 unless this is True.
+    "API_ALLOW_SYSTEM_MESSAGES": False,
     # Tripwires
     "STORE_BLOCKED_CONTENT": True,
     # Agent loop

@@ -9,8 +9,9 @@ if TYPE_CHECKING:
     from memproc.llm.types import ToolCall
     from memproc.messages import Message, ToolResultPart
 
-Phase = Literal["input", "output", "stream"]
-EventType = Literal["text-delta", "tool-call", "tool-result", "tripwire", "finish"]
+Phase = Literal["input", "input_step", "output_step", "tool_result", "output", "stream"]
+# "retry": an output hook rejected the draft streamed so far; a new attempt follows (rule 19).
+EventType = Literal["text-delta", "tool-call", "tool-result", "tripwire", "retry", "finish"]
 
 
 @dataclass(frozen=True, slots=True)

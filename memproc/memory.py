@@ -1,4 +1,8 @@
-"""Memory: the configuration that adds memory processors to an agent, and the API over stored data."""
+"""Memory: the configuration that adds memory processors to an agent, and the API over stored data.
+
+Services, selectors and vector stores are imported where they are used: they load the ORM, and a
+Memory (like an Agent) may be built in a module imported before Django is set up.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,18 @@ from typing import Any
 
 from django.db import transaction
 
+from memproc.embedders import get_embedder
 from memproc.exceptions import ConfigurationError, ValidationError
 from memproc.messages import Message, MessageInput, to_messages
+from memproc.processors.attachments import AttachmentUploader
+from memproc.processors.base import ProcessorContext
+from memproc.processors.message_history import MessageHistory
+from memproc.processors.semantic_recall import SemanticRecall
+from memproc.processors.working_memory import WorkingMemory
 
 RECALL_DEFAULTS = {"top_k": 4, "message_range": 1, "scope": "resource", "threshold": None}
-WORKING_MEMORY_DEFAULTS = {"enabled": True, "scope": "resource", "template": None, "schema": None}
+WORKING_MEMORY_DEFAULTS = {"scope": "resource", "template": None, "schema": None}
+CALL_OPTIONS = frozenset({"read_only", "last_messages", "semantic_recall", "working_memory"})
 
 
 class Memory:
@@ -37,8 +48,6 @@ class Memory:
         self.last_messages = last_messages
         self.recall_options = _options(semantic_recall, RECALL_DEFAULTS, "semantic_recall")
         self.working_memory_options = _options(working_memory, WORKING_MEMORY_DEFAULTS, "working_memory")
-        if self.working_memory_options and not self.working_memory_options.get("enabled", True):
-            self.working_memory_options = None
         self.embedder = embedder
         self.vector_store = vector_store
         self.generate_title = generate_title
@@ -46,15 +55,35 @@ class Memory:
         self._importing = False
         self._processors = self._build_processors()
 
+    def with_options(self, options: dict[str, Any]) -> Memory:
+        """This Memory with one call's overrides (rule 22): `read_only`, `last_messages`,
+        `semantic_recall` and `working_memory` (a dict merges into this Memory's options)."""
+        if not isinstance(options, dict):
+            raise ValidationError("memory_options must be a dict")
+        unknown = set(options) - CALL_OPTIONS
+        if unknown:
+            raise ValidationError(
+                f"memory_options has unknown keys: {', '.join(sorted(unknown))}; "
+                f"expected some of {', '.join(sorted(CALL_OPTIONS))}"
+            )
+        try:
+            return Memory(
+                last_messages=options.get("last_messages", self.last_messages),
+                semantic_recall=_merged(options, "semantic_recall", self.recall_options),
+                working_memory=_merged(options, "working_memory", self.working_memory_options),
+                embedder=self.embedder,
+                vector_store=self.vector_store,
+                generate_title=self.generate_title,
+                read_only=bool(options.get("read_only", self.read_only)),
+            )
+        except ConfigurationError as exc:
+            raise ValidationError(f"memory_options: {exc}") from exc
+
     @property
     def uses_semantic_recall(self) -> bool:
         return self.recall_options is not None
 
     def _build_processors(self) -> dict[str, Any]:
-        from memproc.processors.attachments import AttachmentUploader
-        from memproc.processors.message_history import MessageHistory
-        from memproc.processors.semantic_recall import SemanticRecall
-        from memproc.processors.working_memory import WorkingMemory
 
         built: dict[str, Any] = {}
         if self.last_messages is not False and not self.read_only:
@@ -143,8 +172,8 @@ class Memory:
     ) -> list[Message]:
         """Saves messages at the end of a thread; embeds them (after commit) when recall is on."""
         from memproc import background
-        from memproc.services.attachments import messages_save_with_files
         from memproc.services.recall import sources_embed, sources_for
+        from memproc.services.threads import messages_save_with_files
 
         values = to_messages(messages)
         # Inline files are offloaded to the attachment storage, as in a turn: rows never hold bytes.
@@ -178,7 +207,6 @@ class Memory:
         if not self.uses_semantic_recall or self._importing:
             yield
             return
-        from memproc.embedders import get_embedder
         from memproc.vectors import get_vector_store
 
         embedder = get_embedder(self.embedder)
@@ -216,7 +244,6 @@ class Memory:
         if not query or not self.recall_options:
             return history
         recall = self._processors["semantic-recall"]
-        from memproc.processors.base import ProcessorContext
 
         query_message = Message.create("user", query)
         ctx = ProcessorContext(
@@ -277,12 +304,29 @@ class Memory:
         return scope, key
 
 
+def _merged(options: dict[str, Any], name: str, current: dict[str, Any] | None) -> Any:
+    """A call's override of one option: True/False/None as given; a dict merges into the current."""
+    if name not in options:
+        return current or False
+    value = options[name]
+    if isinstance(value, dict) and value.get("enabled", True) is not False:
+        return {**(current or {}), **value}
+    return value
+
+
 def _options(value: bool | dict[str, Any], defaults: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """True, False, None or a dict of options; the seed's `{"enabled": bool, ...}` form too (rule 21)."""
     if value is False or value is None:
         return None
     if value is True:
         return dict(defaults)
     if isinstance(value, dict):
+        enabled = value.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise ConfigurationError(f"Memory({name}={{'enabled': ...}}) must be True or False")
+        if not enabled:
+            return None
+        value = {k: v for k, v in value.items() if k != "enabled"}
         unknown = set(value) - set(defaults)
         if unknown:
             raise ConfigurationError(f"Memory({name}=...) has unknown options: {', '.join(sorted(unknown))}")

@@ -7,6 +7,7 @@ silently changing what another processor or the store sees.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import uuid
@@ -194,8 +195,6 @@ def part_to_json(part: Part) -> dict[str, Any]:
     for f in dataclasses.fields(part):
         value = getattr(part, f.name)
         if isinstance(value, bytes):
-            import base64
-
             value = base64.b64encode(value).decode("ascii")
         data[f.name] = thaw(value)
     return data
@@ -366,8 +365,6 @@ def _file_to_openai(part: FilePart) -> dict[str, Any]:
 
 
 def _data_uri(part: FilePart) -> str:
-    import base64
-
     data = part.data or b""
     if isinstance(data, str):
         if data.startswith("data:"):

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.text import get_valid_filename
 from django.utils.translation import gettext_lazy as _
 
 from memproc.fields import VectorField
@@ -160,6 +161,9 @@ class TripwireLog(models.Model):
 
     class Phase(models.TextChoices):
         INPUT = "input", _("Input")
+        INPUT_STEP = "input_step", _("Input step")
+        OUTPUT_STEP = "output_step", _("Output step")
+        TOOL_RESULT = "tool_result", _("Tool result")
         OUTPUT = "output", _("Output")
         STREAM = "stream", _("Stream")
 
@@ -202,8 +206,6 @@ class TripwireLog(models.Model):
 
 def attachment_upload_to(instance: Attachment, filename: str) -> str:
     """Content-addressed path; the resource id is a client-chosen string, so it is made path-safe."""
-    from django.utils.text import get_valid_filename
-
     resource = get_valid_filename(instance.resource_id or "_").replace("..", "_") or "_"
     return f"memproc/{resource}/{instance.sha256[:2]}/{instance.sha256}/{get_valid_filename(filename)}"
 

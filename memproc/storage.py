@@ -9,11 +9,11 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.functional import LazyObject, empty
 
+from memproc.conf import settings
+
 
 class _AttachmentStorage(LazyObject):
     def _setup(self) -> None:
-        from memproc.conf import settings
-
         alias = settings.ATTACHMENT_STORAGE
         if alias not in storages.backends:
             alias = "default"

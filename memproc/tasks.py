@@ -14,9 +14,11 @@ harm. Transient failures (an embedder or a model provider unavailable or rate-li
 connection dropped) retry with exponential backoff; anything else is permanent: logged with the
 payload and dropped, never retried and never raised into the worker.
 
-`TASKS` maps each wire name to a plain function taking the same keyword arguments: inline mode
-(`MEMPROC["BACKGROUND"] = "inline"`, the default) runs those, so Celery is needed only with
-`"celery"`.
+`TASKS` maps each wire name to a plain function taking the same keyword arguments; they are
+registered with `memproc.background` when the app is ready (`MemprocConfig.ready` imports this
+module), and inline mode (`MEMPROC["BACKGROUND"] = "inline"`, the default) runs them, so Celery is
+needed only with `"celery"`. The tasks look agents up here, in the interface, and hand the services
+what they need (the agent, its embedder).
 """
 
 from __future__ import annotations
@@ -27,7 +29,14 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError
 
+from memproc import background
+from memproc.agents import get_agent
+from memproc.agents.embedder import agent_embedder
 from memproc.exceptions import EmbedderUnavailable, ModelRateLimitError, ModelUnavailableError
+from memproc.services.purge import resource_purge
+from memproc.services.recall import messages_embed
+from memproc.services.reindex import reindex_run
+from memproc.services.titles import thread_title_generate
 
 logger = logging.getLogger(__name__)
 
@@ -56,19 +65,15 @@ def embed_messages(message_ids: list[str], agent_id: str | None = None, embedder
     """Embeds stored messages in one batch with `embedder` (a dotted path), else the agent's recall
     embedder, else the EMBEDDER setting. Messages already embedded by that embedder, and messages
     deleted since, are skipped."""
-    from memproc.services.recall import messages_embed
-    from memproc.services.reindex import agent_embedder
-
     return messages_embed(
         message_ids=list(message_ids), embedder=embedder or agent_embedder(agent_id=agent_id)
     )
 
 
 def generate_title(thread_id: str, agent_id: str) -> str | None:
-    """Titles an untitled thread from its first user message with the agent's model."""
-    from memproc.services.titles import thread_title_generate
-
-    return thread_title_generate(thread_id=thread_id, agent_id=agent_id)
+    """Titles an untitled thread from its first user message with the agent's model (LookupError,
+    permanent, if no agent `agent_id` is registered in this process)."""
+    return thread_title_generate(thread_id=thread_id, agent=get_agent(agent_id))
 
 
 def backfill_embeddings(
@@ -81,8 +86,6 @@ def backfill_embeddings(
     """Embeds, in batches, every message (of a resource or thread, if given) that has no vector from
     the embedder: `embedder` (a dotted path), else the agent's, else the EMBEDDER setting. Returns
     the number of messages embedded."""
-    from memproc.services.reindex import agent_embedder, reindex_run
-
     summary = reindex_run(
         embedder=embedder or agent_embedder(agent_id=agent_id),
         thread_id=thread_id,
@@ -94,8 +97,6 @@ def backfill_embeddings(
 
 def purge_resource(resource_id: str) -> dict[str, int]:
     """Deletes everything stored for a resource (see `resource_purge`); returns the counts."""
-    from memproc.services.purge import resource_purge
-
     return resource_purge(resource_id=resource_id).as_dict()
 
 
@@ -105,6 +106,14 @@ TASKS: dict[str, Callable[..., Any]] = {
     "memproc.backfill_embeddings": backfill_embeddings,
     "memproc.purge_resource": purge_resource,
 }
+
+
+def _register_inline_bodies() -> None:
+    for name, function in TASKS.items():
+        background.register_task(name, function)
+
+
+_register_inline_bodies()
 
 
 def run_logged(task_name: str, kwargs: dict[str, Any]) -> Any:

@@ -12,9 +12,24 @@ from functools import cached_property, lru_cache
 from typing import Any, Literal, get_args, get_origin
 
 import jsonschema
+from asgiref.sync import async_to_sync
 
 from memproc.exceptions import ConfigurationError, ToolError
 from memproc.llm.types import ToolSpec
+
+# The working-memory tool's name, and the Markdown document it starts from (Mastra's default
+# template). Here, with the value types, so the local model and the WorkingMemory processor agree.
+WORKING_MEMORY_TOOL = "updateWorkingMemory"
+DEFAULT_WORKING_MEMORY_TEMPLATE = """# User Information
+- **First Name**:
+- **Last Name**:
+- **Location**:
+- **Occupation**:
+- **Interests**:
+- **Goals**:
+- **Events**:
+- **Facts**:
+- **Projects**:"""
 
 _SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
@@ -84,7 +99,6 @@ class Tool:
             kwargs["context"] = context
         result = self.execute(**kwargs)
         if inspect.isawaitable(result):
-            from asgiref.sync import async_to_sync
 
             async def _await() -> Any:
                 return await result

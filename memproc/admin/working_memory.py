@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 from typing import Any, ClassVar
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin
@@ -182,8 +183,6 @@ class WorkingMemoryAdminMixin:
         return format_html('<a href="{}">{}</a>', self._revisions_url(obj), _("All working-memory revisions"))
 
     def _revisions_url(self, obj: Any) -> str:
-        from urllib.parse import urlencode
-
         return changelist_url(
             "workingmemoryrevision", urlencode({"scope__exact": self.working_memory_scope, "key": obj.pk})
         )

@@ -7,12 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
+from memproc.conf import settings
 from memproc.events import GenerateResult, StreamEvent
-from memproc.exceptions import ConfigurationError
+from memproc.exceptions import ConfigurationError, ValidationError
+from memproc.llm import resolve_model
 from memproc.messages import Message, MessageInput
 from memproc.processors.base import processor_id
 from memproc.processors.runner import build_chains
-from memproc.tools import Tool
+from memproc.tools import Tool, tool
 
 if TYPE_CHECKING:
     from memproc.llm.types import ChatModel
@@ -64,8 +66,6 @@ class Agent:
 
     @property
     def model(self) -> ChatModel:
-        from memproc.llm import resolve_model
-
         return resolve_model(self._model_spec)
 
     @property
@@ -75,15 +75,22 @@ class Agent:
 
     @property
     def max_steps(self) -> int:
-        from memproc.conf import settings
-
         return self._max_steps or settings.MAX_TOOL_STEPS
 
     def instructions_message(self) -> Message:
         return Message.create("system", self.instructions, id=f"instructions:{self.id}")
 
-    def processor_chains(self) -> tuple[list[Any], list[Any]]:
-        memory_in, memory_out = self.memory.processors() if self.memory is not None else ([], [])
+    def memory_for(self, memory_options: dict[str, Any] | None = None) -> Memory | None:
+        """The agent's Memory, with one call's `memory_options` applied (rule 22)."""
+        if not memory_options:
+            return self.memory
+        if self.memory is None:
+            raise ValidationError("memory_options need an agent with memory")
+        return self.memory.with_options(memory_options)
+
+    def processor_chains(self, memory_options: dict[str, Any] | None = None) -> tuple[list[Any], list[Any]]:
+        memory = self.memory_for(memory_options)
+        memory_in, memory_out = memory.processors() if memory is not None else ([], [])
         return build_chains(
             memory_input=memory_in,
             memory_output=memory_out,
@@ -92,31 +99,56 @@ class Agent:
         )
 
     def generate(
-        self, messages: MessageInput, *, thread_id: str | None = None, resource_id: str | None = None
+        self,
+        messages: MessageInput,
+        *,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        memory_options: dict[str, Any] | None = None,
+        max_processor_retries: int | None = None,
     ) -> GenerateResult:
-        from memproc.services.turns import turn_events
+        """Runs one turn. `memory_options` (read_only, last_messages, semantic_recall,
+        working_memory) and `max_processor_retries` override the agent's for this call only."""
+        from memproc.services.turns import turn_events  # the ORM: agents may be defined before setup
 
-        return _drain(turn_events(self, messages, thread_id=thread_id, resource_id=resource_id))
-
-    def stream(
-        self, messages: MessageInput, *, thread_id: str | None = None, resource_id: str | None = None
-    ) -> Iterator[StreamEvent]:
-        from memproc.services.turns import turn_events
-
-        yield from turn_events(self, messages, thread_id=thread_id, resource_id=resource_id, streaming=True)
-
-    async def agenerate(
-        self, messages: MessageInput, *, thread_id: str | None = None, resource_id: str | None = None
-    ) -> GenerateResult:
-        """The turn runs in a worker thread (the ORM is sync); async processors are awaited there."""
-        return await sync_to_async(self.generate, thread_sensitive=True)(
-            messages, thread_id=thread_id, resource_id=resource_id
+        return _drain(
+            turn_events(
+                self,
+                messages,
+                thread_id=thread_id,
+                resource_id=resource_id,
+                memory_options=memory_options,
+                max_processor_retries=max_processor_retries,
+            )
         )
 
-    async def astream(
-        self, messages: MessageInput, *, thread_id: str | None = None, resource_id: str | None = None
-    ) -> AsyncIterator[StreamEvent]:
-        events = self.stream(messages, thread_id=thread_id, resource_id=resource_id)
+    def stream(
+        self,
+        messages: MessageInput,
+        *,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        memory_options: dict[str, Any] | None = None,
+        max_processor_retries: int | None = None,
+    ) -> Iterator[StreamEvent]:
+        from memproc.services.turns import turn_events  # the ORM: agents may be defined before setup
+
+        yield from turn_events(
+            self,
+            messages,
+            thread_id=thread_id,
+            resource_id=resource_id,
+            streaming=True,
+            memory_options=memory_options,
+            max_processor_retries=max_processor_retries,
+        )
+
+    async def agenerate(self, messages: MessageInput, **options: Any) -> GenerateResult:
+        """The turn runs in a worker thread (the ORM is sync); async processors are awaited there."""
+        return await sync_to_async(self.generate, thread_sensitive=True)(messages, **options)
+
+    async def astream(self, messages: MessageInput, **options: Any) -> AsyncIterator[StreamEvent]:
+        events = self.stream(messages, **options)
         step = sync_to_async(_next_or_none, thread_sensitive=True)
         while (event := await step(events)) is not None:
             yield event
@@ -138,7 +170,5 @@ def _as_tool(value: Any) -> Tool:
     if isinstance(value, Tool):
         return value
     if callable(value):
-        from memproc.tools import tool
-
         return tool(value)
     raise ConfigurationError(f"{value!r} is not a tool")

@@ -120,8 +120,11 @@ class MessagesField(serializers.JSONField):
             messages = to_messages(data)
         except (MemprocError, TypeError, AttributeError, KeyError, ValueError) as exc:
             raise serializers.ValidationError(str(exc) or "Invalid messages.") from exc
-        if any(m.role == "system" for m in messages):
-            raise serializers.ValidationError("System messages cannot be sent; they come from the agent.")
+        if any(m.role == "system" for m in messages) and not settings.API_ALLOW_SYSTEM_MESSAGES:
+            raise serializers.ValidationError(
+                "System messages cannot be sent; they come from the agent "
+                '(a site can allow them with MEMPROC["API_ALLOW_SYSTEM_MESSAGES"]).'
+            )
         errors = [error for m in messages for part in m.parts for error in part_errors(part)]
         if errors:
             raise serializers.ValidationError(errors[:5])

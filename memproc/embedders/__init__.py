@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from memproc.conf import build_from_setting, settings
 from memproc.embedders.minilm import MiniLMEmbedder
 from memproc.embedders.openai import OpenAIEmbedder
 
@@ -52,8 +53,6 @@ def get_embedder(spec: Any = None) -> Embedder:
     `spec` may be an embedder object (returned as is), a class, a dotted path or
     `{"CLASS": ..., "OPTIONS": {...}}`.
     """
-    from memproc.conf import build_from_setting, settings
-
     if spec is None:
         spec = settings.EMBEDDER
     if hasattr(spec, "embed") and not isinstance(spec, type):

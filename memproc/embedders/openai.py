@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from memproc.conf import settings
 from memproc.exceptions import ConfigurationError, EmbedderUnavailable, ValidationError
 
 # Statuses worth a retry later: the request may succeed unchanged.
@@ -109,8 +110,6 @@ class OpenAIEmbedder:
             raise ConfigurationError(
                 'OpenAIEmbedder needs the openai SDK: pip install "memproc[openai]"'
             ) from exc
-        from memproc.conf import settings
-
         provider = (settings.MODELS or {}).get("openai", {})
         try:
             return openai.OpenAI(

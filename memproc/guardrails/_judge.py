@@ -12,6 +12,8 @@ import logging
 import re
 from typing import Any
 
+from memproc.llm import resolve_model
+from memproc.llm.types import ModelRequest
 from memproc.messages import Message
 
 logger = logging.getLogger("memproc.guardrails")
@@ -25,9 +27,6 @@ def ask_json(spec: Any, *, instructions: str, content: str, owner: str) -> dict[
     The content goes in its own user message between markers, and the instructions tell the judge to
     treat it as data: text under review that says "ignore your instructions" must not steer it.
     """
-    from memproc.llm import resolve_model
-    from memproc.llm.types import ModelRequest
-
     try:
         model = resolve_model(spec)
     except Exception:

@@ -11,15 +11,12 @@ from dataclasses import dataclass
 from memproc.events import StreamEvent
 from memproc.llm.types import ModelRequest, ModelResponse, ToolCall, ToolSpec
 from memproc.messages import Message, thaw
-from memproc.processors.working_memory import DEFAULT_TEMPLATE
+from memproc.tools import DEFAULT_WORKING_MEMORY_TEMPLATE, WORKING_MEMORY_TOOL
 
+# DEFAULT_WORKING_MEMORY_TEMPLATE is used when the prompt shows neither data nor a template.
 __all__ = ["DEFAULT_WORKING_MEMORY_TEMPLATE", "EchoModel"]
 
-WORKING_MEMORY_TOOL = "updateWorkingMemory"
 RECALL_PREFIX = "Remembered from another conversation"
-
-# Mastra's default working-memory template; used when the prompt shows neither data nor a template.
-DEFAULT_WORKING_MEMORY_TEMPLATE = DEFAULT_TEMPLATE
 
 _DATA_TAGS = ("working_memory", "working_memory_data")
 # One line per recalled message, as "user: ...", "- assistant: ..." or "[2024-01-01] user: ...".

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import unquote_to_bytes
 
+from memproc.conf import settings
 from memproc.exceptions import AttachmentError, ConfigurationError
 from memproc.messages import AttachmentRef, FilePart, Message, Part
 from memproc.processors.base import ProcessorContext
@@ -143,19 +144,17 @@ class AttachmentUploader:
         self.storage = storage
 
     def limits(self) -> tuple[int, tuple[str, ...] | None]:
-        from memproc.conf import settings
-
         allowed = self.content_types
         if allowed is None and settings.ATTACHMENT_CONTENT_TYPES is not None:
             allowed = tuple(settings.ATTACHMENT_CONTENT_TYPES)
         return self.max_bytes or int(settings.MAX_ATTACHMENT_BYTES), allowed
 
-    def get_store(self) -> AttachmentStore:
+    def get_store(self, ctx: ProcessorContext) -> AttachmentStore:
         if self.storage is not None:
             return self.storage
-        from memproc.services.attachments import DjangoAttachmentStore
-
-        return DjangoAttachmentStore()
+        if ctx.store is None:
+            raise ConfigurationError("AttachmentUploader needs storage=... outside a turn with memory")
+        return ctx.store.attachment_store()
 
     def process_input(self, ctx: ProcessorContext) -> list[Message] | None:
         new_ids = {m.id for m in ctx.new_messages}
@@ -187,7 +186,7 @@ class AttachmentUploader:
     def _store_all(
         self, ctx: ProcessorContext, checked: Sequence[tuple[int, int, CheckedFile]]
     ) -> dict[tuple[int, int], AttachmentRef]:
-        store = self.get_store()
+        store = self.get_store(ctx)
         staged_list = ctx.turn.attachments if ctx.turn is not None else ctx.state.setdefault("staged", [])
         by_sha: dict[str, StagedAttachment] = {}
         refs: dict[tuple[int, int], AttachmentRef] = {}

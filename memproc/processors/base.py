@@ -8,22 +8,36 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
 from memproc.events import StreamEvent
 from memproc.exceptions import TripWire
+from memproc.llm.types import ToolCall
 from memproc.messages import Message
 
 if TYPE_CHECKING:
-    from memproc.agents.agent import Agent
     from memproc.processors.store import MemoryStore
-    from memproc.services.turns import Turn
+    from memproc.processors.turn import Turn
+    from memproc.tools import Tool
 
-__all__ = ["Processor", "ProcessorContext", "TripWire", "processor_id"]
+__all__ = ["HOOKS", "Processor", "ProcessorContext", "TripWire", "processor_id"]
+
+# Hook name -> the Tripwire phase an abort in it reports.
+HOOKS = {
+    "process_input": "input",
+    "process_input_step": "input_step",
+    "process_output_step": "output_step",
+    "process_tool_result": "tool_result",
+    "process_output_result": "output",
+    "process_output_stream": "stream",
+}
 
 
 @runtime_checkable
 class Processor(Protocol):
-    """Any object with an `id` and one or more of the hooks below (sync or `async def`).
+    """Any object with an `id` and one or more hooks (sync or `async def`); see DESIGN §1.
 
-    `process_input` and `process_output_result` return the new message list, or None to keep it.
-    `process_output_stream` returns the part, a changed part, or None to drop that part.
+    `process_input` (once, before the first model call), `process_input_step` (before every model
+    call), `process_output_step` (after every model response, before its tools run),
+    `process_tool_result` (after each tool), `process_output_result` (once, after the final
+    response) return the new message list or None to keep it; `process_tool_result` returns a
+    ToolResultPart or None; `process_output_stream` returns a part, a list of parts or None.
     """
 
     id: str
@@ -38,10 +52,12 @@ def processor_id(processor: Any) -> str:
 
 @dataclass
 class ProcessorContext:
-    """What one processor call sees. `messages` is read-only: return new objects, never mutate.
+    """What one processor call sees. Messages are frozen: return new objects, never mutate.
 
-    `loaded_ids` are the ids of messages that memory loaded (history, recall); everything else in
-    `messages` is the turn's own new input (and, on output, its responses).
+    `messages` is, on input hooks, the prompt so far (memory, then the turn's input, then on steps
+    the turn's responses so far); on output hooks, the turn's RESPONSES only. `input_messages` is the
+    turn's new input in every hook. `loaded_ids` are the ids memory loaded (history, recall).
+    A step hook may assign `system_messages` or `tools` to change what that one model call sees.
     """
 
     processor_id: str
@@ -50,16 +66,30 @@ class ProcessorContext:
     phase: str = "input"
     thread_id: str | None = None
     resource_id: str | None = None
-    agent: Agent | None = None
+    agent: Any = None
     store: MemoryStore | None = None
     state: dict[str, Any] = field(default_factory=dict)
     loaded_ids: frozenset[str] = frozenset()
-    turn: Turn | None = None  # the runner's turn object; memory processors record writes on it
+    input_messages: Sequence[Message] = ()
+    step: int = 0
+    tool_calls: Sequence[ToolCall] = ()
+    tools: list[Tool] = field(default_factory=list)
+    # The turn's state and write buffer (processor layer); None in a bare call outside a turn.
+    turn: Turn | None = None
 
     @property
     def new_messages(self) -> list[Message]:
-        """The turn's own new messages in `messages` (not history or recall loaded from memory)."""
+        """The turn's own messages in `messages` (not history or recall loaded from memory)."""
         return [m for m in self.messages if m.id not in self.loaded_ids]
+
+    def mark_loaded(self, messages: Sequence[Message]) -> None:
+        """Tells the conversation that `messages` come from memory (history, recall), not new input:
+        they are ordered by time before the input, never saved again, and dropped whole when a tool
+        pair among them is incomplete."""
+        ids = {m.id for m in messages}
+        self.loaded_ids = self.loaded_ids | ids
+        if self.turn is not None:
+            self.turn.loaded_ids.update(ids)
 
     def abort(
         self, reason: str | None = None, *, retry: bool = False, metadata: dict[str, Any] | None = None

@@ -5,18 +5,23 @@ from __future__ import annotations
 from memproc.exceptions import ConfigurationError
 from memproc.messages import Message, new_id
 from memproc.processors.base import ProcessorContext
+from memproc.processors.conversation import echoed_prefix
+
+__all__ = ["MessageHistory", "savable"]
 
 
 class MessageHistory:
-    """Input: puts the thread's newest `last_messages` messages, in order, before the new input (one
-    query; none on a new thread; one more when the caller sent message ids). Messages a client echoes
-    back (ids already stored in this thread) are not duplicated: the stored copy wins. An id stored in
-    another thread gets a fresh id.
+    """Input: puts the thread's newest `last_messages` messages before the new input (one query;
+    none on a new thread; one more when the caller sent message ids). A client that echoes the
+    conversation back is not duplicated: input ids already stored in this thread are dropped from the
+    input (the stored copy wins, rule 11), and so are leading input messages without ids that repeat
+    the thread's newest messages (rule 17). An id stored in another thread gets a fresh id. What it
+    loads is marked as memory, so the conversation object orders it and keeps tool pairs whole.
 
-    Output: records the turn's new messages for the turn's atomic save, without system messages,
-    without internal tool calls (working memory) and without tool calls that have no result. It never
-    saves when `read_only`. It sits first on input among memory processors' history loaders and last on
-    output, so it saves what the other processors made of the turn.
+    Output: records the turn's input and responses for the turn's atomic save, without system
+    messages, internal tool calls (working memory) and calls without a result. It never saves when
+    `read_only`. Last on output, so it saves what the other
+    processors made of the turn.
     """
 
     id = "message-history"
@@ -31,13 +36,19 @@ class MessageHistory:
         turn, store = ctx.turn, ctx.store
         if turn is None or store is None or not ctx.thread_id:
             return None
-        history: list[Message] = []
-        if turn.thread_exists and self.last_messages:
-            history = store.messages_recent(
-                thread_id=ctx.thread_id, limit=self.last_messages, last_sequence=turn.thread_last_sequence
-            )
-        stored_here = {m.id for m in history}
+        window = self.last_messages
         new = ctx.new_messages
+        stored: list[Message] = []
+        if turn.thread_exists and (window or len(new) > 1):
+            # One query serves the window and the echo check (rule 17), whichever is longer.
+            stored = store.messages_recent(
+                thread_id=ctx.thread_id,
+                limit=max(window, len(new) - 1),
+                last_sequence=turn.thread_last_sequence,
+            )
+        history = stored[len(stored) - window :] if window else []
+        echoed = {m.id for m in new[: echoed_prefix(new, stored)]}
+        stored_here = {m.id for m in stored}
         elsewhere: set[str] = set()
         # Only ids the caller chose can already be stored (a client echoing the conversation back).
         unknown = [m.id for m in new if m.id in turn.client_ids and m.id not in stored_here]
@@ -47,10 +58,12 @@ class MessageHistory:
         kept = [
             m.replace(id=new_id()) if m.id in elsewhere else m
             for m in ctx.messages
-            if m.id not in stored_here or m.id in ctx.loaded_ids
+            if m.id in ctx.loaded_ids or (m.id not in stored_here and m.id not in echoed)
         ]
-        turn.mark_loaded(history)
+        ctx.mark_loaded(history)
         turn.info["history"] = [{"id": m.id, "role": m.role, "text": m.text} for m in history]
+        if echoed:
+            turn.info["echoed"] = len(echoed)
         if not history and len(kept) == len(ctx.messages) and not elsewhere:
             return None
         return history + kept
@@ -59,10 +72,11 @@ class MessageHistory:
         turn = ctx.turn
         if turn is None or not ctx.thread_id:
             return None
-        to_save = savable(ctx.new_messages, internal_tools=turn.internal_tool_names)
         if not self.read_only:
-            turn.writes.messages = to_save
-        return to_save
+            turn.writes.messages = savable(
+                [*ctx.input_messages, *ctx.messages], internal_tools=turn.internal_tool_names
+            )
+        return None
 
 
 def savable(messages: list[Message], *, internal_tools: set[str]) -> list[Message]:

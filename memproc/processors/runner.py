@@ -1,23 +1,30 @@
-"""The processor runner: calls hooks in order, enforces the return contract, turns aborts into tripwires."""
+"""The processor runner: calls hooks in order, enforces the return contract, turns aborts into tripwires.
+
+It owns no messages: the turn's `Conversation` does. Each list hook's result goes through it, so a
+processor can return any list and the next one (and the model) still sees a valid conversation.
+"""
 
 from __future__ import annotations
 
 import inspect
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asgiref.sync import async_to_sync
 
-from memproc.events import Phase, StreamEvent, Tripwire
+from memproc.events import StreamEvent, Tripwire
 from memproc.exceptions import TripWire
-from memproc.messages import Message
-from memproc.processors.base import ProcessorContext, processor_id
-
-if TYPE_CHECKING:
-    from memproc.services.turns import Turn
+from memproc.llm.types import ToolCall
+from memproc.messages import Message, ToolResultPart
+from memproc.processors.base import HOOKS, ProcessorContext, processor_id
+from memproc.processors.conversation import Conversation, merge_result, unique_by_id
+from memproc.processors.turn import Turn
+from memproc.tools import Tool
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["Blocked", "ProcessorRunner", "StepView", "build_chains", "call_hook"]
 
 
 class Blocked(Exception):
@@ -45,7 +52,7 @@ def build_chains(
 
 
 def call_hook(hook: Callable[..., Any], *args: Any) -> Any:
-    """Calls a sync or async hook from sync code (the turn runs sync; agenerate runs it in a thread)."""
+    """Calls a sync or async hook from sync code."""
     if inspect.iscoroutinefunction(hook):
         return async_to_sync(hook)(*args)
     result = hook(*args)
@@ -58,75 +65,145 @@ def call_hook(hook: Callable[..., Any], *args: Any) -> Any:
     return result
 
 
-class ProcessorRunner:
-    """Runs chains for one turn. Each processor keeps one `state` dict across the turn's phases."""
+class StepView:
+    """What one model call will see after the `process_input_step` hooks."""
 
-    def __init__(self, turn: Turn) -> None:
+    def __init__(self, system: list[Message], messages: list[Message], tools: list[Tool]) -> None:
+        self.system = system
+        self.messages = messages
+        self.tools = tools
+
+
+class ProcessorRunner:
+    """Runs the chains of one turn. Each processor keeps one `state` dict across the turn's hooks."""
+
+    def __init__(self, turn: Turn, conversation: Conversation) -> None:
         self.turn = turn
+        self.conversation = conversation
         self._states: dict[int, dict[str, Any]] = {}
 
     def context(
-        self, processor: Any, *, phase: str, messages: Sequence[Message], system_messages: Sequence[Message]
+        self, processor: Any, *, hook: str, messages: Sequence[Message], **extra: Any
     ) -> ProcessorContext:
         turn = self.turn
+        extra.setdefault("system_messages", tuple(self.conversation.system))
+        extra.setdefault("tools", list(turn.tools.values()))
         return ProcessorContext(
             processor_id=processor_id(processor),
             messages=tuple(messages),
-            system_messages=tuple(system_messages),
-            phase=phase,
+            phase=HOOKS[hook],
             thread_id=turn.thread_id,
             resource_id=turn.resource_id,
             agent=turn.agent,
             store=turn.store,
             state=self._states.setdefault(id(processor), {}),
             loaded_ids=frozenset(turn.loaded_ids),
+            input_messages=tuple(self.conversation.new_input),
             turn=turn,
+            **extra,
         )
 
-    def run_messages(
-        self,
-        chain: Sequence[Any],
-        *,
-        hook_name: str,
-        phase: Phase,
-        messages: list[Message],
-        system_messages: list[Message],
-    ) -> tuple[list[Message], list[Message]]:
-        """Runs `hook_name` of each processor that has it. System messages a processor returns join
-        `system_messages` (same id: replaced); the rest become the new message list."""
-        for processor in chain:
-            hook = getattr(processor, hook_name, None)
-            if hook is None:
-                continue
-            ctx = self.context(processor, phase=phase, messages=messages, system_messages=system_messages)
-            try:
-                result = call_hook(hook, ctx)
-            except TripWire as exc:
-                raise Blocked(_tripwire(exc, processor, phase)) from exc
-            if result is None:
-                continue
-            messages, system_messages = _split(result, processor, system_messages)
-        return messages, system_messages
+    def _call(self, processor: Any, hook_name: str, ctx: ProcessorContext, *args: Any) -> Any:
+        try:
+            return call_hook(getattr(processor, hook_name), ctx, *args)
+        except TripWire as exc:
+            raise Blocked(_tripwire(exc, processor, HOOKS[hook_name])) from exc
 
-    def run_stream_part(
-        self, chain: Sequence[Any], part: StreamEvent, system_messages: Sequence[Message]
-    ) -> list[StreamEvent]:
+    # --- once per turn -------------------------------------------------------------------------
+
+    def run_input(self, chain: Sequence[Any]) -> None:
+        """`process_input` of each processor; each result goes through the conversation."""
+        for processor in _with_hook(chain, "process_input"):
+            ctx = self.context(processor, hook="process_input", messages=self.conversation.messages)
+            result = self._call(processor, "process_input", ctx)
+            if result is not None:
+                self.conversation.apply(_checked_list(result, processor))
+
+    def run_output(self, chain: Sequence[Any], responses: list[Message]) -> list[Message]:
+        """`process_output_result`: each hook sees the responses (input in `ctx.input_messages`)."""
+        for processor in _with_hook(chain, "process_output_result"):
+            ctx = self.context(processor, hook="process_output_result", messages=responses)
+            result = self._call(processor, "process_output_result", ctx)
+            if result is not None:
+                responses = _responses(_checked_list(result, processor))
+        return responses
+
+    # --- every model call ----------------------------------------------------------------------
+
+    def run_input_step(self, chain: Sequence[Any], *, step: int, responses: list[Message]) -> StepView:
+        """`process_input_step` before model call `step`: changes what this call sees, not what is
+        saved. A hook may return a list, and may assign `ctx.system_messages` / `ctx.tools`."""
+        view = StepView(
+            list(self.conversation.system),
+            [*self.conversation.messages, *responses],
+            list(self.turn.tools.values()),
+        )
+        for processor in _with_hook(chain, "process_input_step"):
+            ctx = self.context(
+                processor,
+                hook="process_input_step",
+                messages=view.messages,
+                system_messages=tuple(view.system),
+                tools=list(view.tools),
+                step=step,
+            )
+            result = self._call(processor, "process_input_step", ctx)
+            view.system, view.tools = list(ctx.system_messages), _checked_tools(ctx.tools, processor)
+            if result is not None:
+                view.system, view.messages = merge_result(
+                    _checked_list(result, processor), view.system, loaded_ids=self.turn.loaded_ids
+                )
+        return view
+
+    def run_output_step(
+        self, chain: Sequence[Any], *, step: int, responses: list[Message], tool_calls: Sequence[ToolCall]
+    ) -> list[Message]:
+        """`process_output_step` after model call `step`, before its tools run: `responses` ends with
+        this step's assistant message; a returned list without one of its calls vetoes that call."""
+        for processor in _with_hook(chain, "process_output_step"):
+            ctx = self.context(
+                processor,
+                hook="process_output_step",
+                messages=responses,
+                step=step,
+                tool_calls=tuple(tool_calls),
+            )
+            result = self._call(processor, "process_output_step", ctx)
+            if result is not None:
+                responses = _responses(_checked_list(result, processor))
+        return responses
+
+    def run_tool_result(
+        self, chain: Sequence[Any], *, step: int, responses: list[Message], result: ToolResultPart
+    ) -> ToolResultPart:
+        """`process_tool_result` after a tool ran, before the model reads the result."""
+        for processor in _with_hook(chain, "process_tool_result"):
+            ctx = self.context(processor, hook="process_tool_result", messages=responses, step=step)
+            changed = self._call(processor, "process_tool_result", ctx, result)
+            if changed is None:
+                continue
+            if not isinstance(changed, ToolResultPart) or changed.tool_call_id != result.tool_call_id:
+                raise TypeError(
+                    f"Processor {processor_id(processor)!r} must return a ToolResultPart for call "
+                    f"{result.tool_call_id!r} (or None), not {changed!r}"
+                )
+            result = changed
+        return result
+
+    def run_stream_part(self, chain: Sequence[Any], part: StreamEvent) -> list[StreamEvent]:
         """The parts to emit for one model event. A hook returns the part, a changed part, None (drop
         it) or a list of parts (a buffering processor flushing held text before a `finish`); later
         processors see each returned part in order. Rule 7: an error in a stream hook is logged and
         the part passes unchanged."""
         parts = [part]
-        for processor in chain:
-            hook = getattr(processor, "process_output_stream", None)
-            if hook is None:
-                continue
+        for processor in _with_hook(chain, "process_output_stream"):
             out: list[StreamEvent] = []
             for current in parts:
-                ctx = self.context(processor, phase="stream", messages=(), system_messages=system_messages)
+                ctx = self.context(processor, hook="process_output_stream", messages=())
                 try:
-                    changed = call_hook(hook, ctx, current)
-                except TripWire as exc:
-                    raise Blocked(_tripwire(exc, processor, "stream")) from exc
+                    changed = self._call(processor, "process_output_stream", ctx, current)
+                except Blocked:
+                    raise
                 except Exception:
                     logger.exception(
                         "memproc: stream processor %s failed; part passed unchanged", processor_id(processor)
@@ -138,6 +215,35 @@ class ProcessorRunner:
             if not parts:
                 break
         return parts
+
+
+def _with_hook(chain: Sequence[Any], hook_name: str) -> list[Any]:
+    return [p for p in chain if getattr(p, hook_name, None) is not None]
+
+
+def _responses(messages: list[Message]) -> list[Message]:
+    """Output hooks shape responses: system messages are not responses; ids stay unique."""
+    return unique_by_id(m for m in messages if m.role != "system")
+
+
+def _checked_list(result: Any, processor: Any) -> list[Message]:
+    if isinstance(result, (str, bytes)) or not isinstance(result, Sequence):
+        raise TypeError(
+            f"Processor {processor_id(processor)!r} returned {type(result).__name__}; "
+            "expected a list of Message or None"
+        )
+    for item in result:
+        if not isinstance(item, Message):
+            raise TypeError(f"Processor {processor_id(processor)!r} returned a non-Message item: {item!r}")
+    return list(result)
+
+
+def _checked_tools(tools: Any, processor: Any) -> list[Tool]:
+    if not isinstance(tools, (list, tuple)) or not all(isinstance(t, Tool) for t in tools):
+        raise TypeError(
+            f"Processor {processor_id(processor)!r} set ctx.tools to something not a list of Tool"
+        )
+    return list(tools)
 
 
 def _stream_parts(changed: Any, processor: Any, original: StreamEvent) -> list[StreamEvent]:
@@ -155,7 +261,7 @@ def _stream_parts(changed: Any, processor: Any, original: StreamEvent) -> list[S
     return [original]
 
 
-def _tripwire(exc: TripWire, processor: Any, phase: Phase) -> Tripwire:
+def _tripwire(exc: TripWire, processor: Any, phase: Any) -> Tripwire:
     pid = exc.processor_id or processor_id(processor)
     return Tripwire(
         reason=exc.reason or f"Tripwire triggered by {pid}",
@@ -164,27 +270,3 @@ def _tripwire(exc: TripWire, processor: Any, phase: Phase) -> Tripwire:
         retry=exc.retry,
         metadata=dict(exc.metadata),
     )
-
-
-def _split(
-    result: Any, processor: Any, system_messages: list[Message]
-) -> tuple[list[Message], list[Message]]:
-    if isinstance(result, (str, bytes)) or not isinstance(result, Sequence):
-        raise TypeError(
-            f"Processor {processor_id(processor)!r} returned {type(result).__name__}; "
-            "expected a list of Message or None"
-        )
-    messages: list[Message] = []
-    system = list(system_messages)
-    for item in result:
-        if not isinstance(item, Message):
-            raise TypeError(f"Processor {processor_id(processor)!r} returned a non-Message item: {item!r}")
-        if item.role == "system":
-            ids = [s.id for s in system]
-            if item.id in ids:
-                system[ids.index(item.id)] = item
-            else:
-                system.append(item)
-        else:
-            messages.append(item)
-    return messages, system

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from memproc.embedders import get_embedder
 from memproc.exceptions import ConfigurationError
 from memproc.messages import Message
 from memproc.processors.base import ProcessorContext
@@ -25,8 +26,8 @@ class SemanticRecall:
     remembered from another conversation. Any failure (embedder, vector store) is logged and the turn
     goes on without recall.
 
-    Output: asks the turn to embed its new user and assistant messages after the save commits (one
-    batched embedder call); it never blocks or fails the turn.
+    Output: asks the turn to embed the user and assistant messages of its input and responses after
+    the save commits (one batched embedder call); it never blocks or fails the turn.
     """
 
     id = "semantic-recall"
@@ -61,8 +62,6 @@ class SemanticRecall:
 
     @property
     def embedder(self) -> Any:
-        from memproc.embedders import get_embedder
-
         return get_embedder(self._embedder)
 
     def process_input(self, ctx: ProcessorContext) -> list[Message] | None:
@@ -81,23 +80,19 @@ class SemanticRecall:
         if recalled is None:
             return None
         same_thread, other_threads = recalled
-        turn.mark_loaded(same_thread)
+        ctx.mark_loaded(same_thread)
         turn.info["recalled"] = [
             {"id": m.id, "thread_id": m.thread_id, "text": m.text} for m in [*same_thread, *other_threads]
         ]
-        loaded = [m for m in ctx.messages if m.id in ctx.loaded_ids]
-        new = [m for m in ctx.messages if m.id not in ctx.loaded_ids]
-        history = sorted([*loaded, *same_thread], key=_time_key)
-        result = history + new
+        # The conversation object puts these in time order among the history, before the input.
+        result = [*same_thread, *ctx.messages]
         if other_threads:
             result.insert(0, cross_thread_message(other_threads))
         return result
 
     def recall(self, ctx: ProcessorContext, query: str) -> tuple[list[Message], list[Message]] | None:
-        from memproc.services.recall import query_embed
-
         embedder = self.embedder
-        vector = query_embed(query, embedder)
+        vector = ctx.store.query_vector(text=query, embedder=embedder)
         scope_filter: dict[str, Any] = (
             {"resource_id": ctx.resource_id} if self.scope == "resource" else {"thread_id": ctx.thread_id}
         )
@@ -125,7 +120,8 @@ class SemanticRecall:
 
     def process_output_result(self, ctx: ProcessorContext) -> list[Message] | None:
         if ctx.turn is not None:
-            ctx.turn.writes.embed = [m for m in ctx.new_messages if m.role in ("user", "assistant")]
+            turn_messages = [*ctx.input_messages, *ctx.messages]
+            ctx.turn.writes.embed = [m for m in turn_messages if m.role in ("user", "assistant")]
             ctx.turn.writes.embedder = self._embedder
         return None
 

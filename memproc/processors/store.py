@@ -1,14 +1,23 @@
-"""The store protocol processors use to reach stored data; the Django one is memproc.services.store."""
+"""The store protocol processors use to reach stored data, and an in-memory implementation.
+
+The Django implementation is `memproc.services.store.DjangoMemoryStore`; `InMemoryStore` keeps
+everything in dicts, so processor tests (and users' own) run without a database.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from memproc.messages import Message
+
+if TYPE_CHECKING:
+    from memproc.processors.attachments import AttachmentStore
+
+__all__ = ["InMemoryStore", "MemoryStore", "VectorHit", "WorkingMemoryValue"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +50,10 @@ class MemoryStore(Protocol):
         """Each message with `before`/`after` neighbours from its own thread, in order, keyed by thread."""
         ...
 
+    def query_vector(self, *, text: str, embedder: Any) -> np.ndarray:
+        """The embedding of a recall query (cached: the same text is embedded again for storage)."""
+        ...
+
     def vectors_search(
         self,
         *,
@@ -50,8 +63,104 @@ class MemoryStore(Protocol):
         thread_id: str | None = None,
         resource_id: str | None = None,
         threshold: float | None = None,
+        vector_store: Any = None,
     ) -> list[VectorHit]: ...
 
     def working_memory_get(self, *, scope: str, key: str) -> WorkingMemoryValue: ...
 
     def thread_metadata(self, *, thread_id: str) -> dict[str, Any] | None: ...
+
+    def attachment_store(self) -> AttachmentStore:
+        """Where AttachmentUploader stores files when it was given no storage of its own."""
+        ...
+
+
+@dataclass
+class InMemoryStore:
+    """A `MemoryStore` over plain dicts: threads are lists of messages in order, vectors are exact.
+
+    `add(thread_id, messages, embedder=...)` stores messages (and their vectors when an embedder is
+    given); `working_memory[(scope, key)]` holds working-memory text.
+    """
+
+    threads: dict[str, list[Message]] = field(default_factory=dict)
+    vectors: dict[str, tuple[str, str, str, np.ndarray]] = field(default_factory=dict)
+    working_memory: dict[tuple[str, str], str] = field(default_factory=dict)
+    metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
+    attachments: Any = None
+
+    def add(self, thread_id: str, messages: Sequence[Message], *, embedder: Any = None) -> None:
+        stored = self.threads.setdefault(thread_id, [])
+        stored.extend(m.replace(thread_id=thread_id) for m in messages)
+        if embedder is not None:
+            embeddable = [m for m in messages if m.role in ("user", "assistant") and m.text.strip()]
+            for message, vector in zip(embeddable, embedder.embed([m.text for m in embeddable]), strict=True):
+                self.vectors[message.id] = (
+                    embedder.id,
+                    thread_id,
+                    message.resource_id or "",
+                    np.asarray(vector, dtype=np.float32),
+                )
+
+    def messages_recent(
+        self, *, thread_id: str, limit: int, last_sequence: int | None = None
+    ) -> list[Message]:
+        return list(self.threads.get(thread_id, [])[-limit:]) if limit else []
+
+    def messages_existing(self, *, ids: Iterable[str]) -> dict[str, str]:
+        wanted = set(ids)
+        return {m.id: tid for tid, messages in self.threads.items() for m in messages if m.id in wanted}
+
+    def messages_around(
+        self, *, message_ids: Sequence[str], before: int, after: int
+    ) -> dict[str, list[Message]]:
+        wanted = set(message_ids)
+        groups: dict[str, list[Message]] = {}
+        for tid, messages in self.threads.items():
+            keep: set[int] = set()
+            for i, message in enumerate(messages):
+                if message.id in wanted:
+                    keep.update(range(max(0, i - before), min(len(messages), i + after + 1)))
+            if keep:
+                groups[tid] = [messages[i] for i in sorted(keep)]
+        return groups
+
+    def query_vector(self, *, text: str, embedder: Any) -> np.ndarray:
+        return np.asarray(embedder.embed([text])[0], dtype=np.float32)
+
+    def vectors_search(
+        self,
+        *,
+        embedder_id: str,
+        vector: np.ndarray,
+        top_k: int,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        threshold: float | None = None,
+        vector_store: Any = None,
+    ) -> list[VectorHit]:
+        query = vector / (np.linalg.norm(vector) or 1.0)
+        hits = []
+        for message_id, (model, tid, rid, stored) in self.vectors.items():
+            if (
+                model != embedder_id
+                or (thread_id and tid != thread_id)
+                or (resource_id and rid != resource_id)
+            ):
+                continue
+            score = float(np.dot(query, stored / (np.linalg.norm(stored) or 1.0)))
+            if threshold is None or score >= threshold:
+                hits.append(VectorHit(message_id=message_id, thread_id=tid, score=score))
+        return sorted(hits, key=lambda h: -h.score)[:top_k]
+
+    def working_memory_get(self, *, scope: str, key: str) -> WorkingMemoryValue:
+        text = self.working_memory.get((scope, key), "")
+        return WorkingMemoryValue(text=text, version=1 if text else 0)
+
+    def thread_metadata(self, *, thread_id: str) -> dict[str, Any] | None:
+        return self.metadata.get(thread_id, {} if thread_id in self.threads else None)
+
+    def attachment_store(self) -> AttachmentStore:
+        if self.attachments is None:
+            raise LookupError("This InMemoryStore has no attachment store; pass attachments=...")
+        return self.attachments

@@ -8,20 +8,12 @@ from typing import Any
 from memproc.exceptions import ConfigurationError, ToolError, ValidationError
 from memproc.messages import Message
 from memproc.processors.base import ProcessorContext
-from memproc.tools import Tool, ToolContext
+from memproc.processors.turn import PendingWorkingMemory
+from memproc.processors.working_memory_values import compute_next
+from memproc.tools import DEFAULT_WORKING_MEMORY_TEMPLATE, WORKING_MEMORY_TOOL, Tool, ToolContext
 
-TOOL_NAME = "updateWorkingMemory"
-
-DEFAULT_TEMPLATE = """# User Information
-- **First Name**:
-- **Last Name**:
-- **Location**:
-- **Occupation**:
-- **Interests**:
-- **Goals**:
-- **Events**:
-- **Facts**:
-- **Projects**:"""
+TOOL_NAME = WORKING_MEMORY_TOOL
+DEFAULT_TEMPLATE = DEFAULT_WORKING_MEMORY_TEMPLATE
 
 MARKDOWN_INSTRUCTIONS = """WORKING MEMORY
 You have a working memory: information about the user and the conversation that persists across \
@@ -132,9 +124,6 @@ class WorkingMemory:
     def apply_update(
         self, state: dict[str, Any], key: str, memory: Any, context: ToolContext
     ) -> dict[str, Any]:
-        from memproc.services.turns import PendingWorkingMemory
-        from memproc.services.working_memory import compute_next
-
         try:
             new = compute_next(
                 current=state.get("current", ""),

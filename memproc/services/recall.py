@@ -13,7 +13,9 @@ import numpy as np
 
 from memproc import models
 from memproc.conf import settings
+from memproc.embedders import chunk_text, content_hash, get_embedder
 from memproc.messages import Message
+from memproc.vectors import EmbeddingRow, get_vector_store
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +42,6 @@ def sources_for(messages: Sequence[Message], *, thread_id: str, resource_id: str
 
 def messages_embed(*, message_ids: Sequence[str], embedder: Any = None) -> int:
     """Embeds stored messages that have no vector from this embedder yet. Re-running does nothing."""
-    from memproc.embedders import get_embedder
-
     embedder = get_embedder(embedder)
     rows = (
         models.Message.objects.filter(id__in=list(message_ids), role__in=EMBEDDABLE_ROLES)
@@ -54,9 +54,6 @@ def messages_embed(*, message_ids: Sequence[str], embedder: Any = None) -> int:
 
 def sources_embed(*, sources: Sequence[EmbeddingSource], embedder: Any) -> int:
     """One embedder call for every chunk not seen before (by content hash); one insert for all rows."""
-    from memproc.embedders import chunk_text, content_hash, get_embedder
-    from memproc.vectors import EmbeddingRow, get_vector_store
-
     if not sources:
         return 0
     embedder = get_embedder(embedder)
@@ -96,8 +93,6 @@ def query_embed(text: str, embedder: Any) -> np.ndarray:
     turn commits: remembering it under that chunk's content hash spares the second embedder call (and
     the table lookup). A query longer than one chunk is embedded whole, as it is, and not remembered.
     """
-    from memproc.embedders import chunk_text, content_hash, get_embedder
-
     embedder = get_embedder(embedder)
     chunks = chunk_text(text, settings.EMBEDDING_CHUNK_CHARS)
     if len(chunks) != 1:

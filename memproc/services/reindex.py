@@ -8,7 +8,6 @@ stored while a run goes on come later in that order, so a long run picks them up
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,9 +17,9 @@ from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_datetime
 
 from memproc import models
+from memproc.embedders import get_embedder
 from memproc.exceptions import ValidationError
-
-logger = logging.getLogger(__name__)
+from memproc.services.recall import EMBEDDABLE_ROLES, EmbeddingSource, sources_embed
 
 DEFAULT_BATCH_SIZE = 100
 
@@ -73,8 +72,6 @@ def reindex_pending_count(
     after: ReindexPosition | None = None,
 ) -> int:
     """How many messages of the scope (behind `after`) still lack a vector from `embedder`."""
-    from memproc.embedders import get_embedder
-
     return _pending(
         get_embedder(embedder).id, thread_id=thread_id, resource_id=resource_id, after=after
     ).count()
@@ -94,9 +91,6 @@ def reindex_batches(
     embedder call and one insert, committed before it is yielded, so the yielded position is safe to
     resume from. Embedder errors propagate (EmbedderUnavailable is transient: run again later).
     """
-    from memproc.embedders import get_embedder
-    from memproc.services.recall import EmbeddingSource, sources_embed
-
     if batch_size <= 0:
         raise ValidationError("batch_size must be positive")
     embedder = get_embedder(embedder)
@@ -124,8 +118,6 @@ def reindex_run(
     after: ReindexPosition | None = None,
 ) -> ReindexSummary:
     """`reindex_batches` to the end, summed up."""
-    from memproc.embedders import get_embedder
-
     embedder = get_embedder(embedder)
     scanned = embedded = vectors = 0
     position = after
@@ -141,33 +133,9 @@ def reindex_run(
     )
 
 
-def agent_embedder(*, agent_id: str | None) -> Any:
-    """The embedder an agent's semantic recall uses (None: the EMBEDDER setting).
-
-    An agent that is no longer registered (renamed or removed since the work was queued) falls back
-    to the setting, with a warning: its messages are still worth embedding for the resource.
-    """
-    if not agent_id:
-        return None
-    from memproc.agents import get_agent
-
-    try:
-        agent = get_agent(agent_id)
-    except LookupError:
-        logger.warning("memproc: no agent %r in this process; embedding with the EMBEDDER setting", agent_id)
-        return None
-    _, output_chain = agent.processor_chains()
-    for processor in output_chain:
-        if getattr(processor, "id", None) == "semantic-recall" and hasattr(processor, "embedder"):
-            return processor.embedder
-    return agent.memory.embedder if agent.memory is not None else None
-
-
 def _pending(
     embedder_id: str, *, thread_id: str | None, resource_id: str | None, after: ReindexPosition | None
 ) -> QuerySet[models.Message]:
-    from memproc.services.recall import EMBEDDABLE_ROLES
-
     qs = models.Message.objects.filter(role__in=EMBEDDABLE_ROLES)
     if thread_id is not None:
         qs = qs.filter(thread_id=thread_id)

@@ -10,6 +10,9 @@ import numpy as np
 from memproc import models, selectors
 from memproc.messages import Message
 from memproc.processors.store import VectorHit, WorkingMemoryValue
+from memproc.services.attachments.files import DjangoAttachmentStore
+from memproc.services.recall import query_embed
+from memproc.vectors import get_vector_store
 
 
 class DjangoMemoryStore:
@@ -42,8 +45,6 @@ class DjangoMemoryStore:
         threshold: float | None = None,
         vector_store: Any = None,
     ) -> list[VectorHit]:
-        from memproc.vectors import get_vector_store
-
         return get_vector_store(vector_store).search(
             embedder_id=embedder_id,
             vector=vector,
@@ -59,3 +60,9 @@ class DjangoMemoryStore:
 
     def thread_metadata(self, *, thread_id: str) -> dict[str, Any] | None:
         return models.Thread.objects.filter(pk=thread_id).values_list("metadata", flat=True).first()
+
+    def query_vector(self, *, text: str, embedder: Any) -> np.ndarray:
+        return query_embed(text, embedder)
+
+    def attachment_store(self) -> DjangoAttachmentStore:
+        return DjangoAttachmentStore()

@@ -10,8 +10,19 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from memproc import models
-from memproc.exceptions import ThreadOwnershipError, ValidationError
+from memproc.db import insert_rows
+from memproc.exceptions import AttachmentError, ThreadOwnershipError, TripWire, ValidationError
 from memproc.messages import Message, new_id
+from memproc.processors.attachments import AttachmentUploader
+from memproc.processors.base import ProcessorContext
+from memproc.selectors import messages_existing, thread_owner
+from memproc.services.attachments import (
+    DjangoAttachmentStore,
+    attachments_commit,
+    attachments_discard,
+    attachments_link,
+    attachments_release,
+)
 
 
 def resource_ensure(*, resource_id: str) -> models.Resource:
@@ -79,8 +90,6 @@ def thread_update(
 @transaction.atomic
 def thread_delete(*, thread: models.Thread) -> None:
     """Deletes a thread, its messages and embeddings, and attachment files no other message uses."""
-    from memproc.services.attachments import attachments_release
-
     attachments_release(message_ids=list(thread.messages.values_list("id", flat=True)))
     thread.delete()
 
@@ -154,8 +163,6 @@ def messages_insert(*, thread_id: str, resource_id: str, messages: Sequence[Mess
 
     Call inside a transaction: the UPDATE's lock keeps concurrent turns from interleaving.
     """
-    from memproc.db import insert_rows
-
     if not messages:
         return
     first = sequences_allocate(thread_id=thread_id, count=len(messages))
@@ -193,8 +200,6 @@ def messages_save(
     """Saves messages at the end of a thread, in order, together; returns those it saved. Ids already
     stored in this thread are skipped; an id stored in another thread is a ValidationError."""
     if not thread_exists:
-        from memproc.selectors import thread_owner
-
         owner = thread_owner(thread_id=thread_id)  # plain SQL: the ORM compiler costs more than the read
         if owner is None:
             thread_ensure(thread_id=thread_id, resource_id=resource_id, agent_id=agent_id)
@@ -202,8 +207,6 @@ def messages_save(
             check_owner(thread_id=thread_id, owner=owner[0], resource_id=resource_id)
     messages = [m for m in messages if m.role != "system"]
     if skip_existing and messages:
-        from memproc.selectors import messages_existing
-
         stored = messages_existing(ids=[m.id for m in messages])
         clash = [mid for mid, tid in stored.items() if tid != thread_id]
         if clash:
@@ -216,8 +219,6 @@ def messages_save(
 @transaction.atomic
 def messages_delete(*, message_ids: Sequence[str], thread_id: str | None = None) -> int:
     """Deletes messages (and their embeddings); attachment files no other message uses go too."""
-    from memproc.services.attachments import attachments_release
-
     qs = models.Message.objects.filter(id__in=list(message_ids))
     if thread_id is not None:
         qs = qs.filter(thread_id=thread_id)
@@ -225,3 +226,27 @@ def messages_delete(*, message_ids: Sequence[str], thread_id: str | None = None)
     attachments_release(message_ids=ids)
     deleted, _ = models.Message.objects.filter(id__in=ids).delete()
     return deleted
+
+
+def messages_save_with_files(
+    *, thread_id: str, resource_id: str, messages: Sequence[Message]
+) -> list[Message]:
+    """`messages_save` for messages that may carry inline files: the files are checked and stored
+    like a turn's (AttachmentUploader), the rows written with the messages, references linked.
+    A refused file raises AttachmentError and nothing is saved."""
+    uploader = AttachmentUploader(storage=DjangoAttachmentStore())
+    ctx = ProcessorContext(processor_id=uploader.id, messages=tuple(messages), resource_id=resource_id)
+    try:
+        offloaded = uploader.process_input(ctx)
+    except TripWire as exc:
+        raise AttachmentError(exc.reason, code=exc.metadata.get("code"), metadata=exc.metadata) from exc
+    staged = ctx.state.get("staged", [])
+    try:
+        with transaction.atomic():
+            values = attachments_commit(staged=staged, messages=offloaded or list(messages))
+            saved = messages_save(thread_id=thread_id, resource_id=resource_id, messages=values)
+            attachments_link(resource_id=resource_id, messages=saved)
+    except BaseException:
+        attachments_discard(staged=staged)
+        raise
+    return saved

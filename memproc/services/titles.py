@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memproc import models
+from memproc.llm import resolve_model
+from memproc.llm.types import ModelRequest
 from memproc.messages import Message
+
+if TYPE_CHECKING:
+    from memproc.agents.agent import Agent
 
 logger = logging.getLogger(__name__)
 
@@ -29,24 +34,21 @@ _PREFIX = re.compile(r"^\s*(?:title|thread title|conversation title)\s*[:\-–�
 _QUOTES = "\"'`“”‘’«»*#"
 
 
-def thread_title_generate(*, thread_id: str, agent_id: str) -> str | None:
+def thread_title_generate(*, thread_id: str, agent: Agent) -> str | None:
     """Titles an untitled thread from its first user message; returns the title, or None if unchanged.
 
+    The title is written by the agent's model, or the one its `Memory(generate_title={...})` names.
     Does nothing when the thread is gone, already has a title, or has no user text. The title is
     written with a conditional UPDATE, so a title set meanwhile (by a user, the API, the admin) is
     never overwritten; `updated_at` is left alone, so titling does not reorder a thread list.
-    Raises LookupError for an unknown agent and the model's errors (ModelUnavailableError and
-    ModelRateLimitError are transient).
+    Raises the model's errors (ModelUnavailableError and ModelRateLimitError are transient).
     """
-    from memproc.agents import get_agent
-
     title = models.Thread.objects.filter(pk=thread_id).values_list("title", flat=True).first()
     if title is None or title:
         return None
     first = _first_user_text(thread_id)
     if not first:
         return None
-    agent = get_agent(agent_id)
     options = _title_options(agent)
     model = options["model"]
     request = _title_request(first, instructions=options["instructions"])
@@ -80,13 +82,11 @@ def _first_user_text(thread_id: str) -> str:
     return next((t.strip() for t in texts if t.strip()), "")
 
 
-def _title_options(agent: Any) -> dict[str, Any]:
+def _title_options(agent: Agent) -> dict[str, Any]:
     setting = getattr(agent.memory, "generate_title", True)
     options = setting if isinstance(setting, dict) else {}
     model = options.get("model")
     if model is not None:
-        from memproc.llm import resolve_model
-
         model = resolve_model(model)
     return {
         "model": model if model is not None else agent.model,
@@ -94,9 +94,7 @@ def _title_options(agent: Any) -> dict[str, Any]:
     }
 
 
-def _title_request(first_message: str, *, instructions: str) -> Any:
-    from memproc.llm.types import ModelRequest
-
+def _title_request(first_message: str, *, instructions: str) -> ModelRequest:
     return ModelRequest(
         messages=[
             Message.create("system", instructions),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ from memproc.conf import settings
 from memproc.events import Tripwire
 from memproc.exceptions import ValidationError
 from memproc.messages import Message
+from memproc.services.attachments import messages_without_file_data
 from memproc.signals import tripwire_triggered
 
 
@@ -30,8 +32,6 @@ def tripwire_log(
     log stays. (Inside a caller's outer atomic block the row shares that block's fate; memproc's views
     are non-atomic for this reason.)
     """
-    from memproc.services.attachments import messages_without_file_data
-
     # Never the bytes of a blocked file: a 50 MB upload must not end up in a log row.
     content = [{"id": m.id, "role": m.role, **m.to_content()} for m in messages_without_file_data(messages)]
     with transaction.atomic():
@@ -71,6 +71,4 @@ def tripwire_review(
 
 
 def _json_safe(value: Any) -> Any:
-    import json
-
     return json.loads(json.dumps(value, default=str))

@@ -1,20 +1,22 @@
-"""Turn orchestration: input processors, the model and tool loop, output processors, one atomic save.
+"""Turn orchestration: input processors, the model and tool loop with its step hooks, output
+processors, one atomic save.
 
 `Agent.generate` and `Agent.stream` are thin wrappers over `turn_events`, a generator that yields the
-stream events of a turn and returns its `GenerateResult`.
+stream events of a turn and returns its `GenerateResult`. The turn's messages live in a
+`Conversation` (memproc.processors.conversation), which keeps every model request valid.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from memproc import background
 from memproc.events import GenerateResult, StreamEvent, Tripwire
 from memproc.exceptions import ThreadOwnershipError, ToolError, ValidationError
 from memproc.llm.types import ModelRequest, ModelResponse, ToolCall
@@ -28,13 +30,35 @@ from memproc.messages import (
     thaw,
     to_messages,
 )
+from memproc.processors.conversation import Conversation
+from memproc.processors.message_history import savable
 from memproc.processors.runner import Blocked, ProcessorRunner
-from memproc.tools import Tool, ToolContext
+from memproc.processors.turn import PendingWorkingMemory, Turn, TurnWrites
+from memproc.services.attachments import (
+    attachments_commit,
+    attachments_discard,
+    attachments_link,
+    attachments_resolve,
+)
+from memproc.services.recall import sources_embed, sources_for
+from memproc.services.store import DjangoMemoryStore
+from memproc.services.threads import messages_insert, thread_ensure
+from memproc.services.tripwires import tripwire_log
+from memproc.services.working_memory import working_memory_update
+from memproc.tools import ToolContext
 
 if TYPE_CHECKING:
     from memproc.agents.agent import Agent
-    from memproc.processors.attachments import StagedAttachment
-    from memproc.processors.store import MemoryStore
+
+__all__ = [
+    "FEEDBACK",
+    "PendingWorkingMemory",
+    "Turn",
+    "TurnWrites",
+    "turn_commit",
+    "turn_events",
+    "turn_start",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -42,59 +66,8 @@ FEEDBACK = (
     "[Processor Feedback] Your previous response was not accepted: {reason}. "
     "Please write a new response that addresses this feedback."
 )
-
-
-@dataclass
-class PendingWorkingMemory:
-    scope: str
-    key: str
-    value: Any
-    mode: str
-    template: str
-    schema: dict[str, Any] | None
-
-
-@dataclass
-class TurnWrites:
-    """What memory processors asked to store; applied together at commit, dropped on abort."""
-
-    messages: list[Message] = field(default_factory=list)
-    embed: list[Message] = field(default_factory=list)
-    embedder: Any = None
-    working_memory: list[PendingWorkingMemory] = field(default_factory=list)
-    generate_title: bool = False
-
-
-@dataclass
-class Turn:
-    agent: Agent
-    thread_id: str | None
-    resource_id: str | None
-    store: MemoryStore | None
-    input_messages: list[Message]
-    # Ids the caller chose (not generated here): only these can clash with stored messages.
-    client_ids: set[str] = field(default_factory=set)
-    thread_exists: bool = False
-    thread_title: str = ""
-    thread_last_sequence: int | None = None  # as read at the start of the turn
-    loaded_ids: set[str] = field(default_factory=set)
-    tools: dict[str, Tool] = field(default_factory=dict)
-    writes: TurnWrites = field(default_factory=TurnWrites)
-    # Files AttachmentUploader stored for this turn: their rows are written at commit; the files the
-    # turn wrote are deleted if it ends without committing (blocked, failed or abandoned).
-    attachments: list[StagedAttachment] = field(default_factory=list)
-    # What memory did this turn, for inspection (the demo's memory panel, the API's `memory` field).
-    info: dict[str, Any] = field(default_factory=dict)
-
-    def add_tool(self, tool: Tool) -> None:
-        self.tools[tool.name] = tool
-
-    def mark_loaded(self, messages: list[Message]) -> None:
-        self.loaded_ids.update(m.id for m in messages)
-
-    @property
-    def internal_tool_names(self) -> set[str]:
-        return {name for name, t in self.tools.items() if t.internal}
+# Phases whose tripwire log holds the blocked response as well as the input (rule 20).
+OUTPUT_PHASES = frozenset({"output_step", "tool_result", "output", "stream"})
 
 
 def turn_events(
@@ -104,21 +77,34 @@ def turn_events(
     thread_id: str | None = None,
     resource_id: str | None = None,
     streaming: bool = False,
+    memory_options: dict[str, Any] | None = None,
+    max_processor_retries: int | None = None,
 ) -> Generator[StreamEvent, None, GenerateResult]:
-    turn = turn_start(agent, messages, thread_id=thread_id, resource_id=resource_id)
+    turn = turn_start(
+        agent, messages, thread_id=thread_id, resource_id=resource_id, memory_options=memory_options
+    )
+    retries = agent.max_processor_retries if max_processor_retries is None else max_processor_retries
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ValidationError("max_processor_retries must be an integer >= 0")
     try:
-        return (yield from _TurnExecution(turn, streaming=streaming).run())
+        return (yield from _TurnExecution(turn, streaming=streaming, max_retries=retries).run())
     finally:
         if turn.attachments:
-            from memproc.services.attachments import attachments_discard
-
             attachments_discard(staged=turn.attachments)
 
 
 def turn_start(
-    agent: Agent, messages: MessageInput, *, thread_id: str | None, resource_id: str | None
+    agent: Agent,
+    messages: MessageInput,
+    *,
+    thread_id: str | None,
+    resource_id: str | None,
+    memory_options: dict[str, Any] | None = None,
 ) -> Turn:
-    """Normalises input and checks thread ownership (one query when the agent has memory)."""
+    """Normalises input and checks thread ownership (one query when the agent has memory).
+
+    System messages in the input are kept apart: used for this turn after the instructions, never
+    saved (rule 18)."""
     now = timezone.now()
     raw = messages if isinstance(messages, list | tuple) else [messages]
     client_ids = {
@@ -126,17 +112,18 @@ def turn_start(
         for item in raw
         if isinstance(item, Message) or (isinstance(item, dict) and item.get("id"))
     }
-    inputs = [
+    given = [
         m.replace(created_at=m.created_at or now, thread_id=thread_id, resource_id=resource_id)
         for m in to_messages(messages)
     ]
-    if any(m.role == "system" for m in inputs):
-        raise ValidationError("System messages cannot be sent as input; use the agent's instructions")
+    system_input = [m for m in given if m.role == "system"]
+    inputs = [m for m in given if m.role != "system"]
+    if not inputs:
+        raise ValidationError("messages need at least one message that is not a system message")
+    memory = agent.memory_for(memory_options)
     store = None
     exists, title, last_sequence = False, "", None
-    if agent.memory is not None:
-        from memproc.services.store import DjangoMemoryStore
-
+    if memory is not None:
         store = DjangoMemoryStore()
         thread_id = thread_id or new_id()
         row = store.thread_owner(thread_id=thread_id)
@@ -155,9 +142,11 @@ def turn_start(
         store=store,
         input_messages=inputs,
         client_ids=client_ids,
+        system_input=system_input,
         thread_exists=exists,
         thread_title=title,
         thread_last_sequence=last_sequence,
+        memory_options=dict(memory_options or {}),
     )
     for t in agent.tools:
         turn.add_tool(t)
@@ -165,63 +154,62 @@ def turn_start(
 
 
 class _TurnExecution:
-    def __init__(self, turn: Turn, *, streaming: bool) -> None:
+    def __init__(self, turn: Turn, *, streaming: bool, max_retries: int) -> None:
         self.turn = turn
         self.agent = turn.agent
         self.streaming = streaming
-        self.runner = ProcessorRunner(turn)
-        self.input_chain, self.output_chain = self.agent.processor_chains()
+        self.max_retries = max_retries
+        self.retries = 0
+        self.input_chain, self.output_chain = self.agent.processor_chains(turn.memory_options or None)
+        # process_tool_result runs on every processor that has it, input side first, each once.
+        self.tool_result_chain = list({id(p): p for p in [*self.input_chain, *self.output_chain]}.values())
+        system = [self.agent.instructions_message()] if self.agent.instructions else []
+        self.conversation = Conversation(
+            system=[*system, *turn.system_input], messages=turn.input_messages, loaded_ids=turn.loaded_ids
+        )
+        self.runner = ProcessorRunner(turn, self.conversation)
         self.usage: dict[str, Any] = {}
         self.steps = 0
+        self.last_prompt: list[Message] = []
+        # The response as far as it got, for the tripwire log of an output-side block (rule 20).
+        self.draft: list[Message] = []
+        self._resolved: dict[int, tuple[Message, Message]] = {}
 
     def run(self) -> Generator[StreamEvent, None, GenerateResult]:
         turn = self.turn
-        system = [self.agent.instructions_message()] if self.agent.instructions else []
         try:
-            prompt, system = self.runner.run_messages(
-                self.input_chain,
-                hook_name="process_input",
-                phase="input",
-                messages=list(turn.input_messages),
-                system_messages=system,
-            )
+            self.runner.run_input(self.input_chain)
         except Blocked as blocked:
-            return (yield from self._blocked(blocked.tripwire, turn.input_messages, prompt=[]))
-        new_input = [m for m in prompt if m.id not in turn.loaded_ids]
+            return (yield from self._blocked(blocked.tripwire))
         feedback: list[Message] = []
-        attempts = 0
         while True:
             turn.writes = TurnWrites()
+            self.draft = []
             try:
-                responses = yield from self._model_loop(system + feedback, prompt)
-                final, _ = self.runner.run_messages(
-                    self.output_chain,
-                    hook_name="process_output_result",
-                    phase="output",
-                    messages=new_input + responses,
-                    system_messages=system,
-                )
+                responses = yield from self._model_loop(feedback)
+                responses = self.runner.run_output(self.output_chain, responses)
             except Blocked as blocked:
                 tripwire = blocked.tripwire
-                if (
-                    tripwire.retry
-                    and tripwire.phase == "output"
-                    and attempts < self.agent.max_processor_retries
-                ):
-                    attempts += 1
-                    feedback = [Message.create("system", FEEDBACK.format(reason=tripwire.reason.rstrip(".")))]
+                if tripwire.retry and tripwire.phase == "output" and self.retries < self.max_retries:
+                    self.retries += 1
+                    feedback = [_feedback(tripwire)]
+                    if self.streaming:
+                        yield StreamEvent(type="retry", tripwire=tripwire)
                     continue
-                return (yield from self._blocked(tripwire, new_input, prompt=system + prompt))
+                return (yield from self._blocked(tripwire))
             break
         turn_commit(turn)
+        saved = turn.writes.messages or savable(
+            [*self.conversation.new_input, *responses], internal_tools=turn.internal_tool_names
+        )
         result = GenerateResult(
-            text=_final_text(final),
-            messages=final,
+            text=_final_text(responses),
+            messages=saved,
             tripwire=None,
             usage=self.usage,
             thread_id=turn.thread_id,
             resource_id=turn.resource_id,
-            prompt=system + prompt,
+            prompt=self.last_prompt or self.conversation.request_messages(),
             steps=self.steps,
             memory=dict(turn.info),
         )
@@ -229,12 +217,11 @@ class _TurnExecution:
             yield StreamEvent(type="finish", result=result, usage=self.usage)
         return result
 
-    def _blocked(
-        self, tripwire: Tripwire, content: list[Message], prompt: list[Message]
-    ) -> Generator[StreamEvent, None, GenerateResult]:
-        from memproc.services.tripwires import tripwire_log
-
+    def _blocked(self, tripwire: Tripwire) -> Generator[StreamEvent, None, GenerateResult]:
         turn = self.turn
+        content = list(self.conversation.new_input)
+        if tripwire.phase in OUTPUT_PHASES or tripwire.phase == "input_step":
+            content += self.draft
         tripwire_log(
             tripwire=tripwire,
             agent_id=self.agent.id,
@@ -249,7 +236,7 @@ class _TurnExecution:
             usage=self.usage,
             thread_id=turn.thread_id,
             resource_id=turn.resource_id,
-            prompt=prompt,
+            prompt=self.last_prompt,
             steps=self.steps,
             memory=dict(turn.info),
         )
@@ -257,50 +244,92 @@ class _TurnExecution:
             yield StreamEvent(type="tripwire", tripwire=tripwire, result=result)
         return result
 
-    def _model_loop(
-        self, system: list[Message], prompt: list[Message]
-    ) -> Generator[StreamEvent, None, list[Message]]:
-        """Model, then tools, then model again, until an answer without tool calls or the step limit."""
-        from memproc.services.attachments import attachments_resolve
+    # --- the model and tool loop ---------------------------------------------------------------
 
+    def _model_loop(self, feedback: list[Message]) -> Generator[StreamEvent, None, list[Message]]:
+        """Model, then tools, then model again, until an answer without tool calls or the step limit.
+        Every call gets the step hooks; a retry of `process_output_step` re-runs that step."""
         responses: list[Message] = []
-        tools = [t.spec for t in self.turn.tools.values()]
-        # References become URLs or bytes for the request only; `prompt` (and what is saved) keeps them.
-        context = attachments_resolve(
-            messages=system + prompt,
-            resource_id=self.turn.resource_id,
-            model=self.agent.model,
-            staged=self.turn.attachments,
-        )
-        for _ in range(self.agent.max_steps):
+        step_feedback: list[Message] = []
+        step = 0
+        while step < self.agent.max_steps:
+            view = self.runner.run_input_step(self.input_chain, step=step, responses=responses)
+            prompt = self.conversation.request_messages(
+                system=[*view.system, *feedback, *step_feedback], messages=view.messages
+            )
+            self.last_prompt = prompt
+            request = ModelRequest(messages=self._resolve(prompt), tools=[t.spec for t in view.tools])
             self.steps += 1
-            request = ModelRequest(messages=context + responses, tools=tools)
-            response = yield from self._model_step(request, system)
+            response = yield from self._model_step(request, responses)
             _add_usage(self.usage, response.usage)
-            assistant = _assistant_message(response, self.turn)
-            if assistant.parts:
-                responses.append(assistant)
-            if not response.tool_calls:
+            calls = [c if c.id else ToolCall(new_id(), c.name, c.args) for c in response.tool_calls]
+            assistant = _assistant_message(response.text, calls, self.turn)
+            drafted = [*responses, assistant] if assistant.parts else list(responses)
+            self.draft = drafted
+            try:
+                drafted = self.runner.run_output_step(
+                    self.output_chain, step=step, responses=drafted, tool_calls=calls
+                )
+            except Blocked as blocked:
+                tripwire = blocked.tripwire
+                if tripwire.retry and self.retries < self.max_retries:
+                    self.retries += 1
+                    step_feedback = [_feedback(tripwire)]
+                    if self.streaming:
+                        yield StreamEvent(type="retry", tripwire=tripwire)
+                    continue
+                raise
+            step_feedback = []
+            responses = drafted
+            self.draft = responses
+            allowed = {c.tool_call_id for m in responses if m.role == "assistant" for c in m.tool_calls}
+            to_run = [c for c in calls if c.id in allowed]
+            if self.streaming:
+                for call in to_run:  # announced once its call survived process_output_step
+                    yield StreamEvent(type="tool-call", tool_call=call)
+            if not to_run:
                 break
-            results = []
-            for call in response.tool_calls:
+            results: list[ToolResultPart] = []
+            for call in to_run:
                 part = self._run_tool(call)
+                self.draft = [*responses, self._tool_message([*results, part])]
+                part = self.runner.run_tool_result(
+                    self.tool_result_chain, step=step, responses=responses, result=part
+                )
                 results.append(part)
                 if self.streaming:
                     yield StreamEvent(type="tool-result", tool_result=part)
-            responses.append(
-                Message.create(
-                    "tool",
-                    tuple(results),
-                    thread_id=self.turn.thread_id,
-                    resource_id=self.turn.resource_id,
-                    created_at=timezone.now(),
-                )
-            )
+            responses = [*responses, self._tool_message(results)]
+            self.draft = responses
+            step += 1
         return responses
 
+    def _tool_message(self, results: Sequence[ToolResultPart]) -> Message:
+        return Message.create(
+            "tool",
+            tuple(results),
+            thread_id=self.turn.thread_id,
+            resource_id=self.turn.resource_id,
+            created_at=timezone.now(),
+        )
+
+    def _resolve(self, messages: list[Message]) -> list[Message]:
+        """Attachment references become URLs or bytes for the request only (what is saved keeps them).
+        Resolved once per message object, so later steps cost no query."""
+        todo = [m for m in messages if id(m) not in self._resolved]
+        if todo:
+            resolved = attachments_resolve(
+                messages=todo,
+                resource_id=self.turn.resource_id,
+                model=self.agent.model,
+                staged=self.turn.attachments,
+            )
+            for original, done in zip(todo, resolved, strict=True):
+                self._resolved[id(original)] = (original, done)
+        return [self._resolved[id(m)][1] for m in messages]
+
     def _model_step(
-        self, request: ModelRequest, system: list[Message]
+        self, request: ModelRequest, responses: list[Message]
     ) -> Generator[StreamEvent, None, ModelResponse]:
         model = self.agent.model
         if not self.streaming:
@@ -328,11 +357,13 @@ class _TurnExecution:
                 calls.append(event.tool_call)  # calls run whatever stream processors make of the event
             # The model's finish goes through the processors too, so buffering ones can flush what
             # they hold; the turn itself emits the one finish event the client sees, with the result.
-            for part in self.runner.run_stream_part(self.output_chain, event, system):
-                if part.type == "finish":
+            # Tool calls are announced after process_output_step, once they are sure to run.
+            for part in self.runner.run_stream_part(self.output_chain, event):
+                if part.type in ("finish", "tool-call"):
                     continue
                 if part.type == "text-delta":
                     text.append(part.text)
+                    self.draft = [*responses, _assistant_message("".join(text), [], self.turn)]
                 yield part
         return ModelResponse(text="".join(text), tool_calls=calls, usage=usage, finish_reason=finish)
 
@@ -357,11 +388,6 @@ class _TurnExecution:
 def turn_commit(turn: Turn) -> None:
     """Rule 9: the turn's messages and working-memory changes are saved together or not at all;
     embeddings and titles run after commit."""
-    from memproc import background
-    from memproc.services.attachments import attachments_commit, attachments_link
-    from memproc.services.threads import messages_insert, thread_ensure
-    from memproc.services.working_memory import working_memory_update
-
     writes = turn.writes
     if not (writes.messages or writes.working_memory):
         return
@@ -388,7 +414,7 @@ def turn_commit(turn: Turn) -> None:
                 thread_id=turn.thread_id,
             )
         if writes.embed:
-            _enqueue_embedding(turn, background)
+            _enqueue_embedding(turn)
         if writes.generate_title and writes.messages:
             background.enqueue(
                 "memproc.generate_title", kwargs={"thread_id": turn.thread_id, "agent_id": turn.agent.id}
@@ -397,9 +423,7 @@ def turn_commit(turn: Turn) -> None:
         turn.attachments = []  # committed (or deleted after commit): nothing left to discard
 
 
-def _enqueue_embedding(turn: Turn, background: Any) -> None:
-    from memproc.services.recall import sources_embed, sources_for
-
+def _enqueue_embedding(turn: Turn) -> None:
     writes = turn.writes
     sources = sources_for(writes.embed, thread_id=turn.thread_id or "", resource_id=turn.resource_id or "")
     if not sources:
@@ -415,9 +439,13 @@ def _enqueue_embedding(turn: Turn, background: Any) -> None:
     )
 
 
-def _assistant_message(response: ModelResponse, turn: Turn) -> Message:
-    parts: list[Any] = [TextPart(response.text)] if response.text else []
-    parts += [ToolCallPart(c.id or new_id(), c.name, c.args) for c in response.tool_calls]
+def _feedback(tripwire: Tripwire) -> Message:
+    return Message.create("system", FEEDBACK.format(reason=tripwire.reason.rstrip(".")))
+
+
+def _assistant_message(text: str, calls: Sequence[ToolCall], turn: Turn) -> Message:
+    parts: list[Any] = [TextPart(text)] if text else []
+    parts += [ToolCallPart(c.id or new_id(), c.name, c.args) for c in calls]
     return Message.create(
         "assistant",
         tuple(parts),

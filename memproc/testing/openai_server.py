@@ -11,6 +11,18 @@ from other processes (a Celery worker, a browser-driven dev server). Only the st
 
 With an empty queue the chat endpoint answers `Echo: <last user text>`. Run it on its own with
 `python -m memproc.testing.openai_server --port 8099`.
+
+The chat endpoint is as strict about the conversation as the real API, so a test catches a
+conversation that OpenAI would refuse: it answers 400 (`invalid_request_error`, `param: "messages"`)
+to a missing or empty `messages`, a message without a valid role, a `tool` message without a
+`tool_call_id` or one that does not answer a call of the assistant message right before its run of
+tool messages, an assistant's `tool_calls` not all answered by the tool messages that follow it,
+and a duplicate call id within one assistant message or one run of answers. Such a request is
+checked before the script is read, so it uses up no scripted reply.
+
+Every request the server refuses on its own (that 400, a 401, a 404, bad JSON; not a scripted
+error) is kept in `server.rejected` as a `Rejection(status, path, error, request)`, so a test can
+end with `assert server.rejected == []`.
 """
 
 from __future__ import annotations
@@ -27,11 +39,21 @@ from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["OpenAICompatibleServer"]
+__all__ = ["OpenAICompatibleServer", "Rejection"]
 
 Reply = str | Mapping[str, Any]
+_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+class Rejection(NamedTuple):
+    """A request the server refused on its own: what a client under test got wrong."""
+
+    status: int
+    path: str
+    error: dict[str, Any]  # the `error` object that was sent back
+    request: dict[str, Any] | None  # the request body, when it was a JSON object
 
 
 @dataclass
@@ -52,8 +74,12 @@ class OpenAICompatibleServer:
       a streamed one also `"chunk_delay": seconds` (between chunks) and `"disconnect_after": n`
       (hang up after n chunks, without `[DONE]`).
       `enqueue(reply, endpoint="embeddings")` scripts embeddings: an error, or `{"vectors": [...]}`.
-    - `requests` holds every request body received (a snapshot list); `reset()` clears it and the queues.
-    - `delay` seconds are waited before every answer (for timeout tests); settable at any time.
+    - `requests` holds every request body received (a snapshot list); `rejected` every request
+      refused by the server itself (see the module docstring); `reset()` clears both and the queues.
+    - Chat requests are validated like the real API's (see the module docstring) before the script
+      is read: an invalid conversation gets a 400 at once and uses up no scripted reply.
+    - `delay` seconds are waited before every scripted or echoed answer (for timeout tests);
+      settable at any time.
     - With `api_key` set, a request without `Authorization: Bearer <api_key>` gets a 401.
     - Embeddings are deterministic: each word of the text is hashed (FNV-1a) into one of
       `dimensions` (default 8, or the request's `dimensions`) slots and the vector L2-normalised, so
@@ -85,6 +111,7 @@ class OpenAICompatibleServer:
         self.port = port
         self._lock = threading.Lock()
         self._requests: list[dict[str, Any]] = []
+        self._rejected: list[Rejection] = []
         self._queues: dict[str, deque[Reply]] = {"chat": deque(), "embeddings": deque()}
         self._ids = itertools.count(1)
         self._stopping = threading.Event()
@@ -151,9 +178,16 @@ class OpenAICompatibleServer:
         with self._lock:
             return list(self._requests)
 
+    @property
+    def rejected(self) -> list[Rejection]:
+        """Every request refused by the server itself, oldest first (a copy); not scripted errors."""
+        with self._lock:
+            return list(self._rejected)
+
     def reset(self) -> None:
         with self._lock:
             self._requests.clear()
+            self._rejected.clear()
             for queue in self._queues.values():
                 queue.clear()
 
@@ -162,6 +196,10 @@ class OpenAICompatibleServer:
     def _record(self, body: dict[str, Any]) -> None:
         with self._lock:
             self._requests.append(body)
+
+    def _record_rejection(self, rejection: Rejection) -> None:
+        with self._lock:
+            self._rejected.append(rejection)
 
     def _next(self, endpoint: str) -> Reply | None:
         with self._lock:
@@ -188,6 +226,7 @@ class _HTTPServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: _HTTPServer
     protocol_version = "HTTP/1.0"  # one request per connection: streams end when the socket closes
+    body: dict[str, Any] | None = None  # this request's JSON body, kept for `Rejection.request`
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -197,7 +236,7 @@ class _Handler(BaseHTTPRequestHandler):
             if self._authorized():
                 self._json(200, {"object": "list", "data": [{"id": "test-model", "object": "model"}]})
             return
-        self._error(404, f"No route for GET {self.path}", "not_found_error")
+        self._reject(404, f"No route for GET {self.path}", "not_found_error")
 
     def do_POST(self) -> None:
         owner = self.server.owner
@@ -207,14 +246,15 @@ class _Handler(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
         except ValueError:
-            self._error(400, "The request body is not valid JSON", "invalid_request_error")
+            self._reject(400, "The request body is not valid JSON", "invalid_request_error")
             return
         if not isinstance(body, dict):
-            self._error(400, "The request body must be a JSON object", "invalid_request_error")
+            self._reject(400, "The request body must be a JSON object", "invalid_request_error")
             return
+        self.body = body
         owner._record(body)
         if route is None:
-            self._error(404, f"No route for POST {self.path}", "not_found_error")
+            self._reject(404, f"No route for POST {self.path}", "not_found_error")
             return
         if self._authorized():
             route(body)
@@ -223,6 +263,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _chat(self, body: dict[str, Any]) -> None:
         owner = self.server.owner
+        invalid = _conversation_error(body)
+        if invalid is not None:
+            self._reject(400, invalid, "invalid_request_error", param="messages")
+            return
         reply = owner._next("chat")
         owner._wait(owner.delay + _delay_of(reply))
         if _is_error(reply):
@@ -269,7 +313,7 @@ class _Handler(BaseHTTPRequestHandler):
         texts = [raw] if isinstance(raw, str) or _is_token_list(raw) else list(raw or [])
         dimensions = body.get("dimensions") or owner.dimensions
         if isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions <= 0:
-            self._error(
+            self._reject(
                 400, f"dimensions must be a positive integer, not {dimensions!r}", "invalid_request_error"
             )
             return
@@ -297,7 +341,7 @@ class _Handler(BaseHTTPRequestHandler):
         expected = self.server.owner.api_key
         if expected is None or self.headers.get("Authorization") == f"Bearer {expected}":
             return True
-        self._error(401, "Incorrect API key provided.", "invalid_request_error", code="invalid_api_key")
+        self._reject(401, "Incorrect API key provided.", "invalid_request_error", code="invalid_api_key")
         return False
 
     def _scripted_error(self, reply: Any) -> None:
@@ -305,6 +349,14 @@ class _Handler(BaseHTTPRequestHandler):
         message = str(reply.get("message") or f"Scripted error {status}")
         kind = reply.get("type") or ("server_error" if status >= 500 else "invalid_request_error")
         self._error(status, message, kind, code=reply.get("code"))
+
+    def _reject(
+        self, status: int, message: str, kind: str, *, param: str | None = None, code: str | None = None
+    ) -> None:
+        """An error of the server's own making, recorded so a test can see what its client got wrong."""
+        error = {"message": message, "type": kind, "param": param, "code": code}
+        self.server.owner._record_rejection(Rejection(status, self.path, error, self.body))
+        self._json(status, {"error": error})
 
     def _error(self, status: int, message: str, kind: str, *, code: str | None = None) -> None:
         self._json(status, {"error": {"message": message, "type": kind, "param": None, "code": code}})
@@ -338,6 +390,119 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except OSError:
             pass
+
+
+# --- request validation ---------------------------------------------------------------------------
+# The real API's wording (its "preceeding" included), so a test may match on what OpenAI would say.
+
+_NOT_A_RESPONSE = (
+    "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with "
+    "'tool_calls'."
+)
+_UNANSWERED = (
+    "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+    "'tool_call_id'. The following tool_call_ids did not have response messages: {ids}"
+)
+
+
+def _conversation_error(body: dict[str, Any]) -> str | None:
+    """Why the real API would refuse this request's `messages`, or None when it would accept them."""
+    if "messages" not in body:
+        return "Missing required parameter: 'messages'."
+    messages = body["messages"]
+    if not isinstance(messages, list):
+        return f"Invalid type for 'messages': expected an array, but got {_json_type(messages)} instead."
+    if not messages:
+        return (
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead."
+        )
+    for index, message in enumerate(messages):
+        if (error := _message_error(index, message)) is not None:
+            return error
+    return _pairing_error(messages)
+
+
+def _message_error(index: int, message: Any) -> str | None:
+    """The shape of one message on its own: an object, a known role, the ids that pair calls up."""
+    where = f"messages[{index}]"
+    if not isinstance(message, dict):
+        return f"Invalid type for '{where}': expected an object, but got {_json_type(message)} instead."
+    role = message.get("role")
+    if role is None:
+        return f"Missing required parameter: '{where}.role'."
+    if role not in _ROLES:
+        supported = ", ".join(f"'{r}'" for r in _ROLES[:-1])
+        return f"Invalid value: {role!r}. Supported values are: {supported}, and '{_ROLES[-1]}'."
+    if role == "tool" and not _is_id(message.get("tool_call_id")):
+        return f"Missing required parameter: '{where}.tool_call_id'."
+    if role == "assistant" and message.get("tool_calls") is not None:
+        return _tool_calls_error(where, message["tool_calls"])
+    return None
+
+
+def _tool_calls_error(where: str, calls: Any) -> str | None:
+    """An assistant's `tool_calls`: a non-empty list of calls, each with its own id."""
+    if not isinstance(calls, list):
+        return (
+            f"Invalid type for '{where}.tool_calls': expected an array, but got {_json_type(calls)} instead."
+        )
+    if not calls:
+        return (
+            f"Invalid '{where}.tool_calls': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead."
+        )
+    seen: set[str] = set()
+    for index, call in enumerate(calls):
+        call_id = call.get("id") if isinstance(call, dict) else None
+        if not _is_id(call_id):
+            return f"Missing required parameter: '{where}.tool_calls[{index}].id'."
+        if call_id in seen:
+            return f"Invalid parameter: Duplicate value for 'id' of {call_id!r} in '{where}.tool_calls'."
+        seen.add(call_id)
+    return None
+
+
+def _pairing_error(messages: list[dict[str, Any]]) -> str | None:
+    """Each run of tool messages answers the assistant message right before it, every call once."""
+    expected: list[str] = []  # the call ids of the assistant message the current run answers
+    answered: dict[str, int] = {}  # call id -> index of the tool message that answered it
+    for index, message in enumerate(messages):
+        if message["role"] == "tool":
+            call_id = message["tool_call_id"]
+            if call_id not in expected:
+                return _NOT_A_RESPONSE
+            if call_id in answered:
+                return (
+                    f"Invalid parameter: Duplicate value for 'tool_call_id' of {call_id!r} "
+                    f"in messages[{answered[call_id]}] and messages[{index}]."
+                )
+            answered[call_id] = index
+            continue
+        if error := _unanswered_error(expected, answered):
+            return error
+        calls = message.get("tool_calls") if message["role"] == "assistant" else None
+        expected = [call["id"] for call in calls or ()]
+        answered = {}
+    return _unanswered_error(expected, answered)
+
+
+def _unanswered_error(expected: list[str], answered: dict[str, int]) -> str | None:
+    missing = [call_id for call_id in expected if call_id not in answered]
+    return _UNANSWERED.format(ids=", ".join(missing)) if missing else None
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    names = {str: "a string", list: "an array", dict: "an object", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
 
 
 # --- replies --------------------------------------------------------------------------------------

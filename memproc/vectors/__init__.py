@@ -6,6 +6,7 @@ from typing import Any
 
 from django.db import connections, router
 
+from memproc.conf import build_from_setting, settings
 from memproc.models import MessageEmbedding
 from memproc.vectors.base import EmbeddingRow, VectorStore
 from memproc.vectors.numpy_store import NumpyVectorStore
@@ -23,8 +24,6 @@ def get_vector_store(spec: Any = None) -> VectorStore:
     a dotted path, `{"CLASS": ..., "OPTIONS": {...}}` or a store object are taken as they are. Stores
     are cheap to build (their caches are per process), so nothing is memoised here.
     """
-    from memproc.conf import build_from_setting, settings
-
     if spec is None:
         spec = settings.VECTOR_STORE
     if spec == "auto":

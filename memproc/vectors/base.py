@@ -12,6 +12,7 @@ import numpy as np
 from django.db import connections, router, transaction
 from django.utils import timezone
 
+from memproc.db import insert_rows
 from memproc.exceptions import ConfigurationError
 from memproc.models import MessageEmbedding
 from memproc.processors.store import VectorHit
@@ -72,8 +73,6 @@ class DjangoVectorStore:
     def store(self, rows: Sequence[EmbeddingRow]) -> None:
         """One INSERT (or COPY, for large batches on PostgreSQL) that skips rows already stored, so
         re-running an embedding task is harmless."""
-        from memproc.db import insert_rows
-
         if not rows:
             return
         now = timezone.now()

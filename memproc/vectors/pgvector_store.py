@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from django.db import DatabaseError, connections, transaction
 
+from memproc.conf import settings
 from memproc.exceptions import ConfigurationError
 from memproc.fields import is_postgres, vector_literal
 from memproc.models import MessageEmbedding
@@ -139,8 +140,6 @@ class PgvectorStore(DjangoVectorStore):
         Inlined rather than bound because several statements can share one round trip only without
         bind parameters; inlined constants also let the planner match the partial index predicate.
         """
-        from memproc.conf import settings
-
         ef_search = self.ef_search or int(settings.HNSW_EF_SEARCH)
         exact_max_rows = self.exact_max_rows
         if exact_max_rows is None:
@@ -252,8 +251,6 @@ class PgvectorStore(DjangoVectorStore):
         """Builds the embedder's index CONCURRENTLY (an interrupted build leaves an invalid index:
         it is dropped, so the next call starts over), then VACUUM ANALYZE for the planner's statistics
         and the visibility map that the capped scope count scans."""
-        from memproc.conf import settings
-
         alias = self.db_for_write()
         connection = connections[alias]
         qn = connection.ops.quote_name
@@ -302,8 +299,6 @@ def deferral_lock(name: str) -> int:
 
 
 def index_sql(connection: Any, embedder_id: str, dimensions: int, *, concurrently: bool = False) -> str:
-    from memproc.conf import settings
-
     column = _columns(connection)
     qn = connection.ops.quote_name
     return connection.ops.compose_sql(

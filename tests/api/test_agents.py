@@ -214,3 +214,26 @@ def test_agent_without_memory_needs_no_thread(owner_client, make_agent, model, r
     assert response.status_code == 200
     assert response.json()["text"] == "ok"
     assert not models.Message.objects.exists()
+
+
+def test_system_messages_are_allowed_when_the_site_says_so(owner_client, agent, model, resource, settings):
+    settings.MEMPROC = {**settings.MEMPROC, "API_ALLOW_SYSTEM_MESSAGES": True}
+    model.add("Bonjour")
+    response = generate(
+        owner_client,
+        messages=[{"role": "system", "content": "Answer in French."}, {"role": "user", "content": "hi"}],
+        thread_id="t-sys",
+    )
+    assert response.status_code == 200, response.json()
+    assert "Answer in French." in [m.text for m in model.requests[0].messages if m.role == "system"]
+    assert [m["role"] for m in response.json()["messages"]] == ["user", "assistant"]
+    assert not models.Message.objects.filter(role="system").exists()
+
+
+def test_system_messages_are_refused_by_default_with_a_hint(owner_client, agent, model, resource):
+    response = generate(
+        owner_client, messages=[{"role": "system", "content": "obey"}, "hi"], thread_id="t-s2"
+    )
+    assert response.status_code == 400
+    assert "API_ALLOW_SYSTEM_MESSAGES" in str(response.json())
+    assert model.calls == 0

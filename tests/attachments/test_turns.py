@@ -269,7 +269,9 @@ class Blocker:
             self.process_output_result = self._abort
 
     def _abort(self, ctx):
-        assert any(isinstance(p, AttachmentRef) for m in ctx.messages for p in m.parts)
+        # Output hooks get the input apart from the responses (ctx.input_messages).
+        turn_messages = [*ctx.input_messages, *ctx.messages]
+        assert any(isinstance(p, AttachmentRef) for m in turn_messages for p in m.parts)
         assert stored_files()  # the file is on storage while the turn runs
         ctx.abort("no thanks")
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from celery import current_app
@@ -10,7 +14,7 @@ from celery.signals import task_retry
 from django.db import transaction
 from django.test import TestCase
 
-from memproc import Agent, Memory
+from memproc import Agent, Memory, background
 from memproc import tasks as memproc_tasks
 from memproc.exceptions import ConfigurationError, EmbedderUnavailable
 from memproc.models import Message as StoredMessage
@@ -267,6 +271,27 @@ def test_inline_mode_runs_the_task_bodies_after_commit(make_agent, model, regist
         agent.generate("Hello, I am Ada", thread_id="t1", resource_id=R)
     assert vector_count() == 2
     assert Thread.objects.get(pk="t1").title == "Greetings from Ada"
+
+
+def test_the_app_registers_the_inline_task_bodies_when_it_starts():
+    """A process that never imports memproc.tasks itself (a web worker) still runs tasks inline."""
+    code = "import django; django.setup(); from memproc import background; print(sorted(background.TASKS))"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == repr(sorted(WIRE_NAMES))
+    assert {name: background.TASKS[name] for name in WIRE_NAMES} == TASKS
+
+
+def test_inline_mode_names_a_task_nobody_registered():
+    with pytest.raises(LookupError, match="memproc.no_such_task"):
+        background.run_task_inline("memproc.no_such_task", {})
 
 
 def test_inline_outage_leaves_the_turn_intact_and_backfill_catches_up(make_agent, model, registered, caplog):

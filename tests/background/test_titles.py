@@ -126,8 +126,8 @@ def test_generate_title_options_choose_the_model_and_instructions(make_agent, mo
 def test_the_service_returns_the_title_it_wrote(titled_agent, model):
     Memory().save_messages("What is a good name for a cat?", thread_id="t1", resource_id=R)
     model.add("Naming a cat")
-    assert thread_title_generate(thread_id="t1", agent_id="titled") == "Naming a cat"
-    assert thread_title_generate(thread_id="t1", agent_id="titled") is None
+    assert thread_title_generate(thread_id="t1", agent=titled_agent) == "Naming a cat"
+    assert thread_title_generate(thread_id="t1", agent=titled_agent) is None
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,8 @@ from __future__ import annotations
 from memproc.llm import ModelRequest, ToolSpec
 from memproc.llm.local import DEFAULT_WORKING_MEMORY_TEMPLATE, EchoModel
 from memproc.messages import Message, ToolCallPart, ToolResultPart
+from memproc.processors.working_memory import DEFAULT_TEMPLATE, TOOL_NAME
+from memproc.tools import WORKING_MEMORY_TOOL
 
 UPDATE_TOOL = ToolSpec(
     name="updateWorkingMemory",
@@ -287,3 +289,8 @@ def test_stream_yields_the_working_memory_tool_call():
     assert [e.type for e in events] == ["tool-call", "finish"]
     assert events[0].tool_call.name == "updateWorkingMemory"
     assert events[1].finish_reason == "tool_calls"
+
+
+def test_calls_the_tool_the_working_memory_processor_offers_and_starts_from_its_template():
+    assert TOOL_NAME == WORKING_MEMORY_TOOL == UPDATE_TOOL.name
+    assert DEFAULT_WORKING_MEMORY_TEMPLATE == DEFAULT_TEMPLATE

@@ -76,7 +76,7 @@ def test_stream_without_include_usage_sends_no_usage_chunk(server):
 
 
 def test_wrong_or_missing_bearer_token_gets_401(server):
-    body = {"model": "m", "messages": []}
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
     assert post(f"{server.base_url}/chat/completions", body, key="nope")[0] == 401
     assert post(f"{server.base_url}/chat/completions", body, key=None)[0] == 401

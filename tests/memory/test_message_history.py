@@ -142,7 +142,9 @@ def test_window_is_full_after_messages_were_deleted(make_agent, model):
     for i in range(4):
         model.add(f"a{i}")
         agent.generate(f"u{i}", thread_id=T, resource_id=R)
-    agent.memory.delete_messages(list(StoredMessage.objects.filter(text__in=["a3", "u2"]).values_list("id", flat=True)))
+    agent.memory.delete_messages(
+        list(StoredMessage.objects.filter(text__in=["a3", "u2"]).values_list("id", flat=True))
+    )
     model.add("a4")
     agent.generate("u4", thread_id=T, resource_id=R)
     # The range below the last sequence came back short: the plain newest-first query filled it.

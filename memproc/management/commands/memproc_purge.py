@@ -10,6 +10,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from memproc.services.purge import resource_purge
+
 LABELS = {
     "threads": "threads",
     "messages": "messages",
@@ -32,8 +34,6 @@ class Command(BaseCommand):
         parser.add_argument("--yes", action="store_true", help="really delete (default: dry run)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from memproc.services.purge import resource_purge
-
         resource_id = options["resource_id"]
         counts = resource_purge(resource_id=resource_id, dry_run=not options["yes"])
         if not counts.total:

@@ -15,7 +15,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from memproc import models
+from memproc.agents import get_agent
+from memproc.agents.embedder import recall_embedder
+from memproc.embedders import get_embedder
 from memproc.exceptions import ConfigurationError, ValidationError
+from memproc.services.reindex import ReindexPosition, reindex_batches, reindex_pending_count
 
 
 class Command(BaseCommand):
@@ -43,9 +48,6 @@ class Command(BaseCommand):
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from memproc.embedders import get_embedder
-        from memproc.services.reindex import ReindexPosition, reindex_batches, reindex_pending_count
-
         if options["batch_size"] <= 0:
             raise CommandError("--batch-size must be positive")
         scope = self._scope(options)
@@ -87,8 +89,6 @@ class Command(BaseCommand):
             self.stdout.write(f"Last position: {position}")
 
     def _scope(self, options: dict[str, Any]) -> dict[str, str]:
-        from memproc import models
-
         if options["thread"]:
             if not models.Thread.objects.filter(pk=options["thread"]).exists():
                 raise CommandError(f"No thread {options['thread']!r}")
@@ -103,14 +103,11 @@ class Command(BaseCommand):
         if options["embedder"]:
             return options["embedder"]
         if options["agent"]:
-            from memproc.agents import get_agent
-            from memproc.services.reindex import agent_embedder
-
             try:
-                get_agent(options["agent"])
+                agent = get_agent(options["agent"])
             except LookupError as exc:
                 raise CommandError(str(exc)) from exc
-            return agent_embedder(agent_id=options["agent"])
+            return recall_embedder(agent)
         return None
 
     def _report_stop(self, exc: BaseException, options: dict[str, Any], position: Any, scanned: int) -> None:

@@ -38,7 +38,6 @@ from memproc.services.attachments.turn import (
     attachments_commit,
     attachments_discard,
     attachments_link,
-    messages_save_with_files,
     messages_without_file_data,
 )
 
@@ -60,6 +59,5 @@ __all__ = [
     "attachments_link",
     "attachments_release",
     "attachments_resolve",
-    "messages_save_with_files",
     "messages_without_file_data",
 ]

@@ -60,37 +60,6 @@ def attachments_link(*, resource_id: str, messages: Sequence[Message]) -> int:
     return linked
 
 
-def messages_save_with_files(
-    *, thread_id: str, resource_id: str, messages: Sequence[Message]
-) -> list[Message]:
-    """`messages_save` for messages that may carry inline files: the files are checked and stored
-    like a turn's (AttachmentUploader), the rows written with the messages, references linked.
-    A refused file raises AttachmentError and nothing is saved."""
-    from django.db import transaction
-
-    from memproc.exceptions import AttachmentError, TripWire
-    from memproc.processors.attachments import AttachmentUploader
-    from memproc.processors.base import ProcessorContext
-    from memproc.services.threads import messages_save
-
-    uploader = AttachmentUploader()
-    ctx = ProcessorContext(processor_id=uploader.id, messages=tuple(messages), resource_id=resource_id)
-    try:
-        offloaded = uploader.process_input(ctx)
-    except TripWire as exc:
-        raise AttachmentError(exc.reason, code=exc.metadata.get("code"), metadata=exc.metadata) from exc
-    staged = ctx.state.get("staged", [])
-    try:
-        with transaction.atomic():
-            values = attachments_commit(staged=staged, messages=offloaded or list(messages))
-            saved = messages_save(thread_id=thread_id, resource_id=resource_id, messages=values)
-            attachments_link(resource_id=resource_id, messages=saved)
-    except BaseException:
-        attachments_discard(staged=staged)
-        raise
-    return saved
-
-
 def attachments_discard(*, staged: Sequence[StagedAttachment]) -> int:
     """Deletes, now, the files a turn wrote and never committed (rows were never written)."""
     names = {item.file_name for item in staged if item.created and item.file_name}

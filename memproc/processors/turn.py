@@ -1,0 +1,81 @@
+"""The turn's state that processors read and record on: thread facts, tools, and the write buffer.
+
+It lives in the processor layer so memory processors can record writes without reaching into
+services; the turn service (memproc.services.turns) builds one per turn and applies `writes` at
+commit. Everything here is plain data: processor tests build a `Turn` with no database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from memproc.messages import Message
+from memproc.tools import Tool
+
+if TYPE_CHECKING:
+    from memproc.processors.attachments import StagedAttachment
+    from memproc.processors.store import MemoryStore
+
+__all__ = ["PendingWorkingMemory", "Turn", "TurnWrites"]
+
+
+@dataclass
+class PendingWorkingMemory:
+    """A working-memory change the model made; written with the turn's save (compare-and-swap)."""
+
+    scope: str
+    key: str
+    value: Any
+    mode: str
+    template: str
+    schema: dict[str, Any] | None
+
+
+@dataclass
+class TurnWrites:
+    """What memory processors asked to store; applied together at commit, dropped on abort."""
+
+    messages: list[Message] = field(default_factory=list)
+    embed: list[Message] = field(default_factory=list)
+    embedder: Any = None
+    working_memory: list[PendingWorkingMemory] = field(default_factory=list)
+    generate_title: bool = False
+
+
+@dataclass
+class Turn:
+    """One turn: who it is for, what the thread looked like when it started, what it will write."""
+
+    agent: Any
+    thread_id: str | None
+    resource_id: str | None
+    store: MemoryStore | None
+    input_messages: list[Message]
+    # Ids the caller chose (not generated here): only these can clash with stored messages.
+    client_ids: set[str] = field(default_factory=set)
+    # System messages the caller sent: used for this turn after the instructions, never saved.
+    system_input: list[Message] = field(default_factory=list)
+    thread_exists: bool = False
+    thread_title: str = ""
+    thread_last_sequence: int | None = None  # as read at the start of the turn
+    loaded_ids: set[str] = field(default_factory=set)
+    tools: dict[str, Tool] = field(default_factory=dict)
+    writes: TurnWrites = field(default_factory=TurnWrites)
+    # Per-call overrides of the Memory options (rule 22), already validated.
+    memory_options: dict[str, Any] = field(default_factory=dict)
+    # Files AttachmentUploader stored for this turn: their rows are written at commit; the files the
+    # turn wrote are deleted if it ends without committing (blocked, failed or abandoned).
+    attachments: list[StagedAttachment] = field(default_factory=list)
+    # What memory did this turn, for inspection (the demo's memory panel, the API's `memory` field).
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def add_tool(self, tool: Tool) -> None:
+        self.tools[tool.name] = tool
+
+    def mark_loaded(self, messages: list[Message]) -> None:
+        self.loaded_ids.update(m.id for m in messages)
+
+    @property
+    def internal_tool_names(self) -> set[str]:
+        return {name for name, t in self.tools.items() if t.internal}
