@@ -64,6 +64,9 @@ DEFAULTS: dict[str, Any] = {
     "STORE_BLOCKED_CONTENT": True,
     # Agent loop
     "MAX_TOOL_STEPS": 8,
+    # Worker threads for the blocking steps of async turns (agenerate/astream, ASGI streams) and for
+    # sync-only models; a step holds a thread (and a database connection) only while it runs.
+    "ASYNC_THREADS": 32,
 }
 
 

@@ -143,6 +143,9 @@ class Message:
     thread_id: str | None = None
     resource_id: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=FrozenDict)
+    # The position in its thread, for messages read from storage: it orders messages exactly when
+    # their timestamps tie (one turn's input shares one). Not part of equality, never stored as content.
+    sequence: int | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -222,6 +225,7 @@ def message_from_content(
     created_at: datetime | None = None,
     thread_id: str | None = None,
     resource_id: str | None = None,
+    sequence: int | None = None,
 ) -> Message:
     parts = tuple(part_from_json(p) for p in content.get("parts", ()))
     return Message(
@@ -232,6 +236,7 @@ def message_from_content(
         thread_id=thread_id,
         resource_id=resource_id,
         metadata=content.get("metadata") or {},
+        sequence=sequence,
     )
 
 

@@ -18,7 +18,7 @@ MESSAGE_FIELDS = ("id", "thread_id", "resource_id", "role", "content", "created_
 
 # The per-turn reads below are plain SQL: the ORM spends ~1 ms compiling each query on a 2-core
 # machine, more than the database spends answering them. Anything not on a turn's path uses the ORM.
-_MESSAGE_COLUMNS = "m.id, m.thread_id, m.resource_id, m.role, m.content, m.created_at"
+_MESSAGE_COLUMNS = "m.id, m.thread_id, m.resource_id, m.role, m.content, m.created_at, m.sequence"
 
 
 def _table(model: type[models.Model]) -> str:
@@ -52,6 +52,7 @@ def _message_from_raw(row: Sequence[Any]) -> Message:
         role=row[3],
         content=content or {},
         created_at=_datetime(row[5]),
+        sequence=row[6],
     )
 
 
@@ -63,6 +64,7 @@ def message_from_row(row: dict[str, Any]) -> Message:
         created_at=row["created_at"],
         thread_id=row["thread_id"],
         resource_id=row["resource_id"],
+        sequence=row.get("sequence"),
     )
 
 
@@ -110,7 +112,7 @@ def messages_around(*, message_ids: Sequence[str], before: int, after: int) -> d
     table = _table(models.Message)
     marks = ", ".join(["%s"] * len(message_ids))
     rows = _fetch(
-        f"SELECT DISTINCT {_MESSAGE_COLUMNS}, m.sequence FROM {table} h JOIN {table} m "
+        f"SELECT DISTINCT {_MESSAGE_COLUMNS} FROM {table} h JOIN {table} m "
         "ON m.thread_id = h.thread_id AND m.sequence BETWEEN h.sequence - %s AND h.sequence + %s "
         f"WHERE h.id IN ({marks}) ORDER BY m.thread_id, m.sequence",
         [before, after, *message_ids],

@@ -11,7 +11,20 @@ from project.settings import *  # noqa: F403
 
 _TMP = Path(tempfile.mkdtemp(prefix="memproc-tests-"))
 
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(_TMP / "test.sqlite3")}}
+# A file, not Django's default in-memory test database: async turns run their steps in worker threads,
+# and a shared-cache in-memory SQLite answers concurrent writers "table is locked" at once.
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(_TMP / "test.sqlite3"),
+        "OPTIONS": {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+        },
+        "TEST": {"NAME": str(_TMP / "test-db.sqlite3")},
+    }
+}
 MEDIA_ROOT = _TMP / "media"
 STORAGES = {
     "default": {

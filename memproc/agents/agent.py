@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import sync_to_async
-
 from memproc.conf import settings
 from memproc.events import GenerateResult, StreamEvent
 from memproc.exceptions import ConfigurationError, ValidationError
@@ -144,18 +142,26 @@ class Agent:
         )
 
     async def agenerate(self, messages: MessageInput, **options: Any) -> GenerateResult:
-        """The turn runs in a worker thread (the ORM is sync); async processors are awaited there."""
-        return await sync_to_async(self.generate, thread_sensitive=True)(messages, **options)
+        """`generate` for async code: concurrent calls overlap (the model is awaited; blocking steps
+        run in worker threads that hold a database connection only while they run)."""
+        from memproc.services.turns_async import turn_events_async  # the ORM: see generate()
+
+        box: list[GenerateResult] = []
+        async for _ in turn_events_async(self, messages, result_box=box, **options):
+            pass
+        return box[0]
 
     async def astream(self, messages: MessageInput, **options: Any) -> AsyncIterator[StreamEvent]:
-        events = self.stream(messages, **options)
-        step = sync_to_async(_next_or_none, thread_sensitive=True)
-        while (event := await step(events)) is not None:
-            yield event
+        """`stream` for async code; closing the iterator (or cancelling its task) stops the turn
+        before it saves."""
+        from memproc.services.turns_async import turn_events_async  # the ORM: see generate()
 
-
-def _next_or_none(events: Iterator[StreamEvent]) -> StreamEvent | None:
-    return next(events, None)
+        events = turn_events_async(self, messages, streaming=True, **options)
+        try:
+            async for event in events:
+                yield event
+        finally:
+            await events.aclose()
 
 
 def _drain(gen: Any) -> GenerateResult:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from django.http import StreamingHttpResponse
@@ -42,7 +42,7 @@ def event_data(event: StreamEvent, render_result: Callable[[Any], dict[str, Any]
         return part_to_json(event.tool_result)
     if event.result is not None:
         return render_result(event.result)
-    if event.type == "tripwire" and event.tripwire is not None:
+    if event.type in ("tripwire", "retry") and event.tripwire is not None:
         return {"tripwire": event.tripwire.as_dict()}
     return {}
 
@@ -75,6 +75,25 @@ def sse_frames(
             close()  # a client that disconnects stops the turn before it saves
 
 
+async def async_sse_frames(
+    events: AsyncIterator[StreamEvent], render_result: Callable[[Any], dict[str, Any]]
+) -> AsyncIterator[bytes]:
+    """`sse_frames` for an async stream (ASGI): Django sends each frame as soon as it is yielded."""
+    try:
+        async for event in events:
+            yield frame(event.type, event_data(event, render_result))
+            if event.type in FINAL_EVENTS:
+                break
+    except Exception as exc:
+        if not isinstance(exc, MemprocError):
+            logger.exception("memproc: a streamed turn failed")
+        yield frame("error", error_data(exc))
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()  # a client that disconnects stops the turn before it saves
+
+
 def primed(events: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
     """Runs the turn up to its first event now, so an error before any event (a model that is down, a
     refused file) answers a normal status instead of a 200 stream."""
@@ -92,7 +111,7 @@ def _prepend(first: StreamEvent, rest: Iterator[StreamEvent]) -> Iterator[Stream
             close()
 
 
-def sse_response(frames: Iterator[bytes]) -> StreamingHttpResponse:
+def sse_response(frames: Iterator[bytes] | AsyncIterator[bytes]) -> StreamingHttpResponse:
     response = StreamingHttpResponse(frames, content_type=f"{CONTENT_TYPE}; charset=utf-8")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"

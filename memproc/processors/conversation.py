@@ -78,15 +78,18 @@ def merge_result(
 
 
 def order_messages(messages: Iterable[Message], *, loaded_ids: set[str] | frozenset[str]) -> list[Message]:
-    """Unique ids; what memory loaded, in time order (ties keep their order), then the new input."""
+    """Unique ids; what memory loaded, in time order (ties: by stored sequence, else as given), then
+    the new input."""
     unique = unique_by_id(m for m in messages if m.role != "system")
     memory = [m for m in unique if m.id in loaded_ids]
     memory.sort(key=_time_key)
     return [*memory, *(m for m in unique if m.id not in loaded_ids)]
 
 
-def _time_key(message: Message) -> float:
-    return message.created_at.timestamp() if message.created_at else float("-inf")
+def _time_key(message: Message) -> tuple[float, int]:
+    """Time, then the stored sequence: one turn's messages share a timestamp but not a sequence."""
+    when = message.created_at.timestamp() if message.created_at else float("-inf")
+    return (when, message.sequence if message.sequence is not None else -1)
 
 
 def unique_by_id(messages: Iterable[Message]) -> list[Message]:

@@ -1,18 +1,26 @@
 """Turn orchestration: input processors, the model and tool loop with its step hooks, output
 processors, one atomic save.
 
-`Agent.generate` and `Agent.stream` are thin wrappers over `turn_events`, a generator that yields the
-stream events of a turn and returns its `GenerateResult`. The turn's messages live in a
-`Conversation` (memproc.processors.conversation), which keeps every model request valid.
+The turn itself is `TurnEngine.run()`, a generator that does no I/O of its own: it yields the
+turn's stream events and, for every step that may block (the database, files, tools, user hooks) or
+wait (the model), an *effect* (`Blocking`, `ModelGenerate`, `ModelStreamOpen`/`Next`/`Close`), and
+receives the effect's result back. Two drivers perform the effects: `turn_events` (here) calls them
+directly, for `Agent.generate`/`stream`; `memproc.services.turns_async.turn_events_async` awaits the
+model natively and runs blocking steps in worker threads that hold a database connection only for
+the step, so concurrent `agenerate`/`astream` turns overlap (DESIGN §8). The turn's messages live in
+a `Conversation` (memproc.processors.conversation), which keeps every model request valid.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.utils import timezone
 
@@ -21,6 +29,7 @@ from memproc.events import GenerateResult, StreamEvent, Tripwire
 from memproc.exceptions import ThreadOwnershipError, ToolError, ValidationError
 from memproc.llm.types import ModelRequest, ModelResponse, ToolCall
 from memproc.messages import (
+    AttachmentRef,
     Message,
     MessageInput,
     TextPart,
@@ -32,7 +41,7 @@ from memproc.messages import (
 )
 from memproc.processors.conversation import Conversation
 from memproc.processors.message_history import savable
-from memproc.processors.runner import Blocked, ProcessorRunner
+from memproc.processors.runner import Blocked, ProcessorRunner, StepView
 from memproc.processors.turn import PendingWorkingMemory, Turn, TurnWrites
 from memproc.services.attachments import (
     attachments_commit,
@@ -70,6 +79,44 @@ FEEDBACK = (
 OUTPUT_PHASES = frozenset({"output_step", "tool_result", "output", "stream"})
 
 
+@dataclass(frozen=True, slots=True)
+class Blocking:
+    """A step that may block: the sync driver calls it, the async driver runs it in a worker thread."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ModelGenerate:
+    model: Any
+    request: ModelRequest
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStreamOpen:
+    """Starts the model's stream; the driver answers with a handle for `ModelStreamNext`."""
+
+    model: Any
+    request: ModelRequest
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStreamNext:
+    """The stream's next event, or None at its end."""
+
+    handle: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStreamClose:
+    handle: Any
+
+
+Effect = Blocking | ModelGenerate | ModelStreamOpen | ModelStreamNext | ModelStreamClose
+EngineStep = Generator[StreamEvent | Effect, Any, Any]
+
+
 def turn_events(
     agent: Agent,
     messages: MessageInput,
@@ -80,17 +127,154 @@ def turn_events(
     memory_options: dict[str, Any] | None = None,
     max_processor_retries: int | None = None,
 ) -> Generator[StreamEvent, None, GenerateResult]:
-    turn = turn_start(
-        agent, messages, thread_id=thread_id, resource_id=resource_id, memory_options=memory_options
+    """The sync driver: performs each effect in this thread, yields the stream events, returns the
+    result. Closing it (a client that went away) stops the turn before it saves."""
+    engine = TurnEngine(
+        agent,
+        messages,
+        thread_id=thread_id,
+        resource_id=resource_id,
+        streaming=streaming,
+        memory_options=memory_options,
+        max_processor_retries=max_processor_retries,
     )
-    retries = agent.max_processor_retries if max_processor_retries is None else max_processor_retries
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise ValidationError("max_processor_retries must be an integer >= 0")
+    steps = engine.run()
+    streams = OpenStreams()
     try:
-        return (yield from _TurnExecution(turn, streaming=streaming, max_retries=retries).run())
+        return (yield from _drive(steps, streams))
     finally:
-        if turn.attachments:
-            attachments_discard(staged=turn.attachments)
+        steps.close()
+        streams.close_all()
+        engine.cleanup()
+
+
+def _drive(
+    steps: EngineStep, streams: OpenStreams, *, until_model: bool = False
+) -> Generator[StreamEvent, None, Any]:
+    """Performs effects in this thread. With `until_model`, stops before the first model effect and
+    returns it (unperformed) instead of the turn's result."""
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            item = steps.throw(error) if error is not None else steps.send(send)
+        except StopIteration as stop:
+            return stop.value
+        send, error = None, None
+        if isinstance(item, StreamEvent):
+            yield item
+            continue
+        if until_model and isinstance(item, ModelGenerate | ModelStreamOpen):
+            return PendingModel(item)
+        try:
+            send = streams.track(item, perform(item))
+        except Exception as exc:
+            error = exc
+
+
+@dataclass(frozen=True, slots=True)
+class PendingModel:
+    effect: ModelGenerate | ModelStreamOpen
+
+
+@dataclass
+class StartedTurn:
+    """A turn run in the calling thread up to its first model call (its reads, input processors and
+    any input tripwire done); `memproc.services.turns_async` continues it without blocking."""
+
+    engine: TurnEngine
+    steps: EngineStep
+    events: list[StreamEvent]
+    pending: ModelGenerate | ModelStreamOpen | None
+    result: GenerateResult | None
+
+    def close(self) -> None:
+        """Drops a started turn that will not be continued (nothing was saved)."""
+        self.steps.close()
+        self.engine.cleanup()
+
+
+def turn_begin(agent: Agent, messages: MessageInput, **options: Any) -> StartedTurn:
+    """Runs a turn up to its first model call here, so errors before it (bad input, a refused file, a
+    blocked input) surface to the caller now, the way an HTTP view wants them."""
+    engine = TurnEngine(agent, messages, **options)
+    steps = engine.run()
+    streams = OpenStreams()
+    events: list[StreamEvent] = []
+    try:
+        driver = _drive(steps, streams, until_model=True)
+        while True:
+            try:
+                events.append(next(driver))
+            except StopIteration as stop:
+                outcome = stop.value
+                break
+    except BaseException:
+        steps.close()
+        engine.cleanup()
+        raise
+    if isinstance(outcome, PendingModel):
+        return StartedTurn(engine, steps, events, outcome.effect, None)
+    return StartedTurn(engine, steps, events, None, outcome)
+
+
+class OpenStreams:
+    """The model streams a driver opened and has not closed: a turn stopped midway (a client that
+    went away) leaves them to the driver."""
+
+    def __init__(self) -> None:
+        self.handles: list[Any] = []
+
+    def track(self, effect: Effect, result: Any) -> Any:
+        if isinstance(effect, ModelStreamOpen):
+            self.handles.append(result)
+        elif isinstance(effect, ModelStreamClose) and effect.handle in self.handles:
+            self.handles.remove(effect.handle)
+        return result
+
+    def close_all(self) -> None:
+        while self.handles:
+            perform(ModelStreamClose(self.handles.pop()))
+
+
+def perform(effect: Effect) -> Any:
+    """An effect, performed in the calling thread. An async-only model is driven with async_to_sync."""
+    if isinstance(effect, Blocking):
+        return effect.fn(*effect.args)
+    model = getattr(effect, "model", None)
+    if isinstance(effect, ModelGenerate):
+        if hasattr(model, "generate"):
+            return model.generate(effect.request)
+        return async_to_sync(model.agenerate)(effect.request)
+    if isinstance(effect, ModelStreamOpen):
+        if hasattr(model, "stream"):
+            return iter(model.stream(effect.request))
+        return _SyncOverAsync(model.astream(effect.request))
+    if isinstance(effect, ModelStreamNext):
+        return next(effect.handle, None)
+    close = getattr(effect.handle, "close", None)
+    return close() if close is not None else None
+
+
+class _SyncOverAsync:
+    """Iterates an async iterator from sync code, one `async_to_sync` call per item."""
+
+    def __init__(self, iterator: Any) -> None:
+        self.iterator = iterator
+
+    def __iter__(self) -> _SyncOverAsync:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return async_to_sync(self.iterator.__anext__)()
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def close(self) -> None:
+        aclose = getattr(self.iterator, "aclose", None)
+        if aclose is not None:
+            async_to_sync(aclose)()
 
 
 def turn_start(
@@ -153,13 +337,55 @@ def turn_start(
     return turn
 
 
-class _TurnExecution:
-    def __init__(self, turn: Turn, *, streaming: bool, max_retries: int) -> None:
-        self.turn = turn
-        self.agent = turn.agent
+class TurnEngine:
+    """One turn, as a generator of stream events and effects (see the module docstring).
+
+    Code between effects is plain computation (message lists, the conversation object, stream hooks),
+    so it may run on an event loop; everything that can block is a `Blocking` effect. Hook chains
+    with no processor for a hook cost no effect.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        messages: MessageInput,
+        *,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        streaming: bool = False,
+        memory_options: dict[str, Any] | None = None,
+        max_processor_retries: int | None = None,
+    ) -> None:
+        retries = agent.max_processor_retries if max_processor_retries is None else max_processor_retries
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValidationError("max_processor_retries must be an integer >= 0")
+        self.agent = agent
         self.streaming = streaming
-        self.max_retries = max_retries
+        self.max_retries = retries
         self.retries = 0
+        self._start_args = (messages, thread_id, resource_id, memory_options)
+        self.turn: Turn | None = None
+        self.usage: dict[str, Any] = {}
+        self.steps = 0
+        self.last_prompt: list[Message] = []
+        # The response as far as it got, for the tripwire log of an output-side block (rule 20).
+        self.draft: list[Message] = []
+        self._resolved: dict[int, tuple[Message, Message]] = {}
+
+    def cleanup(self) -> None:
+        """Deletes the files a turn that did not commit stored (blocking: drivers run it as such)."""
+        if self.turn is not None and self.turn.attachments:
+            attachments_discard(staged=self.turn.attachments)
+            self.turn.attachments = []
+
+    def _start(self) -> Turn:
+        messages, thread_id, resource_id, memory_options = self._start_args
+        return turn_start(
+            self.agent, messages, thread_id=thread_id, resource_id=resource_id, memory_options=memory_options
+        )
+
+    def _setup(self, turn: Turn) -> None:
+        self.turn = turn
         self.input_chain, self.output_chain = self.agent.processor_chains(turn.memory_options or None)
         # process_tool_result runs on every processor that has it, input side first, each once.
         self.tool_result_chain = list({id(p): p for p in [*self.input_chain, *self.output_chain]}.values())
@@ -168,17 +394,13 @@ class _TurnExecution:
             system=[*system, *turn.system_input], messages=turn.input_messages, loaded_ids=turn.loaded_ids
         )
         self.runner = ProcessorRunner(turn, self.conversation)
-        self.usage: dict[str, Any] = {}
-        self.steps = 0
-        self.last_prompt: list[Message] = []
-        # The response as far as it got, for the tripwire log of an output-side block (rule 20).
-        self.draft: list[Message] = []
-        self._resolved: dict[int, tuple[Message, Message]] = {}
 
-    def run(self) -> Generator[StreamEvent, None, GenerateResult]:
+    def run(self) -> EngineStep:
+        self._setup((yield Blocking(self._start)))
         turn = self.turn
+        assert turn is not None
         try:
-            self.runner.run_input(self.input_chain)
+            yield Blocking(self.runner.run_input, (self.input_chain,))
         except Blocked as blocked:
             return (yield from self._blocked(blocked.tripwire))
         feedback: list[Message] = []
@@ -187,7 +409,13 @@ class _TurnExecution:
             self.draft = []
             try:
                 responses = yield from self._model_loop(feedback)
-                responses = self.runner.run_output(self.output_chain, responses)
+                responses = yield from self._hooks(
+                    "process_output_result",
+                    self.runner.run_output,
+                    self.output_chain,
+                    responses,
+                    responses=responses,
+                )
             except Blocked as blocked:
                 tripwire = blocked.tripwire
                 if tripwire.retry and tripwire.phase == "output" and self.retries < self.max_retries:
@@ -198,7 +426,7 @@ class _TurnExecution:
                     continue
                 return (yield from self._blocked(tripwire))
             break
-        turn_commit(turn)
+        yield Blocking(turn_commit, (turn,))
         saved = turn.writes.messages or savable(
             [*self.conversation.new_input, *responses], internal_tools=turn.internal_tool_names
         )
@@ -217,17 +445,29 @@ class _TurnExecution:
             yield StreamEvent(type="finish", result=result, usage=self.usage)
         return result
 
-    def _blocked(self, tripwire: Tripwire) -> Generator[StreamEvent, None, GenerateResult]:
+    def _hooks(
+        self, hook: str, method: Callable[..., Any], chain: Sequence[Any], unchanged: Any, **kwargs: Any
+    ) -> EngineStep:
+        """Runs a hook chain as one blocking step; when no processor has the hook, no step at all."""
+        if not any(getattr(p, hook, None) is not None for p in chain):
+            return unchanged
+        return (yield Blocking(partial(method, chain, **kwargs)))
+
+    def _blocked(self, tripwire: Tripwire) -> EngineStep:
         turn = self.turn
+        assert turn is not None
         content = list(self.conversation.new_input)
         if tripwire.phase in OUTPUT_PHASES or tripwire.phase == "input_step":
             content += self.draft
-        tripwire_log(
-            tripwire=tripwire,
-            agent_id=self.agent.id,
-            thread_id=turn.thread_id,
-            resource_id=turn.resource_id,
-            messages=content,
+        yield Blocking(
+            partial(
+                tripwire_log,
+                tripwire=tripwire,
+                agent_id=self.agent.id,
+                thread_id=turn.thread_id,
+                resource_id=turn.resource_id,
+                messages=content,
+            )
         )
         result = GenerateResult(
             text="",
@@ -246,29 +486,47 @@ class _TurnExecution:
 
     # --- the model and tool loop ---------------------------------------------------------------
 
-    def _model_loop(self, feedback: list[Message]) -> Generator[StreamEvent, None, list[Message]]:
+    def _model_loop(self, feedback: list[Message]) -> EngineStep:
         """Model, then tools, then model again, until an answer without tool calls or the step limit.
         Every call gets the step hooks; a retry of `process_output_step` re-runs that step."""
+        turn = self.turn
+        assert turn is not None
         responses: list[Message] = []
         step_feedback: list[Message] = []
         step = 0
         while step < self.agent.max_steps:
-            view = self.runner.run_input_step(self.input_chain, step=step, responses=responses)
+            if any(getattr(p, "process_input_step", None) is not None for p in self.input_chain):
+                view = yield Blocking(
+                    partial(self.runner.run_input_step, self.input_chain, step=step, responses=responses)
+                )
+            else:
+                view = StepView(
+                    list(self.conversation.system),
+                    [*self.conversation.messages, *responses],
+                    list(turn.tools.values()),
+                )
             prompt = self.conversation.request_messages(
                 system=[*view.system, *feedback, *step_feedback], messages=view.messages
             )
             self.last_prompt = prompt
-            request = ModelRequest(messages=self._resolve(prompt), tools=[t.spec for t in view.tools])
+            resolved = yield from self._resolve(prompt)
+            request = ModelRequest(messages=resolved, tools=[t.spec for t in view.tools])
             self.steps += 1
             response = yield from self._model_step(request, responses)
             _add_usage(self.usage, response.usage)
             calls = [c if c.id else ToolCall(new_id(), c.name, c.args) for c in response.tool_calls]
-            assistant = _assistant_message(response.text, calls, self.turn)
+            assistant = _assistant_message(response.text, calls, turn)
             drafted = [*responses, assistant] if assistant.parts else list(responses)
             self.draft = drafted
             try:
-                drafted = self.runner.run_output_step(
-                    self.output_chain, step=step, responses=drafted, tool_calls=calls
+                drafted = yield from self._hooks(
+                    "process_output_step",
+                    self.runner.run_output_step,
+                    self.output_chain,
+                    drafted,
+                    step=step,
+                    responses=drafted,
+                    tool_calls=calls,
                 )
             except Blocked as blocked:
                 tripwire = blocked.tripwire
@@ -291,10 +549,16 @@ class _TurnExecution:
                 break
             results: list[ToolResultPart] = []
             for call in to_run:
-                part = self._run_tool(call)
+                part = yield Blocking(self._run_tool, (call,))
                 self.draft = [*responses, self._tool_message([*results, part])]
-                part = self.runner.run_tool_result(
-                    self.tool_result_chain, step=step, responses=responses, result=part
+                part = yield from self._hooks(
+                    "process_tool_result",
+                    self.runner.run_tool_result,
+                    self.tool_result_chain,
+                    part,
+                    step=step,
+                    responses=responses,
+                    result=part,
                 )
                 results.append(part)
                 if self.streaming:
@@ -305,52 +569,73 @@ class _TurnExecution:
         return responses
 
     def _tool_message(self, results: Sequence[ToolResultPart]) -> Message:
+        turn = self.turn
+        assert turn is not None
         return Message.create(
             "tool",
             tuple(results),
-            thread_id=self.turn.thread_id,
-            resource_id=self.turn.resource_id,
+            thread_id=turn.thread_id,
+            resource_id=turn.resource_id,
             created_at=timezone.now(),
         )
 
-    def _resolve(self, messages: list[Message]) -> list[Message]:
+    def _resolve(self, messages: list[Message]) -> EngineStep:
         """Attachment references become URLs or bytes for the request only (what is saved keeps them).
-        Resolved once per message object, so later steps cost no query."""
+        Resolved once per message object, so later steps cost no query; no references, no step."""
         todo = [m for m in messages if id(m) not in self._resolved]
-        if todo:
-            resolved = attachments_resolve(
-                messages=todo,
-                resource_id=self.turn.resource_id,
-                model=self.agent.model,
-                staged=self.turn.attachments,
-            )
-            for original, done in zip(todo, resolved, strict=True):
-                self._resolved[id(original)] = (original, done)
-        return [self._resolved[id(m)][1] for m in messages]
-
-    def _model_step(
-        self, request: ModelRequest, responses: list[Message]
-    ) -> Generator[StreamEvent, None, ModelResponse]:
-        model = self.agent.model
-        if not self.streaming:
-            return model.generate(request)
-        if not hasattr(model, "stream"):
-            response = model.generate(request)
-            events: Iterator[StreamEvent] = iter(
-                [StreamEvent(type="text-delta", text=response.text)] if response.text else []
-            )
-            events = _chain(
-                events,
-                [StreamEvent(type="tool-call", tool_call=c) for c in response.tool_calls],
-                StreamEvent(type="finish", usage=response.usage, finish_reason=response.finish_reason),
+        if any(isinstance(p, AttachmentRef) for m in todo for p in m.parts):
+            turn = self.turn
+            assert turn is not None
+            resolved = yield Blocking(
+                partial(
+                    attachments_resolve,
+                    messages=todo,
+                    resource_id=turn.resource_id,
+                    model=self.agent.model,
+                    staged=turn.attachments,
+                )
             )
         else:
-            events = iter(model.stream(request))
+            resolved = todo
+        for original, done in zip(todo, resolved, strict=True):
+            self._resolved[id(original)] = (original, done)
+        return [self._resolved[id(m)][1] for m in messages]
+
+    def _model_step(self, request: ModelRequest, responses: list[Message]) -> EngineStep:
+        model = self.agent.model
+        if not self.streaming:
+            return (yield ModelGenerate(model, request))
+        if not (hasattr(model, "stream") or hasattr(model, "astream")):
+            response = yield ModelGenerate(model, request)
+            events = [StreamEvent(type="text-delta", text=response.text)] if response.text else []
+            events += [StreamEvent(type="tool-call", tool_call=c) for c in response.tool_calls]
+            events.append(
+                StreamEvent(type="finish", usage=response.usage, finish_reason=response.finish_reason)
+            )
+            return (yield from self._stream_through_processors(iter(events), None, responses))
+        handle = yield ModelStreamOpen(model, request)
+        try:
+            response = yield from self._stream_through_processors(None, handle, responses)
+        except Exception:
+            yield ModelStreamClose(handle)
+            raise
+        # (A closed engine leaves the stream to its driver, which closes every stream it opened.)
+        yield ModelStreamClose(handle)
+        return response
+
+    def _stream_through_processors(
+        self, events: Iterator[StreamEvent] | None, handle: Any, responses: list[Message]
+    ) -> EngineStep:
+        turn = self.turn
+        assert turn is not None
         text: list[str] = []
         calls: list[ToolCall] = []
         usage: dict[str, Any] = {}
         finish = "stop"
-        for event in events:
+        while True:
+            event = next(events, None) if events is not None else (yield ModelStreamNext(handle))
+            if event is None:
+                break
             if event.type == "finish":
                 usage, finish = dict(event.usage or {}), event.finish_reason or finish
             elif event.type == "tool-call" and event.tool_call is not None:
@@ -363,12 +648,13 @@ class _TurnExecution:
                     continue
                 if part.type == "text-delta":
                     text.append(part.text)
-                    self.draft = [*responses, _assistant_message("".join(text), [], self.turn)]
+                    self.draft = [*responses, _assistant_message("".join(text), [], turn)]
                 yield part
         return ModelResponse(text="".join(text), tool_calls=calls, usage=usage, finish_reason=finish)
 
     def _run_tool(self, call: ToolCall) -> ToolResultPart:
         turn = self.turn
+        assert turn is not None
         tool = turn.tools.get(call.name)
         if tool is None:
             return ToolResultPart(call.id, call.name, f"Unknown tool {call.name!r}", is_error=True)
@@ -475,9 +761,3 @@ def _jsonable(value: Any) -> Any:
         return value
     except (TypeError, ValueError):
         return str(value)
-
-
-def _chain(first: Iterator[StreamEvent], rest: list[StreamEvent], last: StreamEvent) -> Iterator[StreamEvent]:
-    yield from first
-    yield from rest
-    yield last

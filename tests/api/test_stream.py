@@ -248,3 +248,23 @@ def test_a_stream_tripwire_over_http_ends_the_stream_and_saves_nothing(live_serv
     assert not models.Message.objects.exists()
     log = models.TripwireLog.objects.get()
     assert (log.thread_id, log.phase) == ("live-trip", "stream")
+
+
+@pytest.mark.django_db
+def test_a_retry_is_an_event_before_the_new_attempt(owner_client, make_agent, model, resource):
+    class RejectDraft:
+        id = "reject-draft"
+
+        def process_output_step(self, ctx):
+            if "draft" in ctx.messages[-1].text:
+                ctx.abort("No drafts", retry=True)
+
+    make_agent(output_processors=[RejectDraft()], max_processor_retries=1)
+    model.add("a draft", "the answer")
+    events = parse_sse(b"".join(stream_with_client(owner_client, messages="hi").streaming_content))
+    kinds = [e for e, _ in events]
+    assert "retry" in kinds and kinds[-1] == "finish"
+    retry_at = kinds.index("retry")
+    assert events[retry_at][1]["tripwire"]["reason"] == "No drafts"
+    after = "".join(data["text"] for kind, data in events[retry_at:] if kind == "text-delta")
+    assert after == "the answer" and events[-1][1]["text"] == "the answer"

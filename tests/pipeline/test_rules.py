@@ -496,6 +496,7 @@ def test_streaming_tool_calls_emit_events(make_agent, model):
 # --- async ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.django_db(transaction=True)  # async turns write from worker threads
 def test_agenerate_and_async_processors(make_agent, model):
     class AsyncTag:
         id = "async-tag"
@@ -506,7 +507,6 @@ def test_agenerate_and_async_processors(make_agent, model):
 
     model.add("ok", "streamed")
     agent = make_agent(input_processors=[AsyncTag()])
-    # async_to_sync (as Django runs async views) keeps thread-sensitive work on this thread's connection.
     result = async_to_sync(agent.agenerate)("hi", thread_id=T, resource_id=R)
     assert result.text == "ok"
     assert "async was here" in [m.text for m in model.requests[0].messages]

@@ -25,7 +25,8 @@ from memproc.api.serializers import (
     GenerateResultSerializer,
     GenerateUploadSerializer,
 )
-from memproc.api.sse import CONTENT_TYPE, primed, sse_frames, sse_response
+from memproc.api.sse import CONTENT_TYPE
+from memproc.api.turn_runner import turn_generate, turn_stream_response
 from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
 from memproc.api.views.checks import attachments_check
 from memproc.conf import settings as memproc_settings
@@ -41,6 +42,8 @@ Each event is `event: <type>` and `data: <one line of JSON>`:
 * `text-delta` — `{"text"}`, a piece of the answer;
 * `tool-call` — `{"id", "name", "args"}`;
 * `tool-result` — `{"tool_call_id", "tool_name", "result", "is_error"}`;
+* `retry` — `{"tripwire"}`: an output guardrail rejected the text streamed so far; discard it, a new
+  attempt follows;
 * `finish` — the turn's result, the same object `generate` answers; the stream ends;
 * `tripwire` — a blocked turn's result (`tripwire` set, nothing saved); the stream ends;
 * `error` — `{"detail", "code"}`: the turn failed midway and nothing of it was saved; the stream ends.
@@ -60,7 +63,7 @@ SSE_EVENT_SCHEMA = {
     "properties": {
         "event": {
             "type": "string",
-            "enum": ["text-delta", "tool-call", "tool-result", "finish", "tripwire", "error"],
+            "enum": ["text-delta", "tool-call", "tool-result", "retry", "finish", "tripwire", "error"],
         },
         "data": {"type": "string", "description": "One line of JSON; see the operation's description."},
     },
@@ -112,7 +115,9 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
     def generate(self, request: Request, id: str) -> Response:
         agent = self.agent(id)
         turn = self.turn_request(request)
-        result = agent.generate(turn.messages, thread_id=turn.thread_id, resource_id=turn.resource_id)
+        result = turn_generate(
+            request, agent, turn.messages, thread_id=turn.thread_id, resource_id=turn.resource_id
+        )
         return Response(GenerateResultSerializer(result).data)
 
     @extend_schema(
@@ -136,8 +141,14 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
     def stream(self, request: Request, id: str) -> Any:
         agent = self.agent(id)
         turn = self.turn_request(request)
-        events = primed(agent.stream(turn.messages, thread_id=turn.thread_id, resource_id=turn.resource_id))
-        return sse_response(sse_frames(events, lambda result: GenerateResultSerializer(result).data))
+        return turn_stream_response(
+            request,
+            agent,
+            turn.messages,
+            lambda result: GenerateResultSerializer(result).data,
+            thread_id=turn.thread_id,
+            resource_id=turn.resource_id,
+        )
 
     def perform_content_negotiation(self, request: Request, force: bool = False) -> tuple[Any, str]:
         """The stream's errors are JSON even for a client that accepts only `text/event-stream`."""

@@ -1,0 +1,63 @@
+"""How a view runs a turn: in the request's thread under WSGI; without blocking under ASGI.
+
+Under ASGI the turn runs in the request's thread only up to its first model call (reads, input
+processors, an input tripwire: their errors are ordinary responses), the thread's database
+connection is released, and the rest runs on the event loop (`memproc.services.turns_async`): the
+stream is an async iterator, so Django sends each frame as it is made, and a client that goes away
+cancels the turn before it saves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.core.handlers.asgi import ASGIRequest
+from django.db import connections
+from django.http import StreamingHttpResponse
+
+from memproc.api.sse import async_sse_frames, primed, sse_frames, sse_response
+from memproc.events import GenerateResult, StreamEvent
+from memproc.services.turns import turn_begin
+from memproc.services.turns_async import turn_continue_async
+
+__all__ = ["is_asgi", "turn_generate", "turn_stream_response"]
+
+
+def is_asgi(request: Any) -> bool:
+    return isinstance(getattr(request, "_request", request), ASGIRequest)
+
+
+def release_connections() -> None:
+    """The request thread's connections, closed before the turn waits for its model."""
+    for connection in connections.all(initialized_only=True):
+        if not connection.in_atomic_block:
+            connection.close()
+
+
+def turn_generate(request: Any, agent: Any, messages: Any, **options: Any) -> GenerateResult:
+    if not is_asgi(request):
+        return agent.generate(messages, **options)
+    started = turn_begin(agent, messages, **options)
+    release_connections()
+    return async_to_sync(_finish)(started)
+
+
+async def _finish(started: Any) -> GenerateResult:
+    box: list[GenerateResult] = []
+    async for _ in turn_continue_async(started, result_box=box):
+        pass
+    return box[0]
+
+
+def turn_stream_response(
+    request: Any, agent: Any, messages: Any, render_result: Callable[[Any], dict[str, Any]], **options: Any
+) -> StreamingHttpResponse:
+    if not is_asgi(request):
+        events = primed(agent.stream(messages, **options))
+        return sse_response(sse_frames(events, render_result))
+    started = turn_begin(agent, messages, streaming=True, **options)
+    release_connections()
+    stream: AsyncIterator[StreamEvent] = turn_continue_async(started)
+    return sse_response(async_sse_frames(stream, render_result))
