@@ -32,10 +32,11 @@ def _fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
 
 
 def _datetime(value: Any) -> datetime | None:
-    """SQLite hands back text; PostgreSQL an aware datetime. Stored values are UTC."""
-    if value is None or isinstance(value, datetime):
-        return value
-    parsed = parse_datetime(str(value))
+    """SQLite hands back text or a naive datetime; PostgreSQL an aware one. Stored values are UTC,
+    and naive ones would sort by local time (wrong across a daylight-saving change)."""
+    if value is None:
+        return None
+    parsed = value if isinstance(value, datetime) else parse_datetime(str(value))
     if parsed is not None and parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed

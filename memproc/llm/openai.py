@@ -1,17 +1,23 @@
 """The adapter for OpenAI-compatible chat-completions servers (OpenAI, Ollama, vLLM, llama.cpp, ...).
 
 It speaks through the official `openai` SDK, imported on first use so that memproc installs without
-it. The SDK never retries on its own here (`max_retries=0`): memproc decides what is worth a retry,
-and the error class says which failures are transient (`ModelUnavailableError`).
+it, sync (`generate`, `stream`) and natively async (`agenerate`, `astream`: the async turn awaits
+them on the event loop). A request that fails with 429, 5xx, a timeout or a dropped connection is
+retried by the SDK, `max_retries` times (default 2, per provider in `MEMPROC["MODELS"]`), with
+exponential backoff and jitter, honouring the provider's `Retry-After`; a stream is retried only
+before its first chunk, never after a delta reached the caller. The error class of what still fails
+says whether a later retry can help (`ModelUnavailableError`, `ModelRateLimitError`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+import weakref
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +37,7 @@ from memproc.messages import to_openai
 __all__ = ["OpenAIChatModel"]
 
 DEFAULT_TIMEOUT = 60.0
+DEFAULT_MAX_RETRIES = 2
 # Local servers ignore the key, but the SDK refuses to build a client without one.
 PLACEHOLDER_API_KEY = "not-needed"
 
@@ -40,6 +47,7 @@ class _Options:
     api_key: str
     base_url: str | None
     timeout: float
+    max_retries: int = DEFAULT_MAX_RETRIES
     extra_body: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
 
@@ -59,6 +67,7 @@ class OpenAIChatModel:
         api_key: str | None = None,
         base_url: str | None = None,
         timeout: float | None = None,
+        max_retries: int | None = None,
         extra_body: Mapping[str, Any] | None = None,
         provider: str = "openai",
     ) -> None:
@@ -72,6 +81,8 @@ class OpenAIChatModel:
             )
         if timeout is not None:
             _check_timeout(timeout, where="OpenAIChatModel(timeout=...)")
+        if max_retries is not None:
+            _check_retries(max_retries, where="OpenAIChatModel(max_retries=...)")
         if extra_body is not None and not isinstance(extra_body, Mapping):
             raise ConfigurationError("OpenAIChatModel(extra_body=...) must be a dict")
         if not isinstance(provider, str) or not provider or "/" in provider:
@@ -84,9 +95,14 @@ class OpenAIChatModel:
         self._api_key = api_key
         self._base_url = base_url
         self._timeout = timeout
+        self._max_retries = max_retries
         self._extra_body = dict(extra_body) if extra_body is not None else None
         self._client: Any = None
         self._client_options: _Options | None = None
+        # Async clients hold connection pools bound to an event loop: one per loop (uvicorn has one).
+        self._async_clients: weakref.WeakKeyDictionary[Any, tuple[_Options, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -117,8 +133,14 @@ class OpenAIChatModel:
             api_key = PLACEHOLDER_API_KEY
         timeout = self._timeout if self._timeout is not None else configured.get("timeout", DEFAULT_TIMEOUT)
         _check_timeout(timeout, where=f'MEMPROC["MODELS"][{self.provider!r}]["timeout"]')
+        max_retries = (
+            self._max_retries
+            if self._max_retries is not None
+            else configured.get("max_retries", DEFAULT_MAX_RETRIES)
+        )
+        _check_retries(max_retries, where=f'MEMPROC["MODELS"][{self.provider!r}]["max_retries"]')
         extra_body = self._extra_body if self._extra_body is not None else configured.get("extra_body") or {}
-        return _Options(str(api_key), base_url, float(timeout), dict(extra_body))
+        return _Options(str(api_key), base_url, float(timeout), int(max_retries), dict(extra_body))
 
     @property
     def client(self) -> Any:
@@ -132,10 +154,25 @@ class OpenAIChatModel:
                     api_key=options.api_key,
                     base_url=options.base_url,
                     timeout=options.timeout,
-                    max_retries=0,
+                    max_retries=options.max_retries,
                 )
                 self._client_options = options
             return self._client
+
+    def _async_client_for(self, options: _Options) -> Any:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            cached = self._async_clients.get(loop)
+            if cached is None or cached[0] != options:
+                client = _sdk().AsyncOpenAI(
+                    api_key=options.api_key,
+                    base_url=options.base_url,
+                    timeout=options.timeout,
+                    max_retries=options.max_retries,
+                )
+                cached = (options, client)
+                self._async_clients[loop] = cached
+            return cached[1]
 
     # --- ChatModel ------------------------------------------------------------------------------
 
@@ -146,6 +183,61 @@ class OpenAIChatModel:
             completion = client.chat.completions.create(**self._params(request, options))
         except _sdk().OpenAIError as exc:
             raise self._error(exc) from exc
+        return self._response(completion)
+
+    async def agenerate(self, request: ModelRequest) -> ModelResponse:
+        options = self.options()
+        client = self._async_client_for(options)
+        try:
+            completion = await client.chat.completions.create(**self._params(request, options))
+        except _sdk().OpenAIError as exc:
+            raise self._error(exc) from exc
+        return self._response(completion)
+
+    def stream(self, request: ModelRequest) -> Iterator[StreamEvent]:
+        """Text deltas as they arrive; each tool call once, complete; then `finish` with usage."""
+        options = self.options()
+        client = self._client_for(options)
+        sdk = _sdk()
+        try:
+            stream = client.chat.completions.create(
+                **self._params(request, options), stream=True, stream_options={"include_usage": True}
+            )
+        except sdk.OpenAIError as exc:
+            raise self._error(exc) from exc
+        state = _StreamState(self)
+        try:
+            for chunk in stream:
+                yield from state.feed(chunk)
+        except sdk.OpenAIError as exc:
+            raise self._error(exc) from exc
+        finally:
+            stream.close()
+        yield state.finish()
+
+    async def astream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """`stream`, awaited on the event loop."""
+        options = self.options()
+        client = self._async_client_for(options)
+        sdk = _sdk()
+        try:
+            stream = await client.chat.completions.create(
+                **self._params(request, options), stream=True, stream_options={"include_usage": True}
+            )
+        except sdk.OpenAIError as exc:
+            raise self._error(exc) from exc
+        state = _StreamState(self)
+        try:
+            async for chunk in stream:
+                for event in state.feed(chunk):
+                    yield event
+        except sdk.OpenAIError as exc:
+            raise self._error(exc) from exc
+        finally:
+            await stream.close()
+        yield state.finish()
+
+    def _response(self, completion: Any) -> ModelResponse:
         if not completion.choices:
             raise ModelResponseError(f"{self.id} answered with no choices")
         choice = completion.choices[0]
@@ -161,42 +253,6 @@ class OpenAIChatModel:
             usage=_usage(completion.usage),
             finish_reason=choice.finish_reason or ("tool_calls" if tool_calls else "stop"),
         )
-
-    def stream(self, request: ModelRequest) -> Iterator[StreamEvent]:
-        """Text deltas as they arrive; each tool call once, complete; then `finish` with usage."""
-        options = self.options()
-        client = self._client_for(options)
-        sdk = _sdk()
-        try:
-            stream = client.chat.completions.create(
-                **self._params(request, options), stream=True, stream_options={"include_usage": True}
-            )
-        except sdk.OpenAIError as exc:
-            raise self._error(exc) from exc
-        calls = _ToolCallAssembler()
-        usage: dict[str, Any] = {}
-        finish_reason: str | None = None
-        try:
-            for chunk in stream:
-                if chunk.usage is not None:
-                    usage = _usage(chunk.usage)
-                for choice in chunk.choices or ():
-                    delta = choice.delta
-                    if delta is not None and delta.content:
-                        yield StreamEvent(type="text-delta", text=delta.content)
-                    for fragment in (delta.tool_calls if delta is not None else None) or ():
-                        calls.add(fragment)
-                    if choice.finish_reason:
-                        finish_reason = choice.finish_reason
-                        yield from self._tool_call_events(calls)
-        except sdk.OpenAIError as exc:
-            raise self._error(exc) from exc
-        finally:
-            stream.close()
-        if finish_reason is None:
-            # A dropped connection can look like a normal end; a truncated answer must not be saved.
-            raise ModelUnavailableError(f"{self.id}: the stream ended before the model finished its answer")
-        yield StreamEvent(type="finish", usage=usage, finish_reason=finish_reason)
 
     # --- helpers --------------------------------------------------------------------------------
 
@@ -266,6 +322,39 @@ class OpenAIChatModel:
             return None
 
 
+class _StreamState:
+    """What a stream has said so far: usage, the finish reason, tool-call fragments."""
+
+    def __init__(self, model: OpenAIChatModel) -> None:
+        self.model = model
+        self.calls = _ToolCallAssembler()
+        self.usage: dict[str, Any] = {}
+        self.finish_reason: str | None = None
+
+    def feed(self, chunk: Any) -> list[StreamEvent]:
+        events: list[StreamEvent] = []
+        if chunk.usage is not None:
+            self.usage = _usage(chunk.usage)
+        for choice in chunk.choices or ():
+            delta = choice.delta
+            if delta is not None and delta.content:
+                events.append(StreamEvent(type="text-delta", text=delta.content))
+            for fragment in (delta.tool_calls if delta is not None else None) or ():
+                self.calls.add(fragment)
+            if choice.finish_reason:
+                self.finish_reason = choice.finish_reason
+                events.extend(self.model._tool_call_events(self.calls))
+        return events
+
+    def finish(self) -> StreamEvent:
+        if self.finish_reason is None:
+            # A dropped connection can look like a normal end; a truncated answer must not be saved.
+            raise ModelUnavailableError(
+                f"{self.model.id}: the stream ended before the model finished its answer"
+            )
+        return StreamEvent(type="finish", usage=self.usage, finish_reason=self.finish_reason)
+
+
 class _ToolCallAssembler:
     """Joins streamed tool-call fragments: the id and name come first, arguments arrive in pieces."""
 
@@ -298,6 +387,11 @@ def _sdk() -> Any:
             "The 'openai' package is needed for 'openai/...' models: pip install memproc[openai]"
         ) from exc
     return openai
+
+
+def _check_retries(value: Any, *, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10:
+        raise ConfigurationError(f"{where} must be an integer from 0 to 10, not {value!r}")
 
 
 def _check_timeout(value: Any, *, where: str) -> None:

@@ -31,7 +31,7 @@ BASE = datetime(2024, 1, 1, tzinfo=UTC)
 INSTRUCTIONS = Message.create("system", "You are a test agent.", id="instructions:test")
 TOPICS = ["weather", "puppy", "revenue", "flight", "recipe", "garden"]
 
-PROPERTIES = settings(max_examples=2000, deadline=None, database=None)
+PROPERTIES = settings(max_examples=200, deadline=None, database=None)
 
 
 # --- the invariants -------------------------------------------------------------------------------
