@@ -6,11 +6,13 @@ from other processes (a Celery worker, a browser-driven dev server). Only the st
     with OpenAICompatibleServer(api_key="test") as server:
         server.enqueue("Hello!")                                                 # plain text
         server.enqueue({"tool_calls": [{"name": "lookup", "arguments": {"q": "x"}}]})
-        server.enqueue({"status": 429, "message": "Slow down"})                  # an error
+        server.enqueue({"status": 429, "message": "Slow down",                   # an error
+                        "headers": {"Retry-After": "1"}})
         model = OpenAIChatModel("test-model", base_url=server.base_url, api_key="test")
 
 With an empty queue the chat endpoint answers `Echo: <last user text>`. Run it on its own with
-`python -m memproc.testing.openai_server --port 8099`.
+`python -m memproc.testing.openai_server --port 8099` (`--delay 1.0 --chunk-delay 0.05` for a model
+that starts answering after 1 s and streams one word every 50 ms, as bench/concurrency.py does).
 
 The chat endpoint is as strict about the conversation as the real API, so a test catches a
 conversation that OpenAI would refuse: it answers 400 (`invalid_request_error`, `param: "messages"`)
@@ -79,7 +81,8 @@ class OpenAICompatibleServer:
     - Chat requests are validated like the real API's (see the module docstring) before the script
       is read: an invalid conversation gets a 400 at once and uses up no scripted reply.
     - `delay` seconds are waited before every scripted or echoed answer (for timeout tests);
-      settable at any time.
+      settable at any time. `chunk_delay` seconds are waited between the chunks of an echoed stream
+      (a scripted reply brings its own), so a loopback model can stream at a realistic pace.
     - With `api_key` set, a request without `Authorization: Bearer <api_key>` gets a 401.
     - Embeddings are deterministic: each word of the text is hashed (FNV-1a) into one of
       `dimensions` (default 8, or the request's `dimensions`) slots and the vector L2-normalised, so
@@ -95,6 +98,7 @@ class OpenAICompatibleServer:
         api_key: str | None = None,
         dimensions: int = 8,
         delay: float = 0.0,
+        chunk_delay: float = 0.0,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -104,9 +108,12 @@ class OpenAICompatibleServer:
             raise ValueError(f"dimensions must be a positive int, not {dimensions!r}")
         if not isinstance(delay, (int, float)) or delay < 0:
             raise ValueError(f"delay must be a non-negative number of seconds, not {delay!r}")
+        if not isinstance(chunk_delay, (int, float)) or chunk_delay < 0:
+            raise ValueError(f"chunk_delay must be a non-negative number of seconds, not {chunk_delay!r}")
         self.api_key = api_key
         self.dimensions = dimensions
         self.delay = float(delay)
+        self.chunk_delay = float(chunk_delay)
         self.host = host
         self.port = port
         self._lock = threading.Lock()
@@ -217,6 +224,9 @@ class OpenAICompatibleServer:
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    # listen() backlog (socketserver's default is 5): 150 clients connecting at once would otherwise
+    # overflow it, and the kernel drops their SYNs, to be retried 1 s, 3 s, ... later.
+    request_queue_size = 512
     owner: OpenAICompatibleServer
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -348,7 +358,8 @@ class _Handler(BaseHTTPRequestHandler):
         status = int(reply["status"])
         message = str(reply.get("message") or f"Scripted error {status}")
         kind = reply.get("type") or ("server_error" if status >= 500 else "invalid_request_error")
-        self._error(status, message, kind, code=reply.get("code"))
+        error = {"message": message, "type": kind, "param": None, "code": reply.get("code")}
+        self._json(status, {"error": error}, headers=reply.get("headers") or {})
 
     def _reject(
         self, status: int, message: str, kind: str, *, param: str | None = None, code: str | None = None
@@ -361,10 +372,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _error(self, status: int, message: str, kind: str, *, code: str | None = None) -> None:
         self._json(status, {"error": {"message": message, "type": kind, "param": None, "code": code}})
 
-    def _json(self, status: int, payload: Any) -> None:
+    def _json(self, status: int, payload: Any, *, headers: Mapping[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
         try:
             self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, str(value))
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -518,7 +531,7 @@ def _delay_of(reply: Reply | None) -> float:
 
 def _completion(reply: Reply | None, body: dict[str, Any], owner: OpenAICompatibleServer) -> _Completion:
     if reply is None:
-        return _Completion(content=f"Echo: {_last_user_text(body)}")
+        return _Completion(content=f"Echo: {_last_user_text(body)}", chunk_delay=owner.chunk_delay)
     if isinstance(reply, str):
         return _Completion(content=reply)
     calls = [
@@ -647,10 +660,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--api-key", default=None)
     parser.add_argument("--dimensions", type=int, default=8)
-    parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before every answer")
+    parser.add_argument(
+        "--chunk-delay", type=float, default=0.0, help="seconds between the chunks of a streamed answer"
+    )
     args = parser.parse_args(argv)
     server = OpenAICompatibleServer(
-        api_key=args.api_key, dimensions=args.dimensions, delay=args.delay, host=args.host, port=args.port
+        api_key=args.api_key,
+        dimensions=args.dimensions,
+        delay=args.delay,
+        chunk_delay=args.chunk_delay,
+        host=args.host,
+        port=args.port,
     )
     with server:
         print(server.base_url, flush=True)
