@@ -29,6 +29,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _pg_server = start_embedded_postgres()
     # Update in place: django.db.connections already holds this dict, with its defaults filled in.
     database = settings.DATABASES["default"]
+    database["OPTIONS"] = {}  # SQLite's (init_command, transaction_mode) mean nothing to psycopg
     for key, value in postgres_settings(_pg_server).items():
         if isinstance(value, dict):
             database.setdefault(key, {}).update(value)
