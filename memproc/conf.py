@@ -62,6 +62,10 @@ DEFAULTS: dict[str, Any] = {
     "API_ALLOW_SYSTEM_MESSAGES": False,
     # Tripwires
     "STORE_BLOCKED_CONTENT": True,
+    # Observability: a TurnRecord per turn (status, usage, why the model saw what it saw), and
+    # message text on OpenTelemetry spans (off: spans carry ids, counts and timings only).
+    "RECORD_TURNS": True,
+    "TRACE_CONTENT": False,
     # Agent loop
     "MAX_TOOL_STEPS": 8,
     # Worker threads for the blocking steps of async turns (agenerate/astream, ASGI streams) and for

@@ -204,6 +204,53 @@ class TripwireLog(models.Model):
         return f"{self.processor_id} ({self.phase}): {self.reason[:60]}"
 
 
+class TurnRecord(models.Model):
+    """One turn: how it ended, what it cost, and why the model saw what it saw (the manifest).
+
+    The manifest holds ids and numbers, never message text: history ids, recalled ids with their
+    score and source thread, the working memory's scope, key and version, token counts around the
+    limiter, each processor hook's duration. Plain ids, not FKs, as for tripwire logs: a record
+    outlives the messages it names and exists for turns that saved nothing.
+    """
+
+    class Status(models.TextChoices):
+        COMPLETED = "completed", _("Completed")
+        BLOCKED = "blocked", _("Blocked")
+        FAILED = "failed", _("Failed")
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent_id = models.CharField(max_length=255, blank=True, default="")
+    thread_id = models.CharField(max_length=255, blank=True, default="")
+    resource_id = models.CharField(max_length=255, blank=True, default="")
+    status = models.CharField(max_length=16, choices=Status.choices)
+    model = models.CharField(max_length=255, blank=True, default="")
+    steps = models.PositiveIntegerField(default=0)
+    usage = models.JSONField(default=dict, blank=True)
+    manifest = models.JSONField(default=dict, blank=True)
+    # The reply this turn saved (completed turns), so the transcript can show the manifest under it.
+    message_ids = models.JSONField(default=list, blank=True)
+    tripwire = models.ForeignKey(
+        TripwireLog, null=True, blank=True, on_delete=models.SET_NULL, related_name="turn_records"
+    )
+    error = models.CharField(
+        max_length=255, blank=True, default="", help_text=_("Error class of a failed turn.")
+    )
+    started_at = models.DateTimeField(default=timezone.now)
+    duration_ms = models.FloatField(default=0.0)
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [
+            models.Index(fields=["thread_id", "started_at"], name="memproc_turn_thread"),
+            models.Index(fields=["agent_id", "-started_at"], name="memproc_turn_agent"),
+            models.Index(fields=["status", "-started_at"], name="memproc_turn_status"),
+            models.Index(fields=["-started_at"], name="memproc_turn_started"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} turn {self.status} ({self.duration_ms:.0f} ms)"
+
+
 def attachment_upload_to(instance: Attachment, filename: str) -> str:
     """Content-addressed path; the resource id is a client-chosen string, so it is made path-safe."""
     resource = get_valid_filename(instance.resource_id or "_").replace("..", "_") or "_"

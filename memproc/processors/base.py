@@ -76,6 +76,9 @@ class ProcessorContext:
     tools: list[Tool] = field(default_factory=list)
     # The turn's state and write buffer (processor layer); None in a bare call outside a turn.
     turn: Turn | None = None
+    # This hook call's OpenTelemetry span (a no-op without the otel extra): the parent for spans a
+    # processor opens itself (`memproc.telemetry.span(..., parent=ctx.span)`).
+    span: Any = None
 
     @property
     def new_messages(self) -> list[Message]:

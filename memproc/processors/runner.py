@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from asgiref.sync import async_to_sync
 
+from memproc import telemetry
 from memproc.events import StreamEvent, Tripwire
 from memproc.exceptions import TripWire
 from memproc.llm.types import ToolCall
@@ -104,10 +106,49 @@ class ProcessorRunner:
         )
 
     def _call(self, processor: Any, hook_name: str, ctx: ProcessorContext, *args: Any) -> Any:
+        """One hook call: timed for the turn record, traced as a span (stream parts: timed only)."""
+        pid = ctx.processor_id
+        traced = hook_name != "process_output_stream"
+        current = (
+            telemetry.start_span(
+                f"memproc.processor {pid} {hook_name}",
+                parent=self.turn.trace,
+                attributes={
+                    "memproc.processor.id": pid,
+                    "memproc.processor.hook": hook_name,
+                    "memproc.step": ctx.step,
+                },
+            )
+            if traced
+            else telemetry.NO_SPAN
+        )
+        ctx.span = current
+        start = time.perf_counter()
         try:
             return call_hook(getattr(processor, hook_name), ctx, *args)
         except TripWire as exc:
-            raise Blocked(_tripwire(exc, processor, HOOKS[hook_name])) from exc
+            tripwire = _tripwire(exc, processor, HOOKS[hook_name])
+            current.set_attributes(
+                {
+                    "memproc.tripwire.reason": tripwire.reason,
+                    "memproc.tripwire.phase": tripwire.phase,
+                    "memproc.tripwire.retry": tripwire.retry,
+                }
+            )
+            raise Blocked(tripwire) from exc
+        except BaseException as exc:
+            telemetry.fail(current, exc)
+            raise
+        finally:
+            self._timed(pid, hook_name, (time.perf_counter() - start) * 1000)
+            current.end()
+
+    def _timed(self, pid: str, hook_name: str, ms: float) -> None:
+        """Adds up each processor hook's time over the turn (steps and stream parts included)."""
+        timings = self.turn.info.setdefault("processors", {})
+        key = f"{pid} {hook_name}"
+        total, calls = timings.get(key, (0.0, 0))
+        timings[key] = (total + ms, calls + 1)
 
     # --- once per turn -------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from memproc import telemetry
 from memproc.embedders import get_embedder
 from memproc.exceptions import ConfigurationError
 from memproc.messages import Message
@@ -71,18 +72,24 @@ class SemanticRecall:
         query = next((m.text for m in reversed(ctx.new_messages) if m.role == "user" and m.text.strip()), "")
         if not query:
             return None
-        try:
-            recalled = self.recall(ctx, query)
-        except Exception:
-            logger.exception("memproc: semantic recall failed; the turn goes on without it")
-            turn.info["recall_error"] = True
-            return None
+        attributes = {"memproc.recall.scope": self.scope, "memproc.recall.top_k": self.top_k}
+        with telemetry.span("memproc.recall", parent=ctx.span, attributes=attributes) as span:
+            try:
+                recalled = self.recall(ctx, query)
+            except Exception as exc:
+                logger.exception("memproc: semantic recall failed; the turn goes on without it")
+                telemetry.fail(span, exc)
+                turn.info["recall_error"] = True
+                return None
+            span.set_attribute("memproc.recall.hits", len(ctx.state.get("scores", {})))
         if recalled is None:
             return None
         same_thread, other_threads = recalled
         ctx.mark_loaded(same_thread)
+        scores = ctx.state.get("scores", {})
         turn.info["recalled"] = [
-            {"id": m.id, "thread_id": m.thread_id, "text": m.text} for m in [*same_thread, *other_threads]
+            {"id": m.id, "thread_id": m.thread_id, "text": m.text, "score": scores.get(m.id)}
+            for m in [*same_thread, *other_threads]
         ]
         # The conversation object puts these in time order among the history, before the input.
         result = [*same_thread, *ctx.messages]
@@ -106,6 +113,7 @@ class SemanticRecall:
             **scope_filter,
         )
         hits = [h for h in hits if h.message_id not in present][: self.top_k]
+        ctx.state["scores"] = {h.message_id: round(h.score, 4) for h in hits}  # neighbours have none
         if not hits:
             return None
         groups = ctx.store.messages_around(

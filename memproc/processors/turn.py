@@ -67,8 +67,11 @@ class Turn:
     # Files AttachmentUploader stored for this turn: their rows are written at commit; the files the
     # turn wrote are deleted if it ends without committing (blocked, failed or abandoned).
     attachments: list[StagedAttachment] = field(default_factory=list)
-    # What memory did this turn, for inspection (the demo's memory panel, the API's `memory` field).
+    # What memory did this turn, for inspection (the demo's memory panel, the API's `memory` field)
+    # and for the turn record's manifest.
     info: dict[str, Any] = field(default_factory=dict)
+    # The turn's OpenTelemetry span (memproc.telemetry; a no-op without the otel extra).
+    trace: Any = None
 
     def add_tool(self, tool: Tool) -> None:
         self.tools[tool.name] = tool

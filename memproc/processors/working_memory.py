@@ -70,11 +70,13 @@ class WorkingMemory:
         key = self.key_for(ctx.thread_id, ctx.resource_id)
         if turn is None or store is None or not key:
             return None
-        current = ""
+        current, version = "", 0
         if self.scope == "resource" or turn.thread_exists:
-            current = store.working_memory_get(scope=self.scope, key=key).text
+            value = store.working_memory_get(scope=self.scope, key=key)
+            current, version = value.text, value.version
         ctx.state["current"] = current
         turn.info["working_memory"] = current
+        turn.info["working_memory_version"] = {"scope": self.scope, "key": key, "version": version}
         if not self.read_only:
             turn.add_tool(self.update_tool(ctx.state, key))
         return [*ctx.messages, self.system_message(current)]

@@ -23,6 +23,7 @@ from memproc.services.attachments import (
     attachments_link,
     attachments_release,
 )
+from memproc.signals import messages_saved, send_after_commit, thread_created, thread_deleted
 
 
 def resource_ensure(*, resource_id: str) -> models.Resource:
@@ -46,11 +47,20 @@ def thread_create(
     thread_id = thread_id or new_id()
     try:
         with transaction.atomic():
-            return models.Thread.objects.create(
+            thread = models.Thread.objects.create(
                 id=thread_id, resource_id=resource_id, title=title, metadata=metadata or {}, agent_id=agent_id
             )
     except IntegrityError as exc:
         raise ValidationError(f"A thread with id {thread_id!r} already exists") from exc
+    send_after_commit(
+        thread_created,
+        models.Thread,
+        thread=thread,
+        agent_id=agent_id,
+        thread_id=thread.id,
+        resource_id=resource_id,
+    )
+    return thread
 
 
 def thread_ensure(*, thread_id: str, resource_id: str, agent_id: str = "") -> models.Thread:
@@ -60,7 +70,18 @@ def thread_ensure(*, thread_id: str, resource_id: str, agent_id: str = "") -> mo
         resource_ensure(resource_id=resource_id)
         try:
             with transaction.atomic():
-                return models.Thread.objects.create(id=thread_id, resource_id=resource_id, agent_id=agent_id)
+                thread = models.Thread.objects.create(
+                    id=thread_id, resource_id=resource_id, agent_id=agent_id
+                )
+            send_after_commit(
+                thread_created,
+                models.Thread,
+                thread=thread,
+                agent_id=agent_id,
+                thread_id=thread_id,
+                resource_id=resource_id,
+            )
+            return thread
         except IntegrityError:  # created concurrently
             thread = models.Thread.objects.get(pk=thread_id)
     check_owner(thread_id=thread_id, owner=thread.resource_id, resource_id=resource_id)
@@ -91,7 +112,11 @@ def thread_update(
 def thread_delete(*, thread: models.Thread) -> None:
     """Deletes a thread, its messages and embeddings, and attachment files no other message uses."""
     attachments_release(message_ids=list(thread.messages.values_list("id", flat=True)))
+    thread_id, resource_id, agent_id = thread.id, thread.resource_id, thread.agent_id
     thread.delete()
+    send_after_commit(
+        thread_deleted, models.Thread, agent_id=agent_id, thread_id=thread_id, resource_id=resource_id
+    )
 
 
 @transaction.atomic
@@ -158,7 +183,9 @@ MESSAGE_COLUMNS = (
 )
 
 
-def messages_insert(*, thread_id: str, resource_id: str, messages: Sequence[Message]) -> None:
+def messages_insert(
+    *, thread_id: str, resource_id: str, messages: Sequence[Message], agent_id: str = ""
+) -> None:
     """Appends messages to an existing thread, in order: one sequence UPDATE and one INSERT.
 
     Call inside a transaction: the UPDATE's lock keeps concurrent turns from interleaving.
@@ -185,6 +212,14 @@ def messages_insert(*, thread_id: str, resource_id: str, messages: Sequence[Mess
             }
         )
     insert_rows(models.Message, rows, fields=MESSAGE_COLUMNS)
+    send_after_commit(
+        messages_saved,
+        models.Message,
+        messages=list(messages),
+        agent_id=agent_id,
+        thread_id=thread_id,
+        resource_id=resource_id,
+    )
 
 
 @transaction.atomic(savepoint=False)  # inside a caller's transaction a failure aborts it whole anyway
@@ -212,7 +247,7 @@ def messages_save(
         if clash:
             raise ValidationError(f"Message ids already used by another thread: {', '.join(clash)}")
         messages = [m for m in messages if m.id not in stored]
-    messages_insert(thread_id=thread_id, resource_id=resource_id, messages=messages)
+    messages_insert(thread_id=thread_id, resource_id=resource_id, messages=messages, agent_id=agent_id)
     return messages
 
 

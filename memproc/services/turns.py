@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+import uuid
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -24,7 +26,8 @@ from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.utils import timezone
 
-from memproc import background
+from memproc import background, telemetry
+from memproc.conf import settings
 from memproc.events import GenerateResult, StreamEvent, Tripwire
 from memproc.exceptions import ThreadOwnershipError, ToolError, ValidationError
 from memproc.llm.types import ModelRequest, ModelResponse, ToolCall
@@ -53,7 +56,9 @@ from memproc.services.recall import sources_embed, sources_for
 from memproc.services.store import DjangoMemoryStore
 from memproc.services.threads import messages_insert, thread_ensure
 from memproc.services.tripwires import tripwire_log
+from memproc.services.turn_records import turn_record_alone, turn_record_insert
 from memproc.services.working_memory import working_memory_update
+from memproc.signals import send_after_commit, turn_completed
 from memproc.tools import ToolContext
 
 if TYPE_CHECKING:
@@ -371,6 +376,12 @@ class TurnEngine:
         # The response as far as it got, for the tripwire log of an output-side block (rule 20).
         self.draft: list[Message] = []
         self._resolved: dict[int, tuple[Message, Message]] = {}
+        # The span current where the turn was created (a request's) is its trace parent.
+        self._trace_parent = telemetry.current_span()
+        self.span: Any = telemetry.NO_SPAN
+        self.record_id = uuid.uuid4()
+        self.started_at = timezone.now()
+        self._clock = time.perf_counter()
 
     def cleanup(self) -> None:
         """Deletes the files a turn that did not commit stored (blocking: drivers run it as such)."""
@@ -386,6 +397,10 @@ class TurnEngine:
 
     def _setup(self, turn: Turn) -> None:
         self.turn = turn
+        turn.trace = self.span
+        self.span.set_attributes(
+            {"gen_ai.conversation.id": turn.thread_id, "memproc.resource.id": turn.resource_id}
+        )
         self.input_chain, self.output_chain = self.agent.processor_chains(turn.memory_options or None)
         # process_tool_result runs on every processor that has it, input side first, each once.
         self.tool_result_chain = list({id(p): p for p in [*self.input_chain, *self.output_chain]}.values())
@@ -396,6 +411,54 @@ class TurnEngine:
         self.runner = ProcessorRunner(turn, self.conversation)
 
     def run(self) -> EngineStep:
+        """The turn, traced as `invoke_agent <agent id>`; a turn that fails leaves a failed record."""
+        self.span = telemetry.start_span(
+            f"invoke_agent {self.agent.id}",
+            parent=self._trace_parent,
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.id": self.agent.id,
+                "gen_ai.agent.name": self.agent.name,
+            },
+        )
+        try:
+            result = yield from self._run()
+            self.span.set_attribute("memproc.turn.status", "blocked" if result.tripwire else "completed")
+        except GeneratorExit:
+            self.span.set_attribute("memproc.turn.status", "cancelled")
+            raise
+        except BaseException as exc:
+            telemetry.fail(self.span, exc)
+            self.span.set_attribute("memproc.turn.status", "failed")
+            if isinstance(exc, Exception) and self.turn is not None:
+                record = self._record("failed", error=type(exc).__qualname__)
+                yield Blocking(partial(turn_record_alone, **record))
+            raise
+        finally:
+            self.span.end()
+        return result
+
+    def _record(self, status: str, *, message_ids: Sequence[str] = (), **extra: Any) -> dict[str, Any]:
+        """The fields of this turn's TurnRecord (written by the caller)."""
+        turn = self.turn
+        assert turn is not None
+        return {
+            "record_id": self.record_id,
+            "agent_id": self.agent.id,
+            "thread_id": turn.thread_id,
+            "resource_id": turn.resource_id,
+            "status": status,
+            "model": self.agent.model_id,
+            "steps": self.steps,
+            "usage": dict(self.usage),
+            "manifest": turn_manifest(turn),
+            "message_ids": list(message_ids),
+            "started_at": self.started_at,
+            "duration_ms": (time.perf_counter() - self._clock) * 1000,
+            **extra,
+        }
+
+    def _run(self) -> EngineStep:
         self._setup((yield Blocking(self._start)))
         turn = self.turn
         assert turn is not None
@@ -426,7 +489,10 @@ class TurnEngine:
                     continue
                 return (yield from self._blocked(tripwire))
             break
-        yield Blocking(turn_commit, (turn,))
+        record = self._record("completed", message_ids=[m.id for m in turn.writes.messages])
+        with telemetry.span("memproc.save", parent=self.span) as save_span:
+            save_span.set_attribute("memproc.save.messages", len(turn.writes.messages))
+            yield Blocking(partial(turn_commit, turn, record=record))
         saved = turn.writes.messages or savable(
             [*self.conversation.new_input, *responses], internal_tools=turn.internal_tool_names
         )
@@ -441,6 +507,10 @@ class TurnEngine:
             steps=self.steps,
             memory=dict(turn.info),
         )
+        if turn_completed.receivers:
+            yield Blocking(
+                partial(_send_turn_completed, result=result, agent_id=self.agent.id, record=record)
+            )
         if self.streaming:
             yield StreamEvent(type="finish", result=result, usage=self.usage)
         return result
@@ -461,12 +531,15 @@ class TurnEngine:
             content += self.draft
         yield Blocking(
             partial(
-                tripwire_log,
-                tripwire=tripwire,
-                agent_id=self.agent.id,
-                thread_id=turn.thread_id,
-                resource_id=turn.resource_id,
-                messages=content,
+                _blocked_save,
+                tripwire_fields={
+                    "tripwire": tripwire,
+                    "agent_id": self.agent.id,
+                    "thread_id": turn.thread_id,
+                    "resource_id": turn.resource_id,
+                    "messages": content,
+                },
+                record=self._record("blocked"),
             )
         )
         result = GenerateResult(
@@ -549,7 +622,21 @@ class TurnEngine:
                 break
             results: list[ToolResultPart] = []
             for call in to_run:
-                part = yield Blocking(self._run_tool, (call,))
+                tool_span = telemetry.start_span(
+                    f"execute_tool {call.name}",
+                    parent=self.span,
+                    attributes={
+                        "gen_ai.operation.name": "execute_tool",
+                        "gen_ai.tool.name": call.name,
+                        "gen_ai.tool.call.id": call.id,
+                    },
+                )
+                try:
+                    part = yield Blocking(self._run_tool, (call,))
+                    if part.is_error:
+                        tool_span.set_attribute("error.type", "tool_error")
+                finally:
+                    tool_span.end()
                 self.draft = [*responses, self._tool_message([*results, part])]
                 part = yield from self._hooks(
                     "process_tool_result",
@@ -602,7 +689,40 @@ class TurnEngine:
         return [self._resolved[id(m)][1] for m in messages]
 
     def _model_step(self, request: ModelRequest, responses: list[Message]) -> EngineStep:
+        """One model call, traced as `chat <model>` (OpenTelemetry GenAI semantic conventions)."""
         model = self.agent.model
+        provider, _, name = str(getattr(model, "id", "") or self.agent.model_id).rpartition("/")
+        span = telemetry.start_span(
+            f"chat {name}",
+            parent=self.span,
+            client=True,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": provider or None,
+                "gen_ai.request.model": name,
+                "memproc.step": self.steps,
+            },
+        )
+        try:
+            response = yield from self._model_call(model, request, responses)
+            span.set_attributes(
+                {
+                    "gen_ai.usage.input_tokens": response.usage.get("prompt_tokens"),
+                    "gen_ai.usage.output_tokens": response.usage.get("completion_tokens"),
+                    "gen_ai.response.finish_reasons": [response.finish_reason],
+                }
+            )
+            if settings.TRACE_CONTENT:
+                span.set_attribute("gen_ai.output.text", response.text)
+        except BaseException as exc:
+            if not isinstance(exc, GeneratorExit):
+                telemetry.fail(span, exc)
+            raise
+        finally:
+            span.end()
+        return response
+
+    def _model_call(self, model: Any, request: ModelRequest, responses: list[Message]) -> EngineStep:
         if not self.streaming:
             return (yield ModelGenerate(model, request))
         if not (hasattr(model, "stream") or hasattr(model, "astream")):
@@ -671,14 +791,18 @@ class TurnEngine:
         return ToolResultPart(call.id, call.name, _jsonable(result))
 
 
-def turn_commit(turn: Turn) -> None:
-    """Rule 9: the turn's messages and working-memory changes are saved together or not at all;
-    embeddings and titles run after commit."""
+def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
+    """Rule 9: the turn's messages, working-memory changes and record are saved together or not at
+    all; embeddings and titles run after commit. A turn that saves nothing writes its record alone."""
     writes = turn.writes
     if not (writes.messages or writes.working_memory):
+        if record is not None:
+            turn_record_alone(**record)
         return
     assert turn.thread_id and turn.resource_id
     with transaction.atomic():
+        if record is not None:
+            turn_record_insert(**record)
         if not turn.thread_exists:
             thread_ensure(thread_id=turn.thread_id, resource_id=turn.resource_id, agent_id=turn.agent.id)
             turn.thread_exists = True
@@ -686,7 +810,12 @@ def turn_commit(turn: Turn) -> None:
             writes.generate_title = bool(memory and memory.generate_title and not turn.thread_title)
         if writes.messages:
             writes.messages = attachments_commit(staged=turn.attachments, messages=writes.messages)
-            messages_insert(thread_id=turn.thread_id, resource_id=turn.resource_id, messages=writes.messages)
+            messages_insert(
+                thread_id=turn.thread_id,
+                resource_id=turn.resource_id,
+                messages=writes.messages,
+                agent_id=turn.agent.id,
+            )
             attachments_link(resource_id=turn.resource_id, messages=writes.messages)
         for wm in writes.working_memory:
             working_memory_update(
@@ -698,6 +827,8 @@ def turn_commit(turn: Turn) -> None:
                 template=wm.template,
                 schema=wm.schema,
                 thread_id=turn.thread_id,
+                resource_id=turn.resource_id,
+                agent_id=turn.agent.id,
             )
         if writes.embed:
             _enqueue_embedding(turn)
@@ -722,6 +853,50 @@ def _enqueue_embedding(turn: Turn) -> None:
         "memproc.embed_messages",
         kwargs={"message_ids": [s.message_id for s in sources], "agent_id": turn.agent.id},
         inline=embed_now,
+    )
+
+
+def turn_manifest(turn: Turn) -> dict[str, Any]:
+    """Why the model saw what it saw: ids and numbers only, never message text."""
+    info = turn.info
+    timings = info.get("processors", {})
+    return {
+        "history": [h["id"] for h in info.get("history", [])],
+        "recalled": [
+            {"id": r["id"], "thread_id": r.get("thread_id"), "score": r.get("score")}
+            for r in info.get("recalled", [])
+        ],
+        "recall_error": bool(info.get("recall_error")),
+        "echoed": info.get("echoed", 0),
+        "working_memory": info.get("working_memory_version"),
+        "tokens": info.get("tokens"),
+        "processors": [
+            {
+                "processor": key.split(" ", 1)[0],
+                "hook": key.split(" ", 1)[1],
+                "ms": round(ms, 3),
+                "calls": calls,
+            }
+            for key, (ms, calls) in timings.items()
+        ],
+    }
+
+
+def _blocked_save(*, tripwire_fields: dict[str, Any], record: dict[str, Any]) -> None:
+    """The tripwire log, then the turn's record pointing at it (each in its own transaction)."""
+    log = tripwire_log(**tripwire_fields)
+    turn_record_alone(**record, tripwire_id=log.pk)
+
+
+def _send_turn_completed(*, result: GenerateResult, agent_id: str, record: dict[str, Any]) -> None:
+    send_after_commit(
+        turn_completed,
+        TurnEngine,
+        result=result,
+        record_id=record["record_id"] if settings.RECORD_TURNS else None,
+        agent_id=agent_id,
+        thread_id=result.thread_id or "",
+        resource_id=result.resource_id or "",
     )
 
 

@@ -19,6 +19,7 @@ from memproc.processors.working_memory_values import (  # noqa: F401  (re-export
     normalise,
     parse_json_memory,
 )
+from memproc.signals import send_after_commit, working_memory_updated
 
 MAX_CAS_ATTEMPTS = 20
 
@@ -41,6 +42,8 @@ def working_memory_update(
     replace: bool = False,
     actor: Any = None,
     thread_id: str = "",
+    resource_id: str = "",
+    agent_id: str = "",
 ) -> tuple[str, int]:
     """Applies an update safely across processes and records a revision. Returns (text, version).
 
@@ -85,6 +88,18 @@ def working_memory_update(
                     "created_at": timezone.now(),
                 }
                 insert_rows(models.WorkingMemoryRevision, [revision], fields=list(revision))
+                send_after_commit(
+                    working_memory_updated,
+                    models.WorkingMemoryRevision,
+                    scope=scope,
+                    key=key,
+                    version=version + 1,
+                    source=source,
+                    text=new,
+                    agent_id=agent_id,
+                    thread_id=thread_id or (key if scope == "thread" else ""),
+                    resource_id=key if scope == "resource" else resource_id,
+                )
                 return new, version + 1
     raise WorkingMemoryConflict(f"Working memory of {scope} {key!r} kept changing; update not applied")
 

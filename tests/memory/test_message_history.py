@@ -129,12 +129,22 @@ def test_turn_query_count_is_fixed_whatever_the_history_length(
     with CaptureQueriesContext(connection) as queries:
         agent.generate("stored message about things", thread_id=T, resource_id=R)
     # owner lookup, working memory, history, vector search, recalled ranges;
-    # savepoint, sequence update, message insert, release (BEGIN/COMMIT outside tests);
-    # after commit: embedding lookup by content hash, embedding insert
+    # savepoint, turn record insert, sequence update, message insert, release (BEGIN/COMMIT outside
+    # tests); after commit: embedding lookup by content hash, embedding insert
     assert len(queries) == EXPECTED_QUERIES, "\n".join(q["sql"][:120] for q in queries)
 
 
-EXPECTED_QUERIES = 11
+EXPECTED_QUERIES = 12
+
+
+def test_turn_records_off_saves_the_insert(make_agent, model, settings):
+    settings.MEMPROC = {**settings.MEMPROC, "RECORD_TURNS": False}
+    agent = make_agent()
+    model.add("one", "two")
+    agent.generate("first", thread_id=T, resource_id=R)
+    with CaptureQueriesContext(connection) as queries:
+        agent.generate("second", thread_id=T, resource_id=R)
+    assert not any("memproc_turnrecord" in q["sql"] for q in queries)
 
 
 def test_window_is_full_after_messages_were_deleted(make_agent, model):

@@ -1,0 +1,88 @@
+"""Turn records: one row per turn (RECORD_TURNS), with the manifest of what the model was given.
+
+A completed turn's record is written inside the turn's own transaction (one INSERT); a blocked or
+failed turn's on its own, after its tripwire log. Recording never fails a turn: a record that cannot
+be written alone is logged and dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from memproc import models
+from memproc.conf import settings
+from memproc.db import insert_rows
+
+__all__ = ["RECORD_FIELDS", "turn_record_alone", "turn_record_insert"]
+
+logger = logging.getLogger(__name__)
+
+RECORD_FIELDS = (
+    "id",
+    "agent_id",
+    "thread_id",
+    "resource_id",
+    "status",
+    "model",
+    "steps",
+    "usage",
+    "manifest",
+    "message_ids",
+    "tripwire",
+    "error",
+    "started_at",
+    "duration_ms",
+)
+
+
+def turn_record_insert(
+    *,
+    record_id: uuid.UUID,
+    agent_id: str,
+    thread_id: str | None,
+    resource_id: str | None,
+    status: str,
+    model: str,
+    steps: int,
+    usage: dict[str, Any],
+    manifest: dict[str, Any],
+    message_ids: list[str],
+    started_at: datetime,
+    duration_ms: float,
+    tripwire_id: Any = None,
+    error: str = "",
+) -> None:
+    """One INSERT; the caller's transaction decides its fate (a completed turn's save)."""
+    if not settings.RECORD_TURNS:
+        return
+    row = {
+        "id": record_id,
+        "agent_id": agent_id or "",
+        "thread_id": thread_id or "",
+        "resource_id": resource_id or "",
+        "status": status,
+        "model": (model or "")[:255],
+        "steps": steps,
+        "usage": usage,
+        "manifest": manifest,
+        "message_ids": message_ids,
+        "tripwire": tripwire_id,
+        "error": error[:255],
+        "started_at": started_at,
+        "duration_ms": round(duration_ms, 3),
+    }
+    insert_rows(models.TurnRecord, [row], fields=RECORD_FIELDS)
+
+
+def turn_record_alone(**fields: Any) -> None:
+    """A blocked or failed turn's record, in its own transaction; never raises."""
+    try:
+        with transaction.atomic():
+            turn_record_insert(**fields)
+    except Exception:
+        logger.exception("memproc: could not write the record of a %s turn", fields.get("status"))

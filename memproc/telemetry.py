@@ -1,0 +1,117 @@
+"""OpenTelemetry spans for turns, when `opentelemetry-api` is installed (the `otel` extra).
+
+Without it nothing is imported and every call here is a cheap no-op. Spans are started with an
+explicit parent rather than as the "current" span: a turn's steps run in a generator and in worker
+threads, where a current-span context would leak into the caller. The turn's own span takes as
+parent whatever span was current when the turn was created (the request's, under
+opentelemetry-instrumentation-django). Message content is recorded only with `TRACE_CONTENT`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = ["NO_SPAN", "current_span", "enabled", "span", "start_span"]
+
+
+class _NoSpan:
+    """Stands in for a span when OpenTelemetry is not installed."""
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        pass
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        pass
+
+    def record_exception(self, exception: BaseException) -> None:
+        pass
+
+    def set_status(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+    def is_recording(self) -> bool:
+        return False
+
+
+NO_SPAN: Any = _NoSpan()
+
+
+@functools.cache
+def _api() -> Any:
+    try:
+        from opentelemetry import trace
+    except ImportError:  # the otel extra is optional
+        return None
+    return trace
+
+
+def enabled() -> bool:
+    return _api() is not None
+
+
+def current_span() -> Any:
+    """The span current in this context (the request's), or None."""
+    trace = _api()
+    if trace is None:
+        return None
+    current = trace.get_current_span()
+    return current if current.get_span_context().is_valid else None
+
+
+def start_span(
+    name: str, *, parent: Any = None, client: bool = False, attributes: Mapping[str, Any] | None = None
+) -> Any:
+    """A started span (end it yourself), child of `parent` when given, else of the current span."""
+    trace = _api()
+    if trace is None:
+        return NO_SPAN
+    tracer = trace.get_tracer("memproc")
+    context = trace.set_span_in_context(parent) if parent is not None and parent is not NO_SPAN else None
+    kind = trace.SpanKind.CLIENT if client else trace.SpanKind.INTERNAL
+    return tracer.start_span(name, context=context, kind=kind, attributes=_clean(attributes or {}))
+
+
+@contextmanager
+def span(
+    name: str, *, parent: Any = None, client: bool = False, attributes: Mapping[str, Any] | None = None
+) -> Iterator[Any]:
+    """A span around a block; an exception leaving the block marks it as an error."""
+    current = start_span(name, parent=parent, client=client, attributes=attributes)
+    try:
+        yield current
+    except BaseException as exc:
+        fail(current, exc)
+        raise
+    finally:
+        current.end()
+
+
+def fail(current: Any, exc: BaseException) -> None:
+    """Marks a span as failed by `exc` (its class as `error.type`, per the semantic conventions)."""
+    trace = _api()
+    if trace is None or current is NO_SPAN:
+        return
+    current.set_attribute("error.type", type(exc).__qualname__)
+    current.record_exception(exc)
+    current.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__qualname__))
+
+
+def _clean(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """OpenTelemetry takes str, bool, int, float or sequences of one of them; None means absent."""
+    clean: dict[str, Any] = {}
+    for key, value in attributes.items():
+        if value is None:
+            continue
+        if isinstance(value, (str, bool, int, float)):
+            clean[key] = value
+        elif isinstance(value, (list, tuple)):
+            clean[key] = [v if isinstance(v, (str, bool, int, float)) else str(v) for v in value]
+        else:
+            clean[key] = str(value)
+    return clean
