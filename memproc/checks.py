@@ -9,7 +9,7 @@ from django.db import connections
 from django.utils.module_loading import import_string
 
 from memproc.agents.registry import all_agents
-from memproc.conf import DEFAULTS, user_settings
+from memproc.conf import DEFAULT_RETENTION, DEFAULTS, user_settings
 
 DOTTED_PATH_KEYS = ("EMBEDDER", "TOKENIZER", "RESOURCE_RESOLVER")
 BOOLEAN_KEYS = ("STORE_BLOCKED_CONTENT", "API_ALLOW_SYSTEM_MESSAGES")
@@ -57,6 +57,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
                     id="memproc.E005",
                 )
             )
+    errors += _retention_errors(configured.get("RETENTION"))
     background = configured.get("BACKGROUND", DEFAULTS["BACKGROUND"])
     if background not in ("inline", "celery"):
         errors.append(
@@ -68,6 +69,27 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             )
         )
     return errors
+
+
+def _retention_errors(retention: Any) -> list[Any]:
+    if retention is None:
+        return []
+    known = set(DEFAULT_RETENTION)
+    bad = not isinstance(retention, dict) or set(retention) - known
+    if not bad:
+        bad = any(
+            v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1) for v in retention.values()
+        )
+    if not bad:
+        return []
+    return [
+        Error(
+            f"MEMPROC['RETENTION'] is {retention!r}.",
+            hint=f"A dict with some of {', '.join(sorted(known))}: a number of days (>= 1) or None.",
+            obj="MEMPROC",
+            id="memproc.E006",
+        )
+    ]
 
 
 @register(Tags.database)

@@ -65,6 +65,9 @@ DEFAULTS: dict[str, Any] = {
     # Observability: a TurnRecord per turn (status, usage, why the model saw what it saw), and
     # message text on OpenTelemetry spans (off: spans carry ids, counts and timings only).
     "RECORD_TURNS": True,
+    # Days after which expired data is deleted (memproc.purge_expired, memproc_purge --expired);
+    # None keeps it forever. Missing keys take these defaults.
+    "RETENTION": None,
     "TRACE_CONTENT": False,
     # Agent loop
     "MAX_TOOL_STEPS": 8,
@@ -89,6 +92,12 @@ class MemprocSettings:
 
 
 settings = MemprocSettings()
+
+DEFAULT_RETENTION: dict[str, int | None] = {
+    "messages_days": None,
+    "tripwire_logs_days": 90,
+    "turn_records_days": 90,
+}
 
 
 def user_settings() -> dict[str, Any]:

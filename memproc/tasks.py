@@ -8,6 +8,8 @@ Wire names (never renamed; payloads are ids and small scalars, JSON-serialisable
 - ``memproc.backfill_embeddings`` ``{"embedder": dotted path | None, "agent_id": str | None,
   "batch_size": int, "resource_id": str | None, "thread_id": str | None}``
 - ``memproc.purge_resource``      ``{"resource_id": str}``
+- ``memproc.purge_expired``       ``{}`` (what RETENTION says has expired; schedule it daily with
+  Celery beat)
 
 Every task is idempotent: it may run twice (``acks_late`` redelivers after a worker dies) with no
 harm. Transient failures (an embedder or a model provider unavailable or rate-limited, a database
@@ -33,7 +35,7 @@ from memproc import background
 from memproc.agents import get_agent
 from memproc.agents.embedder import agent_embedder
 from memproc.exceptions import EmbedderUnavailable, ModelRateLimitError, ModelUnavailableError
-from memproc.services.purge import resource_purge
+from memproc.services.purge import expired_purge, resource_purge
 from memproc.services.recall import messages_embed
 from memproc.services.reindex import reindex_run
 from memproc.services.titles import thread_title_generate
@@ -100,11 +102,17 @@ def purge_resource(resource_id: str) -> dict[str, int]:
     return resource_purge(resource_id=resource_id).as_dict()
 
 
+def purge_expired() -> dict[str, int]:
+    """Deletes what RETENTION says has expired (see `expired_purge`); returns the counts."""
+    return expired_purge()
+
+
 TASKS: dict[str, Callable[..., Any]] = {
     "memproc.embed_messages": embed_messages,
     "memproc.generate_title": generate_title,
     "memproc.backfill_embeddings": backfill_embeddings,
     "memproc.purge_resource": purge_resource,
+    "memproc.purge_expired": purge_expired,
 }
 
 
@@ -171,3 +179,7 @@ if shared_task is not None:
     @shared_task(name="memproc.purge_resource", **RETRY_OPTIONS)
     def purge_resource_task(resource_id: str) -> Any:
         return run_logged("memproc.purge_resource", {"resource_id": resource_id})
+
+    @shared_task(name="memproc.purge_expired", **RETRY_OPTIONS)
+    def purge_expired_task() -> Any:
+        return run_logged("memproc.purge_expired", {})

@@ -14,7 +14,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 
-from memproc import telemetry
+from memproc import logs, telemetry
 from memproc.events import StreamEvent, Tripwire
 from memproc.exceptions import TripWire
 from memproc.llm.types import ToolCall
@@ -247,7 +247,9 @@ class ProcessorRunner:
                     raise
                 except Exception:
                     logger.exception(
-                        "memproc: stream processor %s failed; part passed unchanged", processor_id(processor)
+                        "memproc: stream processor %s failed; part passed unchanged",
+                        processor_id(processor),
+                        extra=logs.current(),
                     )
                     out.append(current)
                     continue

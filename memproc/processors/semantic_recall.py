@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from memproc import telemetry
+from memproc import logs, telemetry
 from memproc.embedders import get_embedder
 from memproc.exceptions import ConfigurationError
 from memproc.messages import Message
@@ -77,7 +77,9 @@ class SemanticRecall:
             try:
                 recalled = self.recall(ctx, query)
             except Exception as exc:
-                logger.exception("memproc: semantic recall failed; the turn goes on without it")
+                logger.exception(
+                    "memproc: semantic recall failed; the turn goes on without it", extra=logs.current()
+                )
                 telemetry.fail(span, exc)
                 turn.info["recall_error"] = True
                 return None

@@ -4,17 +4,29 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from memproc import models
+from memproc.conf import DEFAULT_RETENTION, settings
+from memproc.services.threads import messages_delete
 
 logger = logging.getLogger(__name__)
 
 # Leaves first, so no cascade makes Django load rows (least of all vectors); revisions and tripwire
 # logs before the threads their queries name. Attachments go before all of these (their files too).
-DELETE_ORDER = ("embeddings", "working_memory_revisions", "tripwire_logs", "messages", "threads", "resource")
+DELETE_ORDER = (
+    "embeddings",
+    "working_memory_revisions",
+    "turn_records",
+    "tripwire_logs",
+    "messages",
+    "threads",
+    "resource",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +39,7 @@ class PurgeCounts:
     embeddings: int = 0
     working_memory_revisions: int = 0
     attachments: int = 0
+    turn_records: int = 0
     tripwire_logs: int = 0
     resource: int = 0  # the Resource row itself: 0 or 1
 
@@ -40,7 +53,8 @@ class PurgeCounts:
 
 def resource_purge(*, resource_id: str, dry_run: bool = False) -> PurgeCounts:
     """Deletes a resource's threads, messages, embeddings, working memory (with its revisions),
-    attachments and tripwire logs, then the Resource row; with `dry_run`, only counts them.
+    attachments, turn records and tripwire logs, then the Resource row; with `dry_run`, only
+    counts them.
 
     One transaction. Attachment files are removed from storage after it commits, never before, and
     a file still referenced by another attachment row is kept. Another resource's data is never
@@ -76,6 +90,9 @@ def _querysets(resource_id: str) -> dict[str, QuerySet]:
         "attachments": models.Attachment.objects.filter(
             Q(resource_id=resource_id) | Q(message_id__in=messages.values("id"))
         ),
+        "turn_records": models.TurnRecord.objects.filter(
+            Q(resource_id=resource_id) | Q(thread_id__in=thread_ids)
+        ),
         "tripwire_logs": models.TripwireLog.objects.filter(
             Q(resource_id=resource_id) | Q(thread_id__in=thread_ids)
         ),
@@ -103,3 +120,48 @@ def _attachments_delete(attachments: QuerySet[models.Attachment]) -> int:
 
     transaction.on_commit(remove_files)
     return len(rows)
+
+
+# --- retention ------------------------------------------------------------------------------------
+
+RETENTION_KEYS = ("messages_days", "tripwire_logs_days", "turn_records_days")
+EXPIRED_BATCH = 1000
+
+
+def expired_purge(*, now: datetime | None = None, dry_run: bool = False) -> dict[str, int]:
+    """Deletes what the RETENTION setting says has expired: messages (with their embeddings and
+    attachment files no other message uses), tripwire logs and turn records older than their number
+    of days (None keeps them forever). Messages go in batches, each its own transaction, so a long
+    backlog never holds one huge lock. Idempotent: run it daily (the `memproc.purge_expired` task,
+    or `manage.py memproc_purge --expired --yes` from cron)."""
+    now = now or timezone.now()
+    retention = {**DEFAULT_RETENTION, **(settings.RETENTION or {})}
+    counts = {"messages": 0, "tripwire_logs": 0, "turn_records": 0}
+    for key, model, field in (
+        ("turn_records", models.TurnRecord, "started_at"),
+        ("tripwire_logs", models.TripwireLog, "created_at"),
+    ):
+        days = retention.get(f"{key}_days")
+        if days is None:
+            continue
+        expired = model.objects.filter(**{f"{field}__lt": now - timedelta(days=days)})
+        counts[key] = expired.count() if dry_run else expired.only("pk").delete()[1].get(model._meta.label, 0)
+    days = retention.get("messages_days")
+    if days is not None:
+        expired_messages = models.Message.objects.filter(created_at__lt=now - timedelta(days=days))
+        if dry_run:
+            counts["messages"] = expired_messages.count()
+        else:
+            counts["messages"] = _messages_delete_in_batches(expired_messages)
+    if not dry_run and any(counts.values()):
+        logger.info("memproc: deleted expired data: %s", counts)
+    return counts
+
+
+def _messages_delete_in_batches(expired: QuerySet[models.Message]) -> int:
+    deleted = 0
+    while True:
+        ids = list(expired.values_list("id", flat=True)[:EXPIRED_BATCH])
+        if not ids:
+            return deleted
+        deleted += messages_delete(message_ids=ids)

@@ -26,7 +26,7 @@ from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.utils import timezone
 
-from memproc import background, telemetry
+from memproc import background, logs, telemetry
 from memproc.conf import settings
 from memproc.events import GenerateResult, StreamEvent, Tripwire
 from memproc.exceptions import ThreadOwnershipError, ToolError, ValidationError
@@ -379,6 +379,7 @@ class TurnEngine:
         # The span current where the turn was created (a request's) is its trace parent.
         self._trace_parent = telemetry.current_span()
         self.span: Any = telemetry.NO_SPAN
+        self._log_binding: Any = None
         self.record_id = uuid.uuid4()
         self.started_at = timezone.now()
         self._clock = time.perf_counter()
@@ -398,6 +399,12 @@ class TurnEngine:
     def _setup(self, turn: Turn) -> None:
         self.turn = turn
         turn.trace = self.span
+        self._log_binding = logs.bind(
+            agent_id=self.agent.id,
+            thread_id=turn.thread_id,
+            resource_id=turn.resource_id,
+            turn_id=self.record_id,
+        )
         self.span.set_attributes(
             {"gen_ai.conversation.id": turn.thread_id, "memproc.resource.id": turn.resource_id}
         )
@@ -436,6 +443,9 @@ class TurnEngine:
             raise
         finally:
             self.span.end()
+            if self._log_binding is not None:
+                logs.unbind(self._log_binding)
+                self._log_binding = None
         return result
 
     def _record(self, status: str, *, message_ids: Sequence[str] = (), **extra: Any) -> dict[str, Any]:
@@ -786,7 +796,7 @@ class TurnEngine:
         except (ToolError, ValidationError) as exc:
             return ToolResultPart(call.id, call.name, str(exc), is_error=True)
         except Exception as exc:
-            logger.exception("memproc: tool %s failed", call.name)
+            logger.exception("memproc: tool %s failed", call.name, extra=logs.current())
             return ToolResultPart(call.id, call.name, f"{type(exc).__name__}: {exc}", is_error=True)
         return ToolResultPart(call.id, call.name, _jsonable(result))
 

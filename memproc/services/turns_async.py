@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import close_old_connections
 
+from memproc import logs
 from memproc.conf import settings
 from memproc.events import GenerateResult, StreamEvent
 from memproc.messages import MessageInput
@@ -138,7 +139,9 @@ async def turn_continue_async(
     except (asyncio.CancelledError, GeneratorExit):
         if not finished:
             logger.info(
-                "memproc: turn of agent %s cancelled (the caller went away); nothing saved", engine.agent.id
+                "memproc: turn of agent %s cancelled (the caller went away); nothing saved",
+                engine.agent.id,
+                extra=logs.current(),
             )
         raise
     finally:

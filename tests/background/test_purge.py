@@ -64,6 +64,7 @@ def snapshot(resource_id: str) -> dict[str, int]:
         "revisions": models.WorkingMemoryRevision.objects.filter(key__in=[resource_id, *threads]).count(),
         "attachments": models.Attachment.objects.filter(resource_id=resource_id).count(),
         "tripwires": models.TripwireLog.objects.filter(thread_id__in=threads).count(),
+        "turn_records": models.TurnRecord.objects.filter(resource_id=resource_id).count(),
     }
 
 
@@ -75,6 +76,7 @@ EXPECTED = {
     "revisions": 2,
     "attachments": 2,
     "tripwires": 2,
+    "turn_records": 2,
 }
 
 
@@ -97,6 +99,7 @@ def test_a_dry_run_counts_and_changes_nothing(stored):
         "embeddings": 4,
         "working_memory_revisions": 2,
         "attachments": 2,
+        "turn_records": 2,
         "tripwire_logs": 2,
         "resource": 1,
     }
@@ -108,7 +111,7 @@ def test_a_purge_deletes_everything_of_the_resource_and_nothing_of_another(store
     with TestCase.captureOnCommitCallbacks(execute=True):
         counts = resource_purge(resource_id=ALICE)
 
-    assert counts.total == 17
+    assert counts.total == 19
     assert set(snapshot(ALICE).values()) == {0}
     assert not any(storage().exists(name) for name in stored[ALICE]["files"])
     assert snapshot(BOB) == EXPECTED

@@ -36,6 +36,7 @@ WIRE_NAMES = {
     "memproc.generate_title",
     "memproc.backfill_embeddings",
     "memproc.purge_resource",
+    "memproc.purge_expired",
 }
 
 

@@ -263,3 +263,47 @@ def test_without_opentelemetry_turns_run_and_nothing_is_imported(make_agent, mod
         assert make_agent().generate("hi", thread_id=T, resource_id=R).text == "fine"
     finally:
         telemetry._api.cache_clear()
+
+
+# --- log lines carry the turn ---------------------------------------------------------------------
+
+
+def test_log_lines_during_a_turn_carry_agent_thread_resource_and_turn(make_agent, model, caplog):
+    import logging
+
+    from memproc.logs import TurnContextFilter
+
+    library = logging.getLogger("some.library")
+
+    @tool
+    def noisy(x: int) -> int:
+        """Logs, as any library a tool calls might."""
+        library.warning("called with %s", x)
+        return x
+
+    model.add(ModelResponse(tool_calls=[ToolCall("n1", "noisy", {"x": 1})]), "done")
+    handler_filter = TurnContextFilter()
+    caplog.handler.addFilter(handler_filter)
+    try:
+        with caplog.at_level(logging.WARNING, logger="some.library"):
+            make_agent(tools=[noisy]).generate("go", thread_id=T, resource_id=R)
+        library.warning("after the turn")
+    finally:
+        caplog.handler.removeFilter(handler_filter)
+    during, after = [r for r in caplog.records if r.name == "some.library"]
+    record = TurnRecord.objects.get()
+    assert (during.agent_id, during.thread_id, during.resource_id) == ("test-agent", T, R)
+    assert during.turn_id == str(record.pk)
+    assert (after.agent_id, after.turn_id) == ("", "")
+
+
+def test_memproc_own_log_lines_pass_the_turn_as_extra(make_agent, model, caplog):
+    @tool
+    def broken() -> str:
+        """Fails."""
+        raise RuntimeError("boom")
+
+    model.add(ModelResponse(tool_calls=[ToolCall("b1", "broken", {})]), "sorry")
+    make_agent(tools=[broken]).generate("go", thread_id=T, resource_id=R)
+    [failure] = [r for r in caplog.records if "tool broken failed" in r.getMessage()]
+    assert (failure.agent_id, failure.thread_id, failure.resource_id) == ("test-agent", T, R)

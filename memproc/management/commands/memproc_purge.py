@@ -1,16 +1,19 @@
-"""Delete everything memproc stores about one resource; a dry run unless `--yes` is given.
+"""Delete everything memproc stores about one resource, or what RETENTION says has expired; a dry
+run unless `--yes` is given.
 
 `python manage.py memproc_purge user-42` prints what would be deleted;
-`python manage.py memproc_purge user-42 --yes` deletes it.
+`python manage.py memproc_purge user-42 --yes` deletes it;
+`python manage.py memproc_purge --expired --yes` deletes expired data (run it daily from cron, or
+schedule the `memproc.purge_expired` task).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from memproc.services.purge import resource_purge
+from memproc.services.purge import expired_purge, resource_purge
 
 LABELS = {
     "threads": "threads",
@@ -18,6 +21,7 @@ LABELS = {
     "embeddings": "embeddings",
     "working_memory_revisions": "working memory revisions",
     "attachments": "attachments (and their files)",
+    "turn_records": "turn records",
     "tripwire_logs": "tripwire logs",
     "resource": "resource row (with its working memory)",
 }
@@ -30,10 +34,18 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("resource_id", help="the resource (user, account) whose data goes")
+        parser.add_argument("resource_id", nargs="?", help="the resource (user, account) whose data goes")
+        parser.add_argument(
+            "--expired", action="store_true", help="delete what the RETENTION setting says has expired"
+        )
         parser.add_argument("--yes", action="store_true", help="really delete (default: dry run)")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["expired"] == bool(options["resource_id"]):
+            raise CommandError("Name a resource, or give --expired (not both).")
+        if options["expired"]:
+            self.handle_expired(yes=options["yes"])
+            return
         resource_id = options["resource_id"]
         counts = resource_purge(resource_id=resource_id, dry_run=not options["yes"])
         if not counts.total:
@@ -46,4 +58,13 @@ class Command(BaseCommand):
         if options["yes"]:
             self.stdout.write(self.style.SUCCESS("Done."))
         else:
+            self.stdout.write(self.style.WARNING("Dry run: nothing was deleted. Add --yes to delete."))
+
+    def handle_expired(self, *, yes: bool) -> None:
+        counts = expired_purge(dry_run=not yes)
+        heading = "Deleted" if yes else "Would delete"
+        self.stdout.write(f"{heading} expired data:")
+        for key, value in counts.items():
+            self.stdout.write(f"  {value:>8}  {LABELS[key]}")
+        if not yes:
             self.stdout.write(self.style.WARNING("Dry run: nothing was deleted. Add --yes to delete."))

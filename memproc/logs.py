@@ -1,0 +1,64 @@
+"""The turn a log line belongs to: agent, thread, resource and turn id on every record.
+
+A running turn binds its identity in a context variable (worker threads of async turns inherit
+it). memproc's own log calls pass it as `extra=`; `TurnContextFilter` adds it to every record
+emitted during a turn, third-party ones included (the OpenAI SDK's retries, database errors):
+
+    LOGGING = {
+        "version": 1,
+        "filters": {"memproc_turn": {"()": "memproc.logs.TurnContextFilter"}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["memproc_turn"]}},
+        ...
+    }
+
+A JSON formatter (python-json-logger) or structlog's `ProcessorFormatter` then sees `agent_id`,
+`thread_id`, `resource_id` and `turn_id` as fields; outside a turn they are "".
+"""
+
+from __future__ import annotations
+
+import logging
+from contextvars import ContextVar, Token
+from typing import Any
+
+__all__ = ["FIELDS", "TurnContextFilter", "bind", "current", "unbind"]
+
+FIELDS = ("agent_id", "thread_id", "resource_id", "turn_id")
+_EMPTY: dict[str, str] = dict.fromkeys(FIELDS, "")
+_turn: ContextVar[dict[str, str] | None] = ContextVar("memproc_turn", default=None)
+
+
+def bind(*, agent_id: str, thread_id: str | None, resource_id: str | None, turn_id: Any) -> Token[Any]:
+    return _turn.set(
+        {
+            "agent_id": agent_id,
+            "thread_id": thread_id or "",
+            "resource_id": resource_id or "",
+            "turn_id": str(turn_id),
+        }
+    )
+
+
+def unbind(token: Token[Any]) -> None:
+    """Forgets the binding; a turn continued elsewhere (begun in a request thread, finished on the
+    event loop) cannot reset a token of another context, so it clears its own instead."""
+    try:
+        _turn.reset(token)
+    except ValueError:
+        _turn.set(None)
+
+
+def current() -> dict[str, str]:
+    """The running turn's fields (a copy, for `extra=`), or empty strings outside a turn."""
+    return dict(_turn.get() or _EMPTY)
+
+
+class TurnContextFilter(logging.Filter):
+    """Adds the running turn's fields to each record that does not carry them already."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        fields = _turn.get() or _EMPTY
+        for name in FIELDS:
+            if not hasattr(record, name):
+                setattr(record, name, fields[name])
+        return True
