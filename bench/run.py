@@ -72,6 +72,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="inline",
         help="memproc's BACKGROUND; celery runs a worker on Redis (BENCH_REDIS_URL)",
     )
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="an OpenTelemetry SDK records every span (BatchSpanProcessor, exporter that drops them): "
+        "the tracing overhead a site with an SDK pays",
+    )
     return parser.parse_args(argv)
 
 
@@ -113,6 +119,8 @@ def repeat(args: argparse.Namespace) -> dict:
     ]
     if args.updates:
         child.append("--updates")
+    if args.otel:
+        child.append("--otel")
     for _ in range(args.repeat):
         out = subprocess.run(child, check=True, capture_output=True, text=True).stdout
         runs.append(json.loads(out.strip().splitlines()[-1]))
@@ -121,6 +129,22 @@ def repeat(args: argparse.Namespace) -> dict:
     median = {**runs[0], **{k: statistics.median(r[k] for r in runs) for k in numeric}}
     median["runs"] = len(runs)
     return median
+
+
+def install_tracing() -> None:
+    """A real SDK pipeline whose exporter discards the spans: creation, attributes and the batch
+    queue are paid for, the export is not."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Discard(SpanExporter):
+        def export(self, spans):  # noqa: ANN001, ANN201
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Discard()))
+    trace.set_tracer_provider(provider)
 
 
 def run_once(args: argparse.Namespace) -> dict:
@@ -132,7 +156,9 @@ def run_once(args: argparse.Namespace) -> dict:
         if args.background == "celery":
             reset_broker()
         server = setup_django(args.db, tmp)
-        return measure(args, tmp)
+        if args.otel:
+            install_tracing()
+        return {**measure(args, tmp), "otel": args.otel}
     finally:
         from django.conf import settings
 
