@@ -68,13 +68,21 @@ def start_span(
     name: str, *, parent: Any = None, client: bool = False, attributes: Mapping[str, Any] | None = None
 ) -> Any:
     """A started span (end it yourself), child of `parent` when given, else of the current span."""
+    if parent is NO_SPAN:
+        return NO_SPAN  # the child of an untraced turn (decided once, when the turn starts)
     trace = _api()
-    if trace is None:
-        return NO_SPAN
-    tracer = trace.get_tracer("memproc")
-    context = trace.set_span_in_context(parent) if parent is not None and parent is not NO_SPAN else None
+    if trace is None or isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return NO_SPAN  # no SDK configured (yet): every span would be a no-op, skip making them
+    context = trace.set_span_in_context(parent) if parent is not None else None
     kind = trace.SpanKind.CLIENT if client else trace.SpanKind.INTERNAL
-    return tracer.start_span(name, context=context, kind=kind, attributes=_clean(attributes or {}))
+    return _tracer().start_span(name, context=context, kind=kind, attributes=_clean(attributes or {}))
+
+
+@functools.cache
+def _tracer() -> Any:
+    """One tracer: a proxy that follows the SDK provider a site sets later (get_tracer reads the
+    environment on every call, a cost per span otherwise)."""
+    return _api().get_tracer("memproc")
 
 
 @contextmanager
