@@ -78,7 +78,8 @@ def _retention_errors(retention: Any) -> list[Any]:
     bad = not isinstance(retention, dict) or set(retention) - known
     if not bad:
         bad = any(
-            v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1) for v in retention.values()
+            v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1)
+            for v in retention.values()
         )
     if not bad:
         return []

@@ -8,7 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Max, QuerySet
+from django.db.models import Count, FloatField, Max, Q, QuerySet, Sum, Value
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, Coalesce, Substr
 from django.utils.dateparse import parse_datetime
 
 from memproc import models
@@ -163,3 +165,79 @@ def working_memory_get(*, scope: str, key: str) -> tuple[str, int]:
 
 def tripwires_pending_count() -> int:
     return models.TripwireLog.objects.filter(status=models.TripwireLog.Status.PENDING).count()
+
+
+# --- turn records ------------------------------------------------------------------------------------
+
+
+def thread_turns(*, thread_id: str) -> QuerySet[models.TurnRecord]:
+    """A thread's turn records, newest first (the `memproc_turn_thread` index)."""
+    return models.TurnRecord.objects.filter(thread_id=thread_id).order_by("-started_at", "id")
+
+
+def thread_turns_until(*, thread_id: str, until: datetime | None, limit: int) -> list[models.TurnRecord]:
+    """The newest `limit` completed turns of a thread that started at or before `until` (None: any
+    time), newest first. One query. Only completed turns saved messages for a transcript to show."""
+    records = thread_turns(thread_id=thread_id).filter(status=models.TurnRecord.Status.COMPLETED)
+    if until is not None:
+        records = records.filter(started_at__lte=until)
+    return list(records[:limit])
+
+
+def message_excerpts(*, message_ids: Iterable[str], length: int = 160) -> dict[str, dict[str, Any]]:
+    """`{id: {"thread_id", "role", "sequence", "excerpt"}}` of the messages that still exist: the head
+    of each text, cut in SQL. One query."""
+    ids = list(dict.fromkeys(i for i in message_ids if isinstance(i, str) and i))
+    if not ids:
+        return {}
+    rows = models.Message.objects.filter(pk__in=ids).values(
+        "id", "thread_id", "role", "sequence", excerpt=Substr("text", 1, length)
+    )
+    return {row["id"]: row for row in rows}
+
+
+def _usage_number(key: str) -> Cast:
+    return Cast(KT(f"usage__{key}"), FloatField())
+
+
+def turn_tokens() -> Coalesce:
+    """A record's tokens: the usage's `total_tokens`, else prompt + completion tokens."""
+    prompt = Coalesce(_usage_number("prompt_tokens"), Value(0.0))
+    completion = Coalesce(_usage_number("completion_tokens"), Value(0.0))
+    return Coalesce(_usage_number("total_tokens"), prompt + completion)
+
+
+def turn_stats_by_agent(*, since: datetime) -> list[dict[str, Any]]:
+    """Per agent, turns since `since`: `turns`, `blocked`, `failed`, `tokens`. One grouped query
+    (the `memproc_turn_started` index)."""
+    Status = models.TurnRecord.Status
+    return list(
+        models.TurnRecord.objects.filter(started_at__gte=since)
+        .order_by()
+        .values("agent_id")
+        .annotate(
+            turns=Count("pk"),
+            blocked=Count("pk", filter=Q(status=Status.BLOCKED)),
+            failed=Count("pk", filter=Q(status=Status.FAILED)),
+            tokens=Sum(turn_tokens()),
+        )
+        .order_by("-turns", "agent_id")
+    )
+
+
+def turn_durations_by_agent(*, since: datetime, limit: int) -> dict[str, list[float]]:
+    """Per agent, the durations (ms) of the newest `limit` turns since `since`. One query."""
+    rows = (
+        models.TurnRecord.objects.filter(started_at__gte=since)
+        .order_by("-started_at")
+        .values_list("agent_id", "duration_ms")[:limit]
+    )
+    durations: dict[str, list[float]] = {}
+    for agent_id, ms in rows:
+        durations.setdefault(agent_id, []).append(ms)
+    return durations
+
+
+def turn_durations(*, records: QuerySet[models.TurnRecord], limit: int) -> list[float]:
+    """The durations (ms) of the newest `limit` of `records`. One query."""
+    return list(records.order_by("-started_at").values_list("duration_ms", flat=True)[:limit])

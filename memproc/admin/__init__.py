@@ -1,8 +1,8 @@
 """memproc's admin pages, registered on `django.contrib.admin.site`.
 
 Read-mostly: conversations read as transcripts, machine-written rows (messages, tripwire logs,
-embeddings, attachments, working-memory revisions) are never edited by hand, and every write goes
-through a service (thread deletes, working-memory edits, tripwire reviews, attachment deletes).
+embeddings, attachments, working-memory revisions, turn records) are never edited by hand, and every
+write goes through a service (thread deletes, working-memory edits, tripwire reviews, attachment deletes).
 """
 
-from memproc.admin import attachments, embeddings, threads, tripwires, working_memory  # noqa: F401
+from memproc.admin import attachments, embeddings, threads, tripwires, turns, working_memory  # noqa: F401

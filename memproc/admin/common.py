@@ -15,7 +15,7 @@ from django.utils.safestring import SafeString
 # Tool arguments and results can be huge; the admin shows the head and says it cut the rest.
 JSON_DISPLAY_CHARS = 20_000
 
-ADMIN_MEDIA_CSS = {"all": ("memproc/admin.css",)}
+ADMIN_MEDIA_CSS = {"all": ("memproc/admin.css", "memproc/turns.css")}
 
 
 def admin_url(model_name: str, pk: Any, *, view: str = "change") -> str | None:

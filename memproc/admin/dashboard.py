@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
@@ -9,6 +11,9 @@ from urllib.parse import urlencode
 from django.utils import timezone
 
 from memproc import models, selectors
+
+# p50/p95 are computed in Python over the durations of today's newest turns, at most this many.
+TURN_DURATION_SAMPLE = 10_000
 
 
 def start_of_today() -> Any:
@@ -27,4 +32,52 @@ def operator_counts() -> dict[str, Any]:
         "threads_today": models.Thread.objects.filter(created_at__gte=today, created_at__lt=tomorrow).count(),
         "threads_today_query": urlencode({"created_at__gte": str(today), "created_at__lt": str(tomorrow)}),
         "pending_tripwires": selectors.tripwires_pending_count(),
+    }
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The `q` quantile (0..1) of `values`, interpolated between the nearest ranks; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def turn_stats(*, sample: int = TURN_DURATION_SAMPLE) -> dict[str, Any]:
+    """Today's turns per agent: count, blocked and failed rates, p50/p95 duration, tokens. Two queries:
+    one grouped aggregate, one over the newest `sample` durations (the percentiles' input)."""
+    today = start_of_today()
+    tomorrow = today + timedelta(days=1)
+    rows = selectors.turn_stats_by_agent(since=today)
+    durations = selectors.turn_durations_by_agent(since=today, limit=sample) if rows else {}
+    today_query = {"started_at__gte": str(today), "started_at__lt": str(tomorrow)}
+    agents = []
+    for row in rows:
+        turns, agent_id = row["turns"], row["agent_id"]
+        query = {"agent_id__exact": agent_id, **today_query}
+        agents.append(
+            {
+                "agent_id": agent_id,
+                "turns": turns,
+                "blocked": row["blocked"],
+                "blocked_rate": row["blocked"] / turns * 100 if turns else 0.0,
+                "failed": row["failed"],
+                "failed_rate": row["failed"] / turns * 100 if turns else 0.0,
+                "p50": percentile(durations.get(agent_id, ()), 0.5),
+                "p95": percentile(durations.get(agent_id, ()), 0.95),
+                "tokens": round(row["tokens"] or 0),
+                "query": urlencode(query),
+                "blocked_query": urlencode({**query, "status__exact": models.TurnRecord.Status.BLOCKED}),
+                "failed_query": urlencode({**query, "status__exact": models.TurnRecord.Status.FAILED}),
+            }
+        )
+    total = sum(a["turns"] for a in agents)
+    return {
+        "agents": agents,
+        "turns": total,
+        "sampled": total > sample,
+        "sample": sample,
+        "today_query": urlencode(today_query),
     }

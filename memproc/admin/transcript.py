@@ -17,6 +17,7 @@ from django.db.models import Count, Sum
 
 from memproc import models
 from memproc.admin.common import admin_url, one_line, pretty_json
+from memproc.admin.turn_panels import TurnView, attach_turn_panels
 from memproc.services.attachments import attachment_url
 
 TRANSCRIPT_PAGE_SIZE = 500
@@ -60,6 +61,7 @@ class MessageView:
     created_at: datetime | None = None
     token_count: int | None = None
     sequence: int | None = None
+    turn: TurnView | None = None  # "why the model saw this", under the reply a turn saved
 
     @property
     def role_label(self) -> str:
@@ -67,7 +69,8 @@ class MessageView:
 
 
 def transcript_context(*, thread_id: str, page: Any) -> dict[str, Any]:
-    """One page of a thread's transcript. Three queries: totals, the page's rows, their attachments."""
+    """One page of a thread's transcript. At most five queries, whatever the page holds: totals, the
+    page's rows, their attachments, the turn records of its replies, the messages those name."""
     messages = models.Message.objects.filter(thread_id=thread_id)
     totals = messages.aggregate(count=Count("pk"), tokens=Sum("token_count"))
     count = totals["count"] or 0
@@ -75,8 +78,12 @@ def transcript_context(*, thread_id: str, page: Any) -> dict[str, Any]:
     number = _page_number(page, pages)
     start = (number - 1) * TRANSCRIPT_PAGE_SIZE
     rows = list(messages.order_by("sequence").values(*MESSAGE_COLUMNS)[start : start + TRANSCRIPT_PAGE_SIZE])
+    entries = message_views(rows)
+    # A later page's turns started after this page's newest message; the last page takes any.
+    until = max((r["created_at"] for r in rows), default=None) if number < pages else None
+    attach_turn_panels(entries, thread_id=thread_id, until=until)
     return {
-        "entries": message_views(rows),
+        "entries": entries,
         "message_count": count,
         "token_total": totals["tokens"],
         "page": number,

@@ -13,6 +13,11 @@ SCHEMA_SETTINGS = {
     "DESCRIPTION": "LLM agents with memory: agents, threads, messages, working memory, tripwires, "
     "attachments.",
     "PREPROCESSING_HOOKS": ["memproc.api.schema.memproc_endpoints"],
+    # Two models have a `status` enum: name both rather than let drf-spectacular guess.
+    "ENUM_NAME_OVERRIDES": {
+        "TripwireStatusEnum": "memproc.models.TripwireLog.Status",
+        "TurnStatusEnum": "memproc.models.TurnRecord.Status",
+    },
 }
 
 

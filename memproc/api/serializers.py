@@ -296,6 +296,109 @@ class ThreadCloneSerializer(serializers.Serializer):
     title = serializers.CharField(required=False, allow_blank=True, max_length=255)
 
 
+# --- turn records ------------------------------------------------------------------------------------
+
+TURN_MANIFEST_SCHEMA = {
+    "type": "object",
+    "description": "Why the model saw what it saw: ids and numbers, never message text.",
+    "properties": {
+        "history": {"type": "array", "items": {"type": "string"}, "description": "History message ids."},
+        "recalled": {
+            "type": "array",
+            "description": "Messages semantic recall added, with their score and source thread.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string"},
+                    "thread_id": {"type": "string", "nullable": True},
+                    "score": {"type": "number", "nullable": True},
+                },
+            },
+        },
+        "recall_error": {"type": "boolean", "description": "Recall failed; the turn ran without it."},
+        "echoed": {"type": "integer", "description": "Messages the client re-sent that were already stored."},
+        "working_memory": {
+            "type": "object",
+            "nullable": True,
+            "description": "The working memory the model was given.",
+            "properties": {
+                "scope": {"type": "string", "enum": ["thread", "resource"]},
+                "key": {"type": "string"},
+                "version": {"type": "integer"},
+            },
+        },
+        "tokens": {
+            "type": "object",
+            "nullable": True,
+            "description": "Token counts after the token limiter, when there is one.",
+            "properties": {
+                "total": {"type": "integer"},
+                "limit": {"type": "integer"},
+                "dropped": {"type": "integer", "description": "History messages dropped to fit."},
+            },
+        },
+        "processors": {
+            "type": "array",
+            "description": "Time spent in each processor hook.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "processor": {"type": "string"},
+                    "hook": {"type": "string"},
+                    "ms": {"type": "number"},
+                    "calls": {"type": "integer"},
+                },
+            },
+        },
+    },
+    "additionalProperties": True,
+}
+
+
+@extend_schema_field(TURN_MANIFEST_SCHEMA)
+class TurnManifestField(serializers.JSONField):
+    pass
+
+
+class TurnRecordSerializer(serializers.ModelSerializer):
+    usage = JSONObjectField(read_only=True, help_text="Token usage the model reported, summed over steps.")
+    manifest = TurnManifestField(read_only=True)
+    message_ids = serializers.ListField(
+        child=serializers.CharField(), read_only=True, help_text="The messages this turn saved."
+    )
+    tripwire_id = serializers.UUIDField(
+        read_only=True, allow_null=True, help_text="The tripwire log of a blocked turn."
+    )
+
+    class Meta:
+        model = models.TurnRecord
+        fields = [
+            "id",
+            "agent_id",
+            "thread_id",
+            "resource_id",
+            "status",
+            "model",
+            "steps",
+            "usage",
+            "manifest",
+            "message_ids",
+            "tripwire_id",
+            "error",
+            "started_at",
+            "duration_ms",
+        ]
+        read_only_fields = fields
+
+
+class TurnRecordPageSerializer(serializers.Serializer):
+    """One page of a thread's turn records, newest first (cursor pagination)."""
+
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = TurnRecordSerializer(many=True)
+
+
 # --- working memory ----------------------------------------------------------------------------------
 
 

@@ -22,3 +22,34 @@ def memproc_operator_counts(context: template.Context) -> dict[str, Any]:
         "can_view_tripwires": user.has_perm("memproc.view_tripwirelog")
         or user.has_perm("memproc.change_tripwirelog"),
     }
+
+
+@register.inclusion_tag("admin/memproc/includes/turn_stats.html", takes_context=True)
+def memproc_turn_stats(context: template.Context) -> dict[str, Any]:
+    """Today's turns per agent (count, blocked rate, p50/p95 duration, tokens), for users who may
+    read turn records."""
+    from memproc.admin.dashboard import turn_stats
+
+    user = getattr(context.get("request"), "user", None)
+    if user is None or not user.has_perm("memproc.view_turnrecord"):
+        return {"stats": None}
+    return {"stats": turn_stats()}
+
+
+@register.filter
+def memproc_duration(ms: Any) -> str:
+    """Milliseconds, readably: "0.04 ms", "3.2 ms", "143 ms", "2.31 s", "3 min 05 s"."""
+    try:
+        ms = float(ms)
+    except (TypeError, ValueError):
+        return "—"
+    if ms < 1:
+        return f"{ms:.2f} ms"
+    if ms < 10:
+        return f"{ms:.1f} ms"
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.2f} s"
+    minutes, seconds = divmod(round(ms / 1000), 60)
+    return f"{minutes} min {seconds:02d} s"

@@ -11,6 +11,7 @@ pytestmark = pytest.mark.django_db
 
 ENDPOINTS = {
     "": {"get"},
+    "threads/{id}/turns/": {"get"},
     "agents/": {"get"},
     "agents/{id}/": {"get"},
     "agents/{id}/generate/": {"post"},

@@ -1,4 +1,5 @@
-"""Threads of the caller's resources: list, create, read, rename, delete, messages, clone, working memory."""
+"""Threads of the caller's resources: list, create, read, rename, delete, messages, turns, clone,
+working memory."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from rest_framework.response import Response
 
 from memproc import models
 from memproc.api.filters import ThreadFilter
-from memproc.api.pagination import MessageCursorPagination, ThreadCursorPagination
+from memproc.api.pagination import MemprocCursorPagination, MessageCursorPagination, ThreadCursorPagination
 from memproc.api.permissions import default_resource
 from memproc.api.serializers import (
     MessagePageSerializer,
@@ -23,13 +24,15 @@ from memproc.api.serializers import (
     ThreadCreateSerializer,
     ThreadSerializer,
     ThreadUpdateSerializer,
+    TurnRecordPageSerializer,
+    TurnRecordSerializer,
     WorkingMemorySerializer,
     WorkingMemoryUpdateSerializer,
 )
 from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
 from memproc.api.views.working_memory import AGENT_PARAMETER, WorkingMemoryMixin, working_memory_config
 from memproc.exceptions import ValidationError as MemprocValidationError
-from memproc.selectors import thread_messages, threads_for_resources
+from memproc.selectors import thread_messages, thread_turns, threads_for_resources
 from memproc.services.threads import thread_clone, thread_create, thread_delete, thread_update
 
 THREAD_ID = id_parameter("The thread id.")
@@ -57,6 +60,23 @@ PAGE_PARAMETERS = [
         description="Messages per page (default 50, at most 200).",
     ),
 ]
+
+TURN_PAGE_PARAMETERS = [
+    PAGE_PARAMETERS[0],
+    OpenApiParameter(
+        "limit",
+        int,
+        OpenApiParameter.QUERY,
+        required=False,
+        description="Turns per page (default 50, at most 200).",
+    ),
+]
+
+
+class TurnCursorPagination(MemprocCursorPagination):
+    """A thread's turn records, newest first."""
+
+    ordering = ("-started_at", "id")
 
 
 @extend_schema(tags=["threads"])
@@ -144,6 +164,18 @@ class ThreadViewSet(
         thread = self.get_object()
         page = self.paginate_queryset(thread_messages(thread_id=thread.pk))
         return self.get_paginated_response(MessageSerializer(page, many=True).data)
+
+    @extend_schema(
+        summary="A thread's turns, newest first: status, usage, duration, and why the model saw what it "
+        "saw (cursor pagination)",
+        parameters=[THREAD_ID, *TURN_PAGE_PARAMETERS],
+        responses={200: TurnRecordPageSerializer, **errors(404)},
+    )
+    @action(detail=True, methods=["get"], pagination_class=TurnCursorPagination)
+    def turns(self, request: Request, id: str) -> Response:
+        thread = self.get_object()
+        page = self.paginate_queryset(thread_turns(thread_id=thread.pk))
+        return self.get_paginated_response(TurnRecordSerializer(page, many=True).data)
 
     @extend_schema(
         summary="Copy a thread and its messages into a new thread",

@@ -1,0 +1,353 @@
+"""“Why the model saw this”: a turn record's manifest as links and numbers.
+
+Shown under each assistant reply of the transcript and on the record's own admin page. The manifest
+holds ids, never text; the excerpts that make the ids readable come from one query over the messages
+that still exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from django.urls import NoReverseMatch
+
+from memproc import models, selectors
+from memproc.admin.common import admin_url, changelist_url
+
+# Records fetched beyond the page's assistant replies: turns of other pages that started in its time
+# range (a reply saved on the next page, concurrent turns), so every reply on the page finds its own.
+TURN_SLACK = 20
+EXCERPT_CHARS = 160
+SHORT_ID_CHARS = 8
+
+
+@dataclass
+class MessageRef:
+    """A message the manifest names: a link into the transcript or to its admin page."""
+
+    id: str
+    label: str
+    url: str | None = None
+    excerpt: str = ""
+    role: str = ""
+    on_page: bool = False
+    missing: bool = False
+
+
+@dataclass
+class RecallRef(MessageRef):
+    score: float | None = None
+    score_pct: int = 0
+    thread_id: str = ""
+    thread_url: str | None = None
+    same_thread: bool = False
+
+
+@dataclass
+class HookTiming:
+    processor: str
+    hook: str
+    ms: float
+    calls: int
+    pct: float
+
+
+@dataclass
+class WorkingMemoryRef:
+    scope: str
+    key: str
+    version: int
+    owner_url: str | None
+    revisions_url: str | None
+    version_url: str | None
+
+
+@dataclass
+class TokenCounts:
+    total: int
+    limit: int | None
+    dropped: int
+    pct: float
+
+
+@dataclass
+class TurnView:
+    id: str
+    url: str | None
+    status: str
+    status_label: str
+    agent_id: str
+    model: str
+    steps: int
+    started_at: datetime | None
+    duration_ms: float
+    usage: list[tuple[str, Any]] = field(default_factory=list)
+    history: list[MessageRef] = field(default_factory=list)
+    recalled: list[RecallRef] = field(default_factory=list)
+    recall_error: bool = False
+    echoed: int = 0
+    working_memory: WorkingMemoryRef | None = None
+    tokens: TokenCounts | None = None
+    processors: list[HookTiming] = field(default_factory=list)
+    other_ms: float = 0.0
+    other_pct: float = 0.0
+    saved: list[MessageRef] = field(default_factory=list)
+    tripwire_url: str | None = None
+    tripwire_id: str = ""
+    error: str = ""
+
+    usage_tokens: int | None = None
+    own_page: bool = False  # shown on the record's own admin page, not under a reply
+
+
+# --- the transcript --------------------------------------------------------------------------------
+
+
+def attach_turn_panels(views: Sequence[Any], *, thread_id: str, until: datetime | None) -> None:
+    """Gives each assistant reply on a transcript page the `TurnView` of the turn that saved it.
+
+    `views` are the page's `MessageView`s in order; `until` is the newest message time on the page
+    (None on the last page). Two queries, whatever the number of turns: the records, the excerpts.
+    """
+    assistants = {v.id: v for v in views if v.role == "assistant" and v.id}
+    if not assistants:
+        return
+    records = selectors.thread_turns_until(
+        thread_id=thread_id, until=until, limit=len(assistants) + TURN_SLACK
+    )
+    replies = {}
+    for record in records:
+        reply = next((i for i in reversed(_ids(record.message_ids)) if i in assistants), None)
+        if reply is not None and reply not in replies:
+            replies[reply] = record
+    if not replies:
+        return
+    on_page = {v.id: v for v in views if v.id}
+    wanted = [
+        i
+        for record in replies.values()
+        for i in [*_history_ids(record.manifest), *_recalled_ids(record.manifest)]
+        if i not in on_page
+    ]
+    links = _Links(on_page=on_page, excerpts=selectors.message_excerpts(message_ids=wanted))
+    for reply, record in replies.items():
+        assistants[reply].turn = turn_view(record, links=links, thread_id=thread_id)
+
+
+# --- one record ------------------------------------------------------------------------------------
+
+
+def record_view(record: models.TurnRecord) -> TurnView:
+    """A record's `TurnView` for its own admin page: every message linked to its admin page. One query."""
+    manifest = record.manifest if isinstance(record.manifest, Mapping) else {}
+    ids = [*_history_ids(manifest), *_recalled_ids(manifest), *_ids(record.message_ids)]
+    links = _Links(on_page={}, excerpts=selectors.message_excerpts(message_ids=ids))
+    view = turn_view(record, links=links, thread_id=record.thread_id)
+    view.saved = [links.message(i) for i in _ids(record.message_ids)]
+    view.own_page = True
+    return view
+
+
+def turn_view(record: models.TurnRecord, *, links: _Links, thread_id: str) -> TurnView:
+    manifest = record.manifest if isinstance(record.manifest, Mapping) else {}
+    duration = float(record.duration_ms or 0)
+    view = TurnView(
+        id=str(record.pk),
+        url=admin_url("turnrecord", record.pk),
+        status=record.status,
+        status_label=str(record.get_status_display()),
+        agent_id=record.agent_id,
+        model=record.model,
+        steps=record.steps,
+        started_at=record.started_at,
+        duration_ms=duration,
+        usage=[(_usage_label(k), v) for k, v in (record.usage or {}).items() if _is_number(v)],
+        history=[links.message(i) for i in _history_ids(manifest)],
+        recalled=[links.recalled(r, thread_id=thread_id) for r in _recalled(manifest)],
+        recall_error=bool(manifest.get("recall_error")),
+        echoed=_int(manifest.get("echoed")),
+        working_memory=_working_memory(manifest.get("working_memory")),
+        tokens=_tokens(manifest.get("tokens")),
+        processors=_timings(manifest.get("processors"), duration),
+        usage_tokens=usage_tokens(record.usage),
+        tripwire_id=str(record.tripwire_id or ""),
+        tripwire_url=admin_url("tripwirelog", record.tripwire_id) if record.tripwire_id else None,
+        error=record.error,
+    )
+    spent = sum(p.ms for p in view.processors)
+    view.other_ms = max(0.0, duration - spent)
+    view.other_pct = _pct(view.other_ms, duration)
+    return view
+
+
+class _Links:
+    """Message and thread links, each URL reversed once."""
+
+    def __init__(self, *, on_page: Mapping[str, Any], excerpts: Mapping[str, Mapping[str, Any]]) -> None:
+        self.on_page = on_page
+        self.excerpts = excerpts
+        self._urls: dict[tuple[str, str], str | None] = {}
+
+    def url(self, model_name: str, pk: str) -> str | None:
+        key = (model_name, pk)
+        if key not in self._urls:
+            self._urls[key] = admin_url(model_name, pk) if pk else None
+        return self._urls[key]
+
+    def message(self, message_id: str) -> MessageRef:
+        view = self.on_page.get(message_id)
+        if view is not None:
+            label = f"#{view.sequence}" if view.sequence else _short(message_id)
+            return MessageRef(
+                id=message_id,
+                label=label,
+                url=f"#message-{message_id}",
+                excerpt=_view_excerpt(view),
+                role=view.role,
+                on_page=True,
+            )
+        row = self.excerpts.get(message_id)
+        if row is None:
+            return MessageRef(id=message_id, label=_short(message_id), missing=True)
+        return MessageRef(
+            id=message_id,
+            label=f"#{row['sequence']}" if row.get("sequence") else _short(message_id),
+            url=self.url("message", message_id),
+            excerpt=_clip(row.get("excerpt") or ""),
+            role=str(row.get("role") or ""),
+        )
+
+    def recalled(self, item: Mapping[str, Any], *, thread_id: str) -> RecallRef:
+        ref = self.message(str(item.get("id") or ""))
+        source = str(item.get("thread_id") or "")
+        if not source and not ref.missing and not ref.on_page:
+            source = str(self.excerpts.get(ref.id, {}).get("thread_id") or "")
+        score = item.get("score")
+        score = float(score) if _is_number(score) else None
+        return RecallRef(
+            **ref.__dict__,
+            score=score,
+            score_pct=round(max(0.0, min(1.0, score)) * 100) if score is not None else 0,
+            thread_id=source,
+            thread_url=self.url("thread", source),
+            same_thread=bool(source) and source == thread_id,
+        )
+
+
+# --- manifest fields (a record may come from an older or newer memproc: read defensively) -----------
+
+
+def _ids(value: Any) -> list[str]:
+    return [str(i) for i in value if isinstance(i, (str, int))] if isinstance(value, list) else []
+
+
+def _history_ids(manifest: Mapping[str, Any]) -> list[str]:
+    return _ids(manifest.get("history"))
+
+
+def _recalled(manifest: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    items = manifest.get("recalled")
+    return [r for r in items if isinstance(r, Mapping) and r.get("id")] if isinstance(items, list) else []
+
+
+def _recalled_ids(manifest: Mapping[str, Any]) -> list[str]:
+    return [str(r["id"]) for r in _recalled(manifest)]
+
+
+def _working_memory(value: Any) -> WorkingMemoryRef | None:
+    if not isinstance(value, Mapping) or not value.get("scope") or not value.get("key"):
+        return None
+    scope, key, version = str(value["scope"]), str(value["key"]), _int(value.get("version"))
+    query = {"scope__exact": scope, "key": key}
+    return WorkingMemoryRef(
+        scope=scope,
+        key=key,
+        version=version,
+        owner_url=admin_url(scope, key),
+        revisions_url=_changelist("workingmemoryrevision", urlencode(query)),
+        version_url=_changelist("workingmemoryrevision", urlencode({**query, "version": version}))
+        if version
+        else None,
+    )
+
+
+def _tokens(value: Any) -> TokenCounts | None:
+    if not isinstance(value, Mapping) or not _is_number(value.get("total")):
+        return None
+    total = int(value["total"])
+    limit = int(value["limit"]) if _is_number(value.get("limit")) and value["limit"] > 0 else None
+    return TokenCounts(
+        total=total, limit=limit, dropped=_int(value.get("dropped")), pct=_pct(total, limit or 0)
+    )
+
+
+def _timings(value: Any, duration: float) -> list[HookTiming]:
+    if not isinstance(value, list):
+        return []
+    timings = [
+        HookTiming(
+            processor=str(p.get("processor") or "?"),
+            hook=str(p.get("hook") or ""),
+            ms=float(p["ms"]),
+            calls=_int(p.get("calls")),
+            pct=_pct(float(p["ms"]), duration),
+        )
+        for p in value
+        if isinstance(p, Mapping) and _is_number(p.get("ms"))
+    ]
+    return sorted(timings, key=lambda t: -t.ms)
+
+
+def _usage_label(key: Any) -> str:
+    """`prompt_tokens` reads "prompt"; other keys as they are, spaced."""
+    return str(key).removesuffix("_tokens").replace("_", " ")
+
+
+def usage_tokens(usage: Any) -> int | None:
+    """The usage's `total_tokens`, else prompt + completion tokens; None when it reports neither."""
+    if not isinstance(usage, Mapping):
+        return None
+    if _is_number(usage.get("total_tokens")):
+        return int(usage["total_tokens"])
+    parts = [usage[k] for k in ("prompt_tokens", "completion_tokens") if _is_number(usage.get(k))]
+    return int(sum(parts)) if parts else None
+
+
+def _changelist(model_name: str, query: str) -> str | None:
+    try:
+        return changelist_url(model_name, query)
+    except NoReverseMatch:  # not registered on this site
+        return None
+
+
+def _view_excerpt(view: Any) -> str:
+    text = " ".join(p.text for p in getattr(view, "parts", ()) if p.kind == "text" and p.text)
+    if not text:
+        names = [p.name for p in getattr(view, "parts", ()) if p.kind in ("tool-call", "tool-result")]
+        text = ", ".join(f"{n}()" for n in names if n)
+    return _clip(text)
+
+
+def _clip(text: str, limit: int = EXCERPT_CHARS - 40) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _short(message_id: str) -> str:
+    return message_id if len(message_id) <= SHORT_ID_CHARS + 1 else message_id[:SHORT_ID_CHARS] + "…"
+
+
+def _pct(part: float, whole: float) -> float:
+    return round(min(100.0, part / whole * 100), 1) if whole > 0 else 0.0
+
+
+def _int(value: Any) -> int:
+    return int(value) if _is_number(value) else 0
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
