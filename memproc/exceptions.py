@@ -47,36 +47,56 @@ class TripWire(MemprocError):
         self.metadata = dict(metadata or {})
 
 
-class ModelError(MemprocError):
-    """A model provider failed; the API answers 502."""
+class PublicMessageError(MemprocError):
+    """An error whose `str` holds details for the server log (a provider's own message, its status,
+    an internal URL) and whose `public_message` is what may be said to an API caller: what failed,
+    in memproc's words. The API answers with `public_message` only."""
+
+    public_message = "The request failed."
+
+    def __init__(self, message: str = "", *, public_message: str | None = None) -> None:
+        super().__init__(message)
+        if public_message is not None:
+            self.public_message = public_message
+
+
+class ModelError(PublicMessageError):
+    """A model provider failed; the API answers 502 with `public_message`."""
 
     code = "model_error"
+    public_message = "The model provider failed."
 
 
 class ModelAuthenticationError(ModelError):
     code = "model_authentication"
+    public_message = "The model provider rejected the credentials."
 
 
 class ModelRateLimitError(ModelError):
     code = "model_rate_limited"
+    public_message = "The model provider is rate limiting requests; try again later."
 
 
 class ModelUnavailableError(ModelError):
     """Timeouts, connection failures and 5xx: transient, worth a retry."""
 
     code = "model_unavailable"
+    public_message = "The model provider is unavailable."
 
 
 class ModelResponseError(ModelError):
     """The provider answered something memproc cannot use (bad request, bad JSON)."""
 
     code = "model_bad_response"
+    public_message = "The model provider sent a reply memproc could not read."
 
 
-class EmbedderUnavailable(MemprocError):
-    """Transient embedder failure; background tasks retry it."""
+class EmbedderUnavailable(PublicMessageError):
+    """Transient embedder failure, or a reply with a vector that cannot be used (NaN, wrong size,
+    zero); background tasks retry it. The API answers 503 with `public_message`."""
 
     code = "embedder_unavailable"
+    public_message = "The embedder is unavailable."
 
 
 class ToolError(MemprocError):

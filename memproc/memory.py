@@ -6,12 +6,16 @@ Memory (like an Agent) may be built in a module imported before Django is set up
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import json
+import logging
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from functools import partial
 from typing import Any
 
 from django.db import transaction
 
+from memproc.conf import settings
 from memproc.embedders import get_embedder
 from memproc.exceptions import ConfigurationError, ValidationError
 from memproc.messages import Message, MessageInput, to_messages
@@ -20,6 +24,8 @@ from memproc.processors.base import ProcessorContext
 from memproc.processors.message_history import MessageHistory
 from memproc.processors.semantic_recall import SemanticRecall
 from memproc.processors.working_memory import WorkingMemory
+
+logger = logging.getLogger(__name__)
 
 RECALL_DEFAULTS = {"top_k": 4, "message_range": 1, "scope": "resource", "threshold": None}
 WORKING_MEMORY_DEFAULTS = {"scope": "resource", "template": None, "schema": None}
@@ -170,7 +176,14 @@ class Memory:
     def save_messages(
         self, messages: MessageInput, *, thread_id: str, resource_id: str, embed: bool | None = None
     ) -> list[Message]:
-        """Saves messages at the end of a thread; embeds them (after commit) when recall is on."""
+        """Saves messages at the end of a thread; embeds them (after commit) when recall is on, with
+        this Memory's embedder into this Memory's vector store (each None: the setting's).
+
+        With BACKGROUND="celery" the embedding is a task, which carries JSON only: an embedder or a
+        store given as a dotted path (or a `{"CLASS": ..., "OPTIONS": ...}` dict) travels with it, but
+        one given as an object cannot, so the embedding then runs in this process after commit
+        instead (errors logged, not retried), rather than on a worker that would use the settings'.
+        """
         from memproc import background
         from memproc.services.recall import sources_embed, sources_for
         from memproc.services.threads import messages_save_with_files
@@ -180,18 +193,25 @@ class Memory:
         saved = messages_save_with_files(thread_id=thread_id, resource_id=resource_id, messages=values)
         if (self.uses_semantic_recall if embed is None else embed) and saved:
             sources = sources_for(saved, thread_id=thread_id, resource_id=resource_id)
+
+            def embed_here() -> None:
+                sources_embed(sources=sources, embedder=self.embedder, vector_store=self.vector_store)
+
             if self._importing:
                 # In this process, so the rows land while the index is held back; errors reach the caller.
-                transaction.on_commit(lambda: sources_embed(sources=sources, embedder=self.embedder))
+                transaction.on_commit(embed_here)
+                return saved
+            backends = {"embedder": self.embedder, "vector_store": self.vector_store}
+            if settings.BACKGROUND == "celery" and not all(map(_travels, backends.values())):
+                transaction.on_commit(partial(_embed_logged, embed_here))
                 return saved
             background.enqueue(
                 "memproc.embed_messages",
-                # A worker can only rebuild an embedder named by dotted path; objects stay in-process.
                 kwargs={
                     "message_ids": [s.message_id for s in sources],
-                    **({"embedder": self.embedder} if isinstance(self.embedder, str) else {}),
+                    **{name: spec for name, spec in backends.items() if spec is not None},
                 },
-                inline=lambda: sources_embed(sources=sources, embedder=self.embedder),
+                inline=embed_here,
             )
         return saved
 
@@ -210,7 +230,7 @@ class Memory:
         from memproc.vectors import get_vector_store
 
         embedder = get_embedder(self.embedder)
-        store = get_vector_store()
+        store = get_vector_store(self.vector_store)
         defer = getattr(store, "deferred_index", None)  # a custom store may keep no index
         with defer(embedder.id, int(embedder.dimensions)) if defer else nullcontext():
             self._importing = True
@@ -302,6 +322,26 @@ class Memory:
         if not key:
             raise ValidationError(f"Working memory of scope {scope!r} needs a {scope}_id")
         return scope, key
+
+
+def _travels(spec: Any) -> bool:
+    """Whether a back-end spec can be sent to a Celery worker (JSON) and rebuilt there."""
+    if spec is None or isinstance(spec, str):
+        return True
+    if not isinstance(spec, dict):
+        return False
+    try:
+        json.dumps(spec)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _embed_logged(embed: Callable[[], Any]) -> None:
+    try:
+        embed()
+    except Exception:
+        logger.exception("memproc: embedding saved messages in this process failed; they stay unembedded")
 
 
 def _merged(options: dict[str, Any], name: str, current: dict[str, Any] | None) -> Any:

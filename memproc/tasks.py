@@ -3,7 +3,7 @@
 Wire names (never renamed; payloads are ids and small scalars, JSON-serialisable):
 
 - ``memproc.embed_messages``      ``{"message_ids": [...], "agent_id": str | None,
-  "embedder": dotted path | None}``
+  "embedder": dotted path | None, "vector_store": dotted path | None}``
 - ``memproc.generate_title``      ``{"thread_id": str, "agent_id": str}``
 - ``memproc.backfill_embeddings`` ``{"embedder": dotted path | None, "agent_id": str | None,
   "batch_size": int, "resource_id": str | None, "thread_id": str | None}``
@@ -33,7 +33,7 @@ from django.db import InterfaceError, OperationalError
 
 from memproc import background
 from memproc.agents import get_agent
-from memproc.agents.embedder import agent_embedder
+from memproc.agents.embedder import agent_embedder, agent_vector_store
 from memproc.exceptions import EmbedderUnavailable, ModelRateLimitError, ModelUnavailableError
 from memproc.services.purge import expired_purge, resource_purge
 from memproc.services.recall import messages_embed
@@ -63,12 +63,20 @@ RETRY_OPTIONS: dict[str, Any] = {
 # --- plain task bodies (inline mode runs these; the Celery tasks below wrap them) -----------------
 
 
-def embed_messages(message_ids: list[str], agent_id: str | None = None, embedder: str | None = None) -> int:
+def embed_messages(
+    message_ids: list[str],
+    agent_id: str | None = None,
+    embedder: str | None = None,
+    vector_store: str | None = None,
+) -> int:
     """Embeds stored messages in one batch with `embedder` (a dotted path), else the agent's recall
-    embedder, else the EMBEDDER setting. Messages already embedded by that embedder, and messages
+    embedder, else the EMBEDDER setting, into `vector_store` (a dotted path), else the agent's recall
+    store, else the VECTOR_STORE setting. Messages already embedded by that embedder, and messages
     deleted since, are skipped."""
     return messages_embed(
-        message_ids=list(message_ids), embedder=embedder or agent_embedder(agent_id=agent_id)
+        message_ids=list(message_ids),
+        embedder=embedder or agent_embedder(agent_id=agent_id),
+        vector_store=vector_store or agent_vector_store(agent_id=agent_id),
     )
 
 
@@ -146,11 +154,19 @@ if shared_task is not None:
 
     @shared_task(name="memproc.embed_messages", **RETRY_OPTIONS)
     def embed_messages_task(
-        message_ids: list[str], agent_id: str | None = None, embedder: str | None = None
+        message_ids: list[str],
+        agent_id: str | None = None,
+        embedder: str | None = None,
+        vector_store: str | None = None,
     ) -> Any:
         return run_logged(
             "memproc.embed_messages",
-            {"message_ids": message_ids, "agent_id": agent_id, "embedder": embedder},
+            {
+                "message_ids": message_ids,
+                "agent_id": agent_id,
+                "embedder": embedder,
+                "vector_store": vector_store,
+            },
         )
 
     @shared_task(name="memproc.generate_title", **RETRY_OPTIONS)

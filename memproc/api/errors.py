@@ -1,5 +1,11 @@
 """One place that maps memproc's errors to HTTP responses: 400, 404, 409, 413, 502, 503, never a 500
-for bad input. memproc's views use this handler; the project's `EXCEPTION_HANDLER` is left alone."""
+for bad input. memproc's views use this handler; the project's `EXCEPTION_HANDLER` is left alone.
+
+A failing model provider (502) or embedder (503) is answered with the error's `public_message`, what
+failed in memproc's words: the provider's own message, its status and its URL are in the exception's
+text for the server log only (DESIGN §5: no error body carries a secret, a provider's own message or
+an internal URL). A configuration error (500) is answered just as generically.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from memproc.services.working_memory import WorkingMemoryConflict
 logger = logging.getLogger(__name__)
 
 NOT_FOUND = "Not found."
+MISCONFIGURED = "memproc is not configured correctly on this server; its log says why."
 ATTACHMENT_TOO_LARGE_CODES = frozenset({"too_large"})
 
 
@@ -33,7 +40,8 @@ def memproc_status(exc: BaseException) -> tuple[int, dict[str, Any]]:
         # Another owner's thread answers exactly as a missing one would.
         return status.HTTP_404_NOT_FOUND, error_body(NOT_FOUND, "not_found")
     if isinstance(exc, memproc_exceptions.ModelError):
-        return status.HTTP_502_BAD_GATEWAY, error_body(f"The model provider failed: {exc}", exc.code)
+        logger.info("memproc: answered 502 for a model provider error (%s): %s", exc.code, exc)
+        return status.HTTP_502_BAD_GATEWAY, error_body(exc.public_message, exc.code)
     if isinstance(exc, memproc_exceptions.AttachmentError):
         code = getattr(exc, "code", "attachment_error")
         if code in ATTACHMENT_TOO_LARGE_CODES:
@@ -44,10 +52,12 @@ def memproc_status(exc: BaseException) -> tuple[int, dict[str, Any]]:
     if isinstance(exc, WorkingMemoryConflict):
         return status.HTTP_409_CONFLICT, error_body(str(exc), exc.code)
     if isinstance(exc, memproc_exceptions.EmbedderUnavailable):
-        return status.HTTP_503_SERVICE_UNAVAILABLE, error_body(str(exc), exc.code)
+        logger.warning("memproc: answered 503 for an embedder error: %s", exc)
+        return status.HTTP_503_SERVICE_UNAVAILABLE, error_body(exc.public_message, exc.code)
     if isinstance(exc, memproc_exceptions.ConfigurationError):
+        # Its text may name settings, URLs, or quote a provider's refusal (a bad key): the log only.
         logger.error("memproc: configuration error while serving a request: %s", exc)
-        return status.HTTP_500_INTERNAL_SERVER_ERROR, error_body(str(exc), exc.code)
+        return status.HTTP_500_INTERNAL_SERVER_ERROR, error_body(MISCONFIGURED, exc.code)
     if isinstance(exc, LookupError):
         return status.HTTP_404_NOT_FOUND, error_body(str(exc) or NOT_FOUND, "not_found")
     code = getattr(exc, "code", "memproc_error")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
+from memproc.api.protocols.aisdk import ChatStreamView, ChatView
+from memproc.api.protocols.openai import ChatCompletionsView, ModelDetailView, ModelListView
 from memproc.api.schema import DocsView, SchemaView
 from memproc.api.views import (
     AgentViewSet,
@@ -28,6 +30,17 @@ urlpatterns = [
         ResourceWorkingMemoryView.as_view(),
         name="resource-working-memory",
     ),
+    # The clients' protocols (memproc.api.protocols): the AI SDK's useChat, and OpenAI's Chat Completions
+    # (`base_url=".../v1"`; the SDKs call these paths without a trailing slash).
+    path("agents/<str:id>/chat/", ChatView.as_view(), name="agent-chat"),
+    re_path(
+        r"^agents/(?P<id>[^/]+)/chat/(?P<chat_id>[^/]+)/stream/?$",
+        ChatStreamView.as_view(),
+        name="agent-chat-stream",
+    ),
+    re_path(r"^v1/chat/completions/?$", ChatCompletionsView.as_view(), name="openai-chat-completions"),
+    re_path(r"^v1/models/?$", ModelListView.as_view(), name="openai-models"),
+    re_path(r"^v1/models/(?P<id>[^/]+)/?$", ModelDetailView.as_view(), name="openai-model"),
     path("schema/", SchemaView.as_view(), name="schema"),
     path("docs/", DocsView.as_view(), name="docs"),
     *router.urls,

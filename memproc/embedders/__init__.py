@@ -17,6 +17,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from memproc.conf import build_from_setting, settings
+from memproc.embedders.checks import embed_checked, vector_problem
 from memproc.embedders.minilm import MiniLMEmbedder
 from memproc.embedders.openai import OpenAIEmbedder
 
@@ -26,8 +27,10 @@ __all__ = [
     "OpenAIEmbedder",
     "chunk_text",
     "content_hash",
+    "embed_checked",
     "get_embedder",
     "reset_embedders",
+    "vector_problem",
 ]
 
 

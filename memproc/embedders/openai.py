@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
 import numpy as np
 
 from memproc.conf import settings
+from memproc.embedders.checks import vector_problem
 from memproc.exceptions import ConfigurationError, EmbedderUnavailable, ValidationError
+from memproc.llm.secret import Secret
+
+logger = logging.getLogger(__name__)
 
 # Statuses worth a retry later: the request may succeed unchanged.
 TRANSIENT_STATUSES = frozenset({408, 409, 429})
@@ -20,7 +25,11 @@ class OpenAIEmbedder:
     The SDK does not retry (`max_retries=0`): transient failures (connection, timeout, 429, 5xx)
     raise `EmbedderUnavailable` so the background task retries with backoff instead of blocking.
     `api_key`/`base_url` default to `MEMPROC["MODELS"]["openai"]`, then to the SDK's environment
-    variables. Without `dimensions`, the size is learnt from the first response.
+    variables. Without `dimensions`, the size is learnt from the first usable response.
+
+    A reply that is not what the API promises (not JSON, no `data`, a vector that is NaN or infinite,
+    all zeros, of another size than before, or one vector too few) raises `EmbedderUnavailable` too:
+    nothing of it is returned, so nothing of it can be cached or stored. The key is kept as a `Secret`.
     """
 
     def __init__(
@@ -43,7 +52,7 @@ class OpenAIEmbedder:
             raise ConfigurationError("OpenAIEmbedder(timeout=...) must be positive")
         self.model = model
         self.id = f"openai/{model}"
-        self.api_key = api_key
+        self.api_key = Secret(api_key) if api_key else None
         self.base_url = base_url
         self.batch_size = batch_size
         self.timeout = timeout
@@ -79,22 +88,43 @@ class OpenAIEmbedder:
                 model=self.model, input=inputs, encoding_format="float", **options
             )
         except (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError) as exc:
-            raise EmbedderUnavailable(f"{self.id}: {exc}") from exc
+            raise EmbedderUnavailable(f"{self.id}: {self._redact(str(exc))}") from exc
         except openai.APIStatusError as exc:
-            raise _permanent_error(self.id, exc) from exc
-        data = sorted(response.data, key=lambda item: item.index)
-        if len(data) != len(texts):
-            raise EmbedderUnavailable(f"{self.id}: {len(data)} vectors for {len(texts)} texts")
-        matrix = np.asarray([item.embedding for item in data], dtype=np.float32)
-        self._check_dimensions(matrix.shape[1])
+            raise _permanent_error(self.id, exc, self._redact) from exc
+        except (openai.APIError, ValueError) as exc:  # an error event, or a body that is not JSON
+            raise EmbedderUnavailable(f"{self.id}: unreadable reply: {self._redact(str(exc))[:300]}") from exc
+        matrix = self._matrix(response, len(texts))
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-        return (matrix / np.clip(norms, 1e-12, None)).tolist()
+        if not (np.all(np.isfinite(norms)) and np.all(norms > 0)):  # float32 squares over- or underflowed
+            norms = np.linalg.norm(matrix.astype(np.float64), axis=1, keepdims=True)
+        return (matrix / norms).astype(np.float32).tolist()
 
-    def _check_dimensions(self, size: int) -> None:
-        if self._dimensions is None:
-            self._dimensions = size
-        elif size != self._dimensions:
-            raise ConfigurationError(f"{self.id} returned {size}-d vectors, expected {self._dimensions}")
+    def _matrix(self, response: Any, count: int) -> np.ndarray:
+        """The reply's vectors in input order, each checked; EmbedderUnavailable for anything else."""
+        data = getattr(response, "data", None) if not isinstance(response, (str, bytes)) else None
+        if not isinstance(data, list):
+            raise EmbedderUnavailable(f"{self.id}: the reply has no list of embeddings")
+        indexes = [getattr(item, "index", None) for item in data]
+        if sorted(i for i in indexes if isinstance(i, int)) != list(range(count)) or len(indexes) != count:
+            raise EmbedderUnavailable(f"{self.id}: {len(data)} vectors for {count} texts, or indexes askew")
+        vectors = [
+            getattr(item, "embedding", None)
+            for _, item in sorted(zip(indexes, data, strict=True), key=lambda p: p[0])
+        ]
+        size = self._dimensions
+        if size is None:  # learn the size from this reply, but only once it proves usable
+            first = vectors[0] if vectors else None
+            size = len(first) if isinstance(first, list) else 0
+        for index, vector in enumerate(vectors):
+            problem = vector_problem(vector, size)
+            if problem is not None:
+                raise EmbedderUnavailable(f"{self.id}: vector {index} of {count} is {problem}")
+        self._dimensions = size
+        return np.asarray(vectors, dtype=np.float32).reshape(count, size)
+
+    def _redact(self, text: str) -> str:
+        key = self.api_key or _settings_key()
+        return key.redact(text) if key else text
 
     def client(self) -> Any:
         """The SDK client, built on first use (the import is lazy: `openai` is an optional extra)."""
@@ -110,11 +140,11 @@ class OpenAIEmbedder:
             raise ConfigurationError(
                 'OpenAIEmbedder needs the openai SDK: pip install "memproc[openai]"'
             ) from exc
-        provider = (settings.MODELS or {}).get("openai", {})
+        key = self.api_key or _settings_key()
         try:
             return openai.OpenAI(
-                api_key=self.api_key or provider.get("api_key"),
-                base_url=self.base_url or provider.get("base_url"),
+                api_key=key.reveal() if key else None,
+                base_url=self.base_url or _provider_settings().get("base_url"),
                 timeout=self.timeout,
                 max_retries=0,
             )
@@ -122,9 +152,19 @@ class OpenAIEmbedder:
             raise ConfigurationError(f"{self.id}: {exc}") from exc
 
 
-def _permanent_error(embedder_id: str, exc: Any) -> Exception:
+def _provider_settings() -> dict[str, Any]:
+    provider = (settings.MODELS or {}).get("openai", {})
+    return provider if isinstance(provider, dict) else {}
+
+
+def _settings_key() -> Secret | None:
+    key = _provider_settings().get("api_key")
+    return Secret(str(key)) if key else None
+
+
+def _permanent_error(embedder_id: str, exc: Any, redact: Any) -> Exception:
     status = getattr(exc, "status_code", 0)
-    message = f"{embedder_id}: HTTP {status}: {exc}"
+    message = f"{embedder_id}: HTTP {status}: {redact(str(exc))}"
     if status in TRANSIENT_STATUSES or status >= 500:
         return EmbedderUnavailable(message)
     if status in (401, 403, 404):  # bad key, no access, unknown model or wrong base_url

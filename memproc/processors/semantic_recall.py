@@ -133,6 +133,7 @@ class SemanticRecall:
             turn_messages = [*ctx.input_messages, *ctx.messages]
             ctx.turn.writes.embed = [m for m in turn_messages if m.role in ("user", "assistant")]
             ctx.turn.writes.embedder = self._embedder
+            ctx.turn.writes.vector_store = self.vector_store
         return None
 
 

@@ -39,6 +39,7 @@ class TurnWrites:
     messages: list[Message] = field(default_factory=list)
     embed: list[Message] = field(default_factory=list)
     embedder: Any = None
+    vector_store: Any = None  # the recall processor's store: new vectors go where it searches
     working_memory: list[PendingWorkingMemory] = field(default_factory=list)
     generate_title: bool = False
 

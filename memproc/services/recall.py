@@ -1,4 +1,10 @@
-"""Embedding writes: new messages are embedded in batches, idempotently, reusing vectors by content hash."""
+"""Embedding writes: new messages are embedded in batches, idempotently, reusing vectors by content hash.
+
+Every vector is checked (`embed_checked`: one per text, finite, the embedder's size, not all zeros)
+before it is remembered in the process cache or written; a bad reply raises `EmbedderUnavailable` and
+leaves nothing behind, so one bad answer cannot poison a text for good. Vectors read back from the
+table are checked too, so a row written before this check existed is embedded again, not reused.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ import numpy as np
 
 from memproc import models
 from memproc.conf import settings
-from memproc.embedders import chunk_text, content_hash, get_embedder
+from memproc.embedders import chunk_text, content_hash, embed_checked, get_embedder, vector_problem
 from memproc.messages import Message
 from memproc.vectors import EmbeddingRow, get_vector_store
 
@@ -40,8 +46,9 @@ def sources_for(messages: Sequence[Message], *, thread_id: str, resource_id: str
     ]
 
 
-def messages_embed(*, message_ids: Sequence[str], embedder: Any = None) -> int:
-    """Embeds stored messages that have no vector from this embedder yet. Re-running does nothing."""
+def messages_embed(*, message_ids: Sequence[str], embedder: Any = None, vector_store: Any = None) -> int:
+    """Embeds stored messages that have no vector from this embedder yet, into `vector_store` (None:
+    the VECTOR_STORE setting). Re-running does nothing."""
     embedder = get_embedder(embedder)
     rows = (
         models.Message.objects.filter(id__in=list(message_ids), role__in=EMBEDDABLE_ROLES)
@@ -49,11 +56,12 @@ def messages_embed(*, message_ids: Sequence[str], embedder: Any = None) -> int:
         .values_list("id", "thread_id", "resource_id", "text")
     )
     sources = [EmbeddingSource(*row) for row in rows if row[3].strip()]
-    return sources_embed(sources=sources, embedder=embedder)
+    return sources_embed(sources=sources, embedder=embedder, vector_store=vector_store)
 
 
-def sources_embed(*, sources: Sequence[EmbeddingSource], embedder: Any) -> int:
-    """One embedder call for every chunk not seen before (by content hash); one insert for all rows."""
+def sources_embed(*, sources: Sequence[EmbeddingSource], embedder: Any, vector_store: Any = None) -> int:
+    """One embedder call for every chunk not seen before (by content hash); one insert for all rows,
+    into `vector_store` (a store object or spec; None: the VECTOR_STORE setting)."""
     if not sources:
         return 0
     embedder = get_embedder(embedder)
@@ -62,13 +70,13 @@ def sources_embed(*, sources: Sequence[EmbeddingSource], embedder: Any) -> int:
         for source in sources
         for index, chunk in enumerate(chunk_text(source.text, settings.EMBEDDING_CHUNK_CHARS))
     ]
-    vectors = _known_vectors(embedder.id, {h for *_, h in pieces})
+    vectors = _known_vectors(embedder, {h for *_, h in pieces})
     missing = list(dict.fromkeys(h for *_, h in pieces if h not in vectors))
     if missing:
         texts = {h: chunk for _, _, chunk, h in pieces}
-        embedded = embedder.embed([texts[h] for h in missing])
-        for h, vector in zip(missing, embedded, strict=True):
-            vectors[h] = _remember(h, np.asarray(vector, dtype=np.float32))
+        matrix = embed_checked(embedder, [texts[h] for h in missing])  # all usable, or nothing kept
+        for h, vector in zip(missing, matrix, strict=True):
+            vectors[h] = _remember(h, vector.copy())
     rows = [
         EmbeddingRow(
             message_id=source.message_id,
@@ -82,7 +90,7 @@ def sources_embed(*, sources: Sequence[EmbeddingSource], embedder: Any) -> int:
         )
         for source, index, _, h in pieces
     ]
-    get_vector_store().store(rows)
+    get_vector_store(vector_store).store(rows)
     return len(rows)
 
 
@@ -96,26 +104,29 @@ def query_embed(text: str, embedder: Any) -> np.ndarray:
     embedder = get_embedder(embedder)
     chunks = chunk_text(text, settings.EMBEDDING_CHUNK_CHARS)
     if len(chunks) != 1:
-        return np.asarray(embedder.embed([text])[0], dtype=np.float32)
+        return embed_checked(embedder, [text])[0]
     key = content_hash(chunks[0], embedder.id)
     cached = _vector_cache.get(key)
     if cached is not None:
         with contextlib.suppress(KeyError):  # evicted meanwhile by another thread
             _vector_cache.move_to_end(key)
         return cached
-    return _remember(key, np.asarray(embedder.embed([chunks[0]])[0], dtype=np.float32))
+    return _remember(key, embed_checked(embedder, [chunks[0]])[0].copy())
 
 
-def _known_vectors(embedder_id: str, hashes: set[str]) -> dict[str, np.ndarray]:
-    """Vectors already computed for these texts: from the process cache, else from the table."""
+def _known_vectors(embedder: Any, hashes: set[str]) -> dict[str, np.ndarray]:
+    """Vectors already computed for these texts: from the process cache, else from the table (rows
+    whose vector is unusable, stored before vectors were checked, are skipped: embedded again)."""
     found = {h: _vector_cache[h] for h in hashes if h in _vector_cache}
     wanted = hashes - found.keys()
     if wanted:
         rows = models.MessageEmbedding.objects.filter(
-            model=embedder_id, content_hash__in=list(wanted)
+            model=embedder.id, content_hash__in=list(wanted)
         ).values_list("content_hash", "vector")
+        dimensions = int(embedder.dimensions)
         for h, vector in rows:
-            found[h] = _remember(h, vector)
+            if h not in found and vector_problem(vector, dimensions) is None:
+                found[h] = _remember(h, vector)
     return found
 
 

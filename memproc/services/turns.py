@@ -857,7 +857,7 @@ def _enqueue_embedding(turn: Turn) -> None:
         return
 
     def embed_now() -> None:
-        sources_embed(sources=sources, embedder=writes.embedder)
+        sources_embed(sources=sources, embedder=writes.embedder, vector_store=writes.vector_store)
 
     background.enqueue(
         "memproc.embed_messages",

@@ -13,6 +13,7 @@ from django.db import connections, router, transaction
 from django.utils import timezone
 
 from memproc.db import insert_rows
+from memproc.embedders import vector_problem
 from memproc.exceptions import ConfigurationError
 from memproc.models import MessageEmbedding
 from memproc.processors.store import VectorHit
@@ -141,10 +142,12 @@ EMBEDDING_COLUMNS = (
 
 
 def embedding_values(row: EmbeddingRow, created_at: datetime) -> dict[str, Any]:
-    """The row's column values by field name, its vector checked against its declared size."""
+    """The row's column values by field name, its vector checked (`vector_problem`: its declared size,
+    finite, not all zeros), so no store writes a vector that would poison searches."""
+    problem = vector_problem(row.vector, row.dimensions)
+    if problem is not None:
+        raise ValueError(f"{row.message_id}#{row.chunk} ({row.model}): the vector is {problem}")
     vector = np.asarray(row.vector, dtype=np.float32)
-    if vector.shape != (row.dimensions,):
-        raise ValueError(f"{row.message_id}#{row.chunk}: a {row.dimensions}-d row holds shape {vector.shape}")
     return {
         "message": row.message_id,
         "thread_id": row.thread_id,

@@ -192,7 +192,7 @@ def test_model_failure_is_a_502_and_saves_nothing(owner_client, agent, model, re
     response = generate(owner_client, messages="hi", thread_id="t-fail")
     assert response.status_code == 502
     assert response.json() == {
-        "detail": "The model provider failed: upstream timed out",
+        "detail": "The model provider is unavailable.",
         "code": "model_unavailable",
     }
     assert not models.Message.objects.exists()

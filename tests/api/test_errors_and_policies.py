@@ -41,14 +41,21 @@ from tests.api.conftest import API
         (
             exceptions.ModelRateLimitError("slow down"),
             502,
-            {"detail": "The model provider failed: slow down", "code": "model_rate_limited"},
+            {
+                "detail": "The model provider is rate limiting requests; try again later.",
+                "code": "model_rate_limited",
+            },
         ),
         (
             WorkingMemoryConflict("kept changing"),
             409,
             {"detail": "kept changing", "code": "working_memory_conflict"},
         ),
-        (exceptions.EmbedderUnavailable("down"), 503, {"detail": "down", "code": "embedder_unavailable"}),
+        (
+            exceptions.EmbedderUnavailable("down"),
+            503,
+            {"detail": "The embedder is unavailable.", "code": "embedder_unavailable"},
+        ),
     ],
 )
 def test_memproc_errors_map_to_statuses(error, status, body):

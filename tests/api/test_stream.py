@@ -129,7 +129,7 @@ def test_an_error_mid_stream_is_an_error_event_and_saves_nothing(owner_client, m
     )
     assert events == [
         ("text-delta", {"text": "Half an ans"}),
-        ("error", {"detail": "The model provider failed: connection reset", "code": "model_unavailable"}),
+        ("error", {"detail": "The model provider is unavailable.", "code": "model_unavailable"}),
     ]
     assert not models.Message.objects.exists()
     assert not models.Thread.objects.filter(pk="t").exists()
@@ -141,7 +141,7 @@ def test_a_model_that_fails_before_any_event_is_a_json_502(owner_client, agent, 
     response = stream_with_client(owner_client, messages="hi", thread_id="t")
     assert response.status_code == 502
     assert response.json() == {
-        "detail": "The model provider failed: no route to host",
+        "detail": "The model provider is unavailable.",
         "code": "model_unavailable",
     }
     assert not models.Thread.objects.filter(pk="t").exists()

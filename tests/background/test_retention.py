@@ -46,13 +46,19 @@ def test_expired_messages_go_with_their_embeddings_and_the_rest_stays(history, s
     assert Message.objects.count() == 4  # a dry run deletes nothing
     counts = expired_purge()
     assert counts == {"messages": 2, "tripwire_logs": 0, "turn_records": 1}
-    assert list(Message.objects.order_by("sequence").values_list("text", flat=True)) == ["new question", "answer"]
+    assert list(Message.objects.order_by("sequence").values_list("text", flat=True)) == [
+        "new question",
+        "answer",
+    ]
     assert TurnRecord.objects.count() == 1 and TripwireLog.objects.count() == 2
     assert expired_purge() == {"messages": 0, "tripwire_logs": 0, "turn_records": 0}  # idempotent
 
 
 def test_none_keeps_forever(history, settings):
-    settings.MEMPROC = {**settings.MEMPROC, "RETENTION": {"tripwire_logs_days": None, "turn_records_days": None}}
+    settings.MEMPROC = {
+        **settings.MEMPROC,
+        "RETENTION": {"tripwire_logs_days": None, "turn_records_days": None},
+    }
     assert expired_purge(now=timezone.now() + timedelta(days=3650)) == {
         "messages": 0,
         "tripwire_logs": 0,
@@ -83,7 +89,8 @@ def test_a_resource_purge_takes_its_turn_records(history):
 
 
 @pytest.mark.parametrize(
-    "retention", [{"message_days": 3}, {"messages_days": 0}, {"messages_days": "7"}, [30], {"turn_records_days": True}]
+    "retention",
+    [{"message_days": 3}, {"messages_days": 0}, {"messages_days": "7"}, [30], {"turn_records_days": True}],
 )
 def test_check_refuses_a_bad_retention(settings, retention):
     settings.MEMPROC = {**settings.MEMPROC, "RETENTION": retention}

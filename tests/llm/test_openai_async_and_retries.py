@@ -48,7 +48,12 @@ def test_agenerate_answers_like_generate(server):
 
 
 def test_astream_yields_deltas_tool_calls_and_finish(server):
-    server.enqueue({"content": "Let me check", "tool_calls": [{"id": "c1", "name": "get_weather", "arguments": {"city": "Oslo"}}]})
+    server.enqueue(
+        {
+            "content": "Let me check",
+            "tool_calls": [{"id": "c1", "name": "get_weather", "arguments": {"city": "Oslo"}}],
+        }
+    )
 
     async def go():
         return [e async for e in model_for(server).astream(ask())]

@@ -18,7 +18,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from memproc.agents import all_agents, get_agent
-from memproc.api.permissions import default_resource
 from memproc.api.serializers import (
     AgentSerializer,
     GenerateRequestSerializer,
@@ -32,7 +31,6 @@ from memproc.api.views.checks import attachments_check
 from memproc.conf import settings as memproc_settings
 from memproc.exceptions import AttachmentError
 from memproc.messages import FilePart, Message, to_messages
-from memproc.selectors import thread_get
 from memproc.services.attachments import attachment_check_size
 
 STREAM_DESCRIPTION = """Runs one turn and streams it as Server-Sent Events (`text/event-stream`).
@@ -174,18 +172,8 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
         )
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        thread_id, resource_id = data.get("thread_id"), data.get("resource_id")
-        if resource_id is not None:
-            self.require_resource(resource_id)
-        thread = thread_get(thread_id=thread_id) if thread_id else None
-        if thread is not None:
-            if not self.may_use(thread.resource_id) or resource_id not in (None, thread.resource_id):
-                raise NotFound()
-            resource_id = thread.resource_id
-        elif resource_id is None:
-            resource_id = default_resource(request)
-            if resource_id is None:
-                raise serializers.ValidationError({"resource_id": ["Name the resource this turn is for."]})
+        thread_id = data.get("thread_id")
+        resource_id, _ = self.settle_owner(thread_id, data.get("resource_id"))
         attachments_check(data["messages"], resource_id=resource_id)
         messages = with_uploads(data["messages"], files) if files else data["messages"]
         return TurnRequest(messages=messages, thread_id=thread_id, resource_id=resource_id)

@@ -7,15 +7,17 @@ from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework import serializers
 from rest_framework.exceptions import NotFound
 from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
 from memproc.api.errors import memproc_exception_handler
-from memproc.api.permissions import HasResources, resolve_resources
+from memproc.api.permissions import HasResources, default_resource, resolve_resources
 from memproc.api.serializers import ErrorSerializer
 from memproc.api.throttling import MemprocUserThrottle
+from memproc.selectors import thread_get
 
 ERROR_DESCRIPTIONS = {
     400: "Invalid input: `{field: [message]}` field errors.",
@@ -86,6 +88,23 @@ class MemprocViewMixin:
         if not path_id_ok(resource_id) or not self.may_use(resource_id):
             raise NotFound()
         return resource_id
+
+    def settle_owner(self, thread_id: str | None, resource_id: str | None) -> tuple[str, Any]:
+        """The resource a turn is for, and its thread if it exists: the thread's owner when it exists,
+        else the given or the caller's default resource. Another owner's thread or resource is a 404."""
+        request: Request = self.request  # type: ignore[attr-defined]
+        if resource_id is not None:
+            self.require_resource(resource_id)
+        thread = thread_get(thread_id=thread_id) if thread_id else None
+        if thread is not None:
+            if not self.may_use(thread.resource_id) or resource_id not in (None, thread.resource_id):
+                raise NotFound()
+            resource_id = thread.resource_id
+        elif resource_id is None:
+            resource_id = default_resource(request)
+            if resource_id is None:
+                raise serializers.ValidationError({"resource_id": ["Name the resource this turn is for."]})
+        return resource_id, thread
 
     def get_object(self) -> Any:
         if not path_id_ok(self.kwargs.get(self.lookup_url_kwarg, "")):  # type: ignore[attr-defined]

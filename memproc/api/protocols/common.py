@@ -1,0 +1,198 @@
+"""What both protocols share: which of a resent conversation is new, system messages from clients,
+and running a turn as a stream of protocol frames under WSGI (sync) or ASGI (async)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+from django.http import StreamingHttpResponse
+
+from memproc.api.sse import primed
+from memproc.api.turn_runner import is_asgi, release_connections
+from memproc.conf import settings as memproc_settings
+from memproc.events import StreamEvent
+from memproc.exceptions import MemprocError
+from memproc.selectors import thread_messages
+from memproc.services.threads import messages_delete
+from memproc.services.turns import turn_begin
+from memproc.services.turns_async import turn_continue_async
+from memproc.tools import WORKING_MEMORY_TOOL
+
+logger = logging.getLogger(__name__)
+
+THREAD_HEADER = "X-Memproc-Thread-Id"
+SYSTEM_ROLES = frozenset({"system", "developer"})
+FINAL_EVENTS = frozenset({"finish", "tripwire"})
+
+
+# --- the conversation a client resends -----------------------------------------------------------------
+
+
+def loads_history(agent: Any) -> bool:
+    """Whether the agent puts the thread's stored history in front of the model."""
+    memory = agent.memory
+    last = getattr(memory, "last_messages", False) if memory is not None else False
+    return not isinstance(last, bool) and isinstance(last, int) and last > 0
+
+
+def new_part(messages: Sequence[Mapping[str, Any]], *, thread_exists: bool, agent: Any) -> list[Any]:
+    """The turn's input out of a conversation the client resends whole (both protocols do).
+
+    On a stored thread of an agent that loads history, the thread is the record of the conversation:
+    everything up to the client's last assistant message is its copy of that record, so only what
+    follows is new. That also covers what the echo check of the pipeline (rule 17) cannot see: the
+    server-side tool calls a client never received, and a blocked turn's input, which was never saved
+    and must not be saved now. System messages are kept wherever they are (they are this turn's). On a
+    new thread, or for an agent without history, the whole conversation is the input."""
+    items = list(messages)
+    if not (thread_exists and loads_history(agent)):
+        return items
+    last = max((i for i, m in enumerate(items) if m.get("role") == "assistant"), default=-1)
+    system = [m for m in items[: last + 1] if m.get("role") == "system"]
+    return [*system, *items[last + 1 :]]
+
+
+def answerable(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the turn's input ends with something for the agent to answer (not with its own words)."""
+    said = [m for m in messages if m.get("role") != "system"]
+    return bool(said) and said[-1].get("role") != "assistant"
+
+
+def drop_blocked(
+    messages: Sequence[Mapping[str, Any]], is_blocked: Callable[[Mapping[str, Any]], bool]
+) -> list[Any]:
+    """Without the exchanges a tripwire blocked: an assistant message that is a block notice (OpenAI's
+    `refusal`, the AI SDK's `data-tripwire` part) and the input it answered, the messages since the
+    assistant message before it. A blocked turn saved nothing, and its input must not reach memory
+    when the client resends the conversation (rule 8), even on a thread that does not exist yet."""
+    kept: list[Any] = []
+    since = 0  # where the current turn's input starts in `kept`
+    for message in messages:
+        if message.get("role") == "assistant" and is_blocked(message):
+            kept[since:] = [m for m in kept[since:] if m.get("role") == "system"]
+            continue
+        kept.append(message)
+        if message.get("role") == "assistant":
+            since = len(kept)
+    return kept
+
+
+def without_system(messages: list[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], int]:
+    """System (and OpenAI "developer") messages become system messages of the turn when the setting
+    `API_ALLOW_SYSTEM_MESSAGES` is on (used for this turn only, never saved: rule 18); otherwise they are
+    left out, since the agent's own instructions are the system prompt. Returns the messages and how
+    many were left out."""
+    allowed = memproc_settings.API_ALLOW_SYSTEM_MESSAGES
+    kept: list[Mapping[str, Any]] = []
+    ignored = 0
+    for message in messages:
+        if message.get("role") in SYSTEM_ROLES:
+            if not allowed:
+                ignored += 1
+                continue
+            message = {**message, "role": "system"}
+        kept.append(message)
+    return kept, ignored
+
+
+def replace_from(*, thread_id: str, message_id: str) -> int:
+    """Deletes a stored message and everything after it in its thread (a client that edits a message or
+    asks for a new answer has dropped them too). Returns how many were deleted; 0 if it is not stored."""
+    rows = thread_messages(thread_id=thread_id)
+    start = rows.filter(pk=message_id).values_list("sequence", flat=True).first()
+    if start is None:
+        return 0
+    ids = list(rows.filter(sequence__gte=start).values_list("pk", flat=True))
+    return messages_delete(message_ids=ids, thread_id=thread_id)
+
+
+def internal_tools(agent: Any) -> set[str]:
+    """Tools whose calls are memory housekeeping (working memory): never saved, so never shown either."""
+    return {WORKING_MEMORY_TOOL, *(t.name for t in agent.tools if getattr(t, "internal", False))}
+
+
+# --- streaming -------------------------------------------------------------------------------------
+
+
+class Encoder(Protocol):
+    """Turns a turn's stream events into one protocol's frames."""
+
+    def begin(self) -> list[bytes]: ...
+
+    def event(self, event: StreamEvent) -> list[bytes]: ...
+
+    def error(self, exc: BaseException) -> list[bytes]: ...
+
+    def end(self) -> list[bytes]: ...
+
+
+def turn_stream(
+    request: Any, agent: Any, messages: Any, **options: Any
+) -> Iterator[StreamEvent] | AsyncIterator[StreamEvent]:
+    """A streamed turn, as `memproc.api.turn_runner` runs one: under WSGI a sync iterator already run
+    to its first event (an error before it answers a normal status); under ASGI an async iterator
+    whose turn ran here up to its first model call, with the connection released before that call."""
+    if not is_asgi(request):
+        return primed(agent.stream(messages, **options))
+    started = turn_begin(agent, messages, streaming=True, **options)
+    release_connections()
+    return turn_continue_async(started)
+
+
+def _log(exc: BaseException) -> None:
+    if not isinstance(exc, MemprocError):
+        logger.exception("memproc: a streamed turn failed", exc_info=exc)
+
+
+def encoded(events: Iterator[StreamEvent], encoder: Encoder) -> Iterator[bytes]:
+    """Frames for a sync stream; a client that goes away closes the turn before it saves."""
+    yield b"".join(encoder.begin())
+    try:
+        for event in events:
+            frames = encoder.event(event)
+            if frames:
+                yield b"".join(frames)
+            if event.type in FINAL_EVENTS:
+                break
+    except Exception as exc:
+        _log(exc)
+        yield b"".join(encoder.error(exc))
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+    yield b"".join(encoder.end())
+
+
+async def aencoded(events: AsyncIterator[StreamEvent], encoder: Encoder) -> AsyncIterator[bytes]:
+    """`encoded` for an async stream (ASGI): each frame leaves as soon as it is made."""
+    yield b"".join(encoder.begin())
+    try:
+        async for event in events:
+            frames = encoder.event(event)
+            if frames:
+                yield b"".join(frames)
+            if event.type in FINAL_EVENTS:
+                break
+    except Exception as exc:
+        _log(exc)
+        yield b"".join(encoder.error(exc))
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    yield b"".join(encoder.end())
+
+
+def stream_response(
+    events: Iterator[StreamEvent] | AsyncIterator[StreamEvent], encoder: Encoder, headers: Mapping[str, str]
+) -> StreamingHttpResponse:
+    frames = aencoded(events, encoder) if hasattr(events, "__anext__") else encoded(events, encoder)  # type: ignore[arg-type]
+    response = StreamingHttpResponse(frames, content_type="text/event-stream; charset=utf-8")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    for name, value in headers.items():
+        response[name] = value
+    return response

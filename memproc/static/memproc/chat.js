@@ -1,0 +1,554 @@
+/*
+ * <memproc-chat>: a chat box for a memproc agent, for any Django template. No build step, no framework.
+ *
+ *   {% load static %}
+ *   <memproc-chat agent="support" api="{% url 'memproc:api-root' %}" csrf-token="{{ csrf_token }}"></memproc-chat>
+ *   <script src="{% static 'memproc/chat.js' %}" defer></script>
+ *
+ * It talks to `agents/<agent>/chat/` (the AI SDK's UI-message stream protocol) with the page's session,
+ * streams replies as they are written, renders Markdown safely (it builds DOM nodes and never parses
+ * untrusted text as HTML), shows a banner when a guardrail blocks a turn, and keeps the conversation
+ * across reloads: the thread id lives in localStorage and the messages are loaded from
+ * `threads/<id>/messages/`.
+ *
+ * Attributes: `agent` (required); `api` (memproc's API root, default "/api/memproc/"); `thread` (a fixed
+ * thread id instead of the stored one); `storage-key` (default "memproc-chat:<agent>"); `csrf-token`
+ * (default: the `csrftoken` cookie); `placeholder`.
+ * Events (bubbling, composed): `memproc-chat:finish` (detail: the finish chunk's metadata),
+ * `memproc-chat:tripwire` (detail: the tripwire), `memproc-chat:error` (detail: {message}).
+ * Styling: CSS custom properties (--memproc-accent, --memproc-bg, --memproc-border, --memproc-font) and
+ * the parts `messages`, `message`, `user`, `assistant`, `banner`, `composer`, `input`, `send`, `new`.
+ */
+(function () {
+  "use strict";
+  if (typeof window === "undefined" || !window.customElements || customElements.get("memproc-chat")) return;
+
+  // --- safe Markdown: text in, DOM nodes out ----------------------------------------------------------
+
+  const SAFE_PROTOCOLS = ["http:", "https:", "mailto:"];
+
+  function safeUrl(url) {
+    try {
+      const parsed = new URL(url, window.location.href);
+      return SAFE_PROTOCOLS.includes(parsed.protocol) ? parsed.href : null;
+    } catch (e) {
+      return null;
+    }
+  }
+
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  // Inline spans: `code`, **strong**, __strong__, *em*, _em_, ~~del~~, [text](url), <https://autolinks>.
+  const INLINE = new RegExp(
+    [
+      "(`+)([^`]|[^`][\\s\\S]*?[^`])\\1(?!`)", // 1, 2: code
+      "\\*\\*(?=\\S)([\\s\\S]*?\\S)\\*\\*", // 3: strong
+      "__(?=\\S)([\\s\\S]*?\\S)__(?!\\w)", // 4: strong
+      "\\*(?=[^\\s*])([\\s\\S]*?[^\\s*])\\*", // 5: em (also a single character)
+      "\\*([^\\s*])\\*", // 6: em of one character
+      "(?<![\\w])_(?=[^\\s_])([\\s\\S]*?[^\\s_]|[^\\s_])_(?!\\w)", // 7: em
+      "~~(?=\\S)([\\s\\S]*?\\S)~~", // 8: del
+      "\\[([^\\]\\n]+)\\]\\(\\s*<?([^)\\s>]+)>?(?:\\s+\"[^\"]*\")?\\s*\\)", // 9, 10: link
+      "<((?:https?:\\/\\/|mailto:)[^>\\s]+)>", // 11: autolink
+      "(\\n)", // 12: line break
+    ].join("|"),
+    "g"
+  );
+
+  function appendInline(parent, text) {
+    const pattern = new RegExp(INLINE.source, "g"); // its own state: the calls nest
+    let last = 0;
+    let match;
+    while ((match = pattern.exec(text)) !== null) {
+      if (match.index > last) parent.appendChild(document.createTextNode(text.slice(last, match.index)));
+      last = pattern.lastIndex;
+      if (match[2] !== undefined) {
+        parent.appendChild(el("code", "", match[2].replace(/^ (.*) $/, "$1")));
+      } else if (match[3] !== undefined || match[4] !== undefined) {
+        appendInline(parent.appendChild(el("strong")), match[3] !== undefined ? match[3] : match[4]);
+      } else if (match[5] !== undefined || match[6] !== undefined || match[7] !== undefined) {
+        const inner = match[5] !== undefined ? match[5] : match[6] !== undefined ? match[6] : match[7];
+        appendInline(parent.appendChild(el("em")), inner);
+      } else if (match[8] !== undefined) {
+        appendInline(parent.appendChild(el("del")), match[8]);
+      } else if (match[9] !== undefined) {
+        const href = safeUrl(match[10]);
+        if (href) {
+          const a = el("a");
+          a.href = href;
+          a.target = "_blank";
+          a.rel = "noopener noreferrer nofollow";
+          appendInline(a, match[9]);
+          parent.appendChild(a);
+        } else {
+          appendInline(parent, match[9]); // an unsafe link keeps its text, loses its target
+        }
+      } else if (match[11] !== undefined) {
+        const href = safeUrl(match[11]);
+        const a = el(href ? "a" : "span", "", match[11]);
+        if (href) {
+          a.href = href;
+          a.target = "_blank";
+          a.rel = "noopener noreferrer nofollow";
+        }
+        parent.appendChild(a);
+      } else if (match[12] !== undefined) {
+        parent.appendChild(el("br"));
+      }
+    }
+    if (last < text.length) parent.appendChild(document.createTextNode(text.slice(last)));
+    return parent;
+  }
+
+  const FENCE = /^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)[^`]*$/;
+  const HEADING = /^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$/;
+  const RULE = /^ {0,3}([-*_])(?:\s*\1){2,}\s*$/;
+  const QUOTE = /^ {0,3}> ?/;
+  const BULLET = /^( {0,3})[-*+]\s+(.*)$/;
+  const NUMBERED = /^( {0,3})(\d{1,9})[.)]\s+(.*)$/;
+
+  function startsBlock(line) {
+    return FENCE.test(line) || HEADING.test(line) || RULE.test(line) || QUOTE.test(line) ||
+      BULLET.test(line) || NUMBERED.test(line);
+  }
+
+  function renderMarkdown(source) {
+    const root = document.createDocumentFragment();
+    const lines = String(source).replace(/\r\n?/g, "\n").split("\n");
+    let i = 0;
+    while (i < lines.length) {
+      const line = lines[i];
+      const fence = line.match(FENCE);
+      if (fence) {
+        const body = [];
+        i += 1;
+        while (i < lines.length && !lines[i].trim().startsWith(fence[1])) body.push(lines[i++]);
+        i += 1; // the closing fence (or the end: a streaming block that is not closed yet)
+        const code = el("code", "", body.join("\n"));
+        if (/^[\w+-]+$/.test(fence[2])) code.className = "language-" + fence[2];
+        root.appendChild(el("pre")).appendChild(code);
+        continue;
+      }
+      if (!line.trim()) { i += 1; continue; }
+      const heading = line.match(HEADING);
+      if (heading) {
+        appendInline(root.appendChild(el("h" + heading[1].length)), heading[2]);
+        i += 1;
+        continue;
+      }
+      if (RULE.test(line)) { root.appendChild(el("hr")); i += 1; continue; }
+      if (QUOTE.test(line)) {
+        const quoted = [];
+        while (i < lines.length && QUOTE.test(lines[i])) quoted.push(lines[i++].replace(QUOTE, ""));
+        root.appendChild(el("blockquote")).appendChild(renderMarkdown(quoted.join("\n")));
+        continue;
+      }
+      const bullet = BULLET.test(line);
+      if (bullet || NUMBERED.test(line)) {
+        const pattern = bullet ? BULLET : NUMBERED;
+        const list = el(bullet ? "ul" : "ol");
+        if (!bullet) {
+          const first = parseInt(line.match(NUMBERED)[2], 10);
+          if (first !== 1) list.start = first;
+        }
+        let item = null;
+        while (i < lines.length) {
+          const current = lines[i];
+          const m = current.match(pattern);
+          if (m) {
+            item = [bullet ? m[2] : m[3]];
+            list.appendChild(el("li")).__lines = item;
+          } else if (current.trim() && /^\s+/.test(current) && item) {
+            item.push(current.trim()); // a continuation line of the item
+          } else {
+            break;
+          }
+          i += 1;
+        }
+        for (const li of list.children) appendInline(li, li.__lines.join("\n"));
+        root.appendChild(list);
+        continue;
+      }
+      const paragraph = [];
+      while (i < lines.length && lines[i].trim() && !(paragraph.length && startsBlock(lines[i]))) {
+        paragraph.push(lines[i++]);
+      }
+      appendInline(root.appendChild(el("p")), paragraph.join("\n"));
+    }
+    return root;
+  }
+
+  // --- the server ----------------------------------------------------------------------------------
+
+  function cookie(name) {
+    const match = document.cookie.match(new RegExp("(?:^|; )" + name + "=([^;]*)"));
+    return match ? decodeURIComponent(match[1]) : "";
+  }
+
+  function newId() {
+    const bytes = new Uint8Array(16);
+    crypto.getRandomValues(bytes);
+    return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
+
+  async function errorText(response) {
+    try {
+      const body = await response.json();
+      if (body.detail) return body.detail;
+      const first = Object.entries(body)[0];
+      if (first) return [].concat(first[1]).join(" ");
+    } catch (e) { /* not JSON */ }
+    return response.statusText || "HTTP " + response.status;
+  }
+
+  // UI-message stream chunks from an SSE body: `data: <json>` frames, ending with `data: [DONE]`.
+  async function* chunks(response) {
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      buffer += decoder.decode(value || new Uint8Array(), { stream: !done });
+      let end;
+      while ((end = buffer.search(/\r?\n\r?\n/)) >= 0) {
+        const frame = buffer.slice(0, end);
+        buffer = buffer.slice(end).replace(/^\r?\n\r?\n/, "");
+        const data = frame.split(/\r?\n/).filter((l) => l.startsWith("data:"))
+          .map((l) => l.slice(5).replace(/^ /, "")).join("\n");
+        if (!data) continue;
+        if (data === "[DONE]") return;
+        yield JSON.parse(data);
+      }
+      if (done) return;
+    }
+  }
+
+  // --- the element ---------------------------------------------------------------------------------
+
+  const STYLE = `
+    :host { display: block; font: var(--memproc-font, 15px/1.45 system-ui, sans-serif); color: #1d2330;
+      --accent: var(--memproc-accent, #2f6fdd); --border: var(--memproc-border, #d8dee9); }
+    :host([hidden]) { display: none; }
+    .chat { display: flex; flex-direction: column; height: 100%; min-height: 16rem;
+      background: var(--memproc-bg, #fff); border: 1px solid var(--border); border-radius: 10px; }
+    .messages { flex: 1; overflow-y: auto; list-style: none; margin: 0; padding: .8rem; }
+    .message { width: fit-content; max-width: 80%; margin: .4rem 0; padding: .5rem .8rem;
+      border-radius: 10px; overflow-wrap: anywhere; }
+    .message.user { margin-left: auto; background: var(--accent); color: #fff; white-space: pre-wrap; }
+    .message.assistant { background: #f6f8fb; border: 1px solid var(--border); }
+    .message.pending { opacity: .75; }
+    .message.pending .body:empty::after { content: "…"; }
+    .message.blocked { opacity: .55; text-decoration: line-through; }
+    .body > :first-child { margin-top: 0; } .body > :last-child { margin-bottom: 0; }
+    .body ul { list-style: disc; padding-left: 1.3rem; } .body ol { list-style: decimal; padding-left: 1.5rem; }
+    .body pre { background: #eef1f6; padding: .5rem; border-radius: 6px; overflow-x: auto; }
+    .body code { font-family: ui-monospace, monospace; font-size: .92em; }
+    .body :not(pre) > code { background: #eef1f6; padding: 0 .25em; border-radius: 4px; }
+    .body blockquote { margin: .4rem 0; padding-left: .7rem; border-left: 3px solid var(--border); color: #556; }
+    .tool { display: block; font-size: .82em; color: #556; margin: .2rem 0; font-family: ui-monospace, monospace; }
+    .tool.error { color: #8a1f1f; }
+    .banner { margin: .6rem .8rem 0; padding: .5rem .7rem; border-radius: 8px; }
+    .banner.tripwire { background: #fde8e8; border: 1px solid #e0a0a0; color: #7a1c1c; }
+    .banner.error { background: #fff4e0; border: 1px solid #e3b96b; color: #6b4a00; }
+    .banner button { margin-left: .6rem; }
+    form { display: flex; gap: .5rem; padding: .6rem .8rem; border-top: 1px solid var(--border); }
+    textarea { flex: 1; resize: vertical; font: inherit; padding: .4rem; min-height: 2.4rem; }
+    button { font: inherit; cursor: pointer; }
+    button:disabled { cursor: default; opacity: .6; }
+  `;
+
+  class MemprocChat extends HTMLElement {
+    constructor() {
+      super();
+      this.busy = false;
+      this.controller = null;
+      this.threadId = null;
+      const root = this.attachShadow({ mode: "open" });
+      root.appendChild(el("style", "", STYLE));
+      const chat = root.appendChild(el("div", "chat"));
+      chat.setAttribute("part", "chat");
+      this.bannerEl = chat.appendChild(el("div", "banner"));
+      this.bannerEl.setAttribute("role", "alert");
+      this.bannerEl.setAttribute("part", "banner");
+      this.bannerEl.hidden = true;
+      this.list = chat.appendChild(el("ol", "messages"));
+      this.list.setAttribute("part", "messages");
+      this.list.setAttribute("aria-live", "polite");
+      this.form = chat.appendChild(el("form", "composer"));
+      this.form.setAttribute("part", "composer");
+      this.input = this.form.appendChild(el("textarea", "input"));
+      this.input.setAttribute("part", "input");
+      this.input.rows = 2;
+      this.input.setAttribute("aria-label", "Message");
+      this.sendButton = this.form.appendChild(el("button", "send", "Send"));
+      this.sendButton.type = "submit";
+      this.sendButton.setAttribute("part", "send");
+      this.newButton = this.form.appendChild(el("button", "new", "New chat"));
+      this.newButton.type = "button";
+      this.newButton.setAttribute("part", "new");
+      this.form.addEventListener("submit", (event) => {
+        event.preventDefault();
+        const text = this.input.value.trim();
+        if (!text || this.busy) return;
+        this.input.value = "";
+        this.send(text);
+      });
+      this.input.addEventListener("keydown", (event) => {
+        if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+          event.preventDefault();
+          this.form.requestSubmit();
+        }
+      });
+      this.newButton.addEventListener("click", () => this.newChat());
+    }
+
+    connectedCallback() {
+      this.input.placeholder = this.getAttribute("placeholder") || "Write a message…";
+      if (!this.agent) {
+        this.showBanner("error", "<memproc-chat> needs an agent attribute.");
+        return;
+      }
+      this.threadId = this.getAttribute("thread") || this.stored() || this.remember(newId());
+      this.load();
+    }
+
+    disconnectedCallback() {
+      if (this.controller) this.controller.abort();
+    }
+
+    get agent() { return this.getAttribute("agent") || ""; }
+
+    get api() {
+      const base = this.getAttribute("api") || "/api/memproc/";
+      return base.endsWith("/") ? base : base + "/";
+    }
+
+    get storageKey() { return this.getAttribute("storage-key") || "memproc-chat:" + this.agent; }
+
+    stored() {
+      try { return window.localStorage.getItem(this.storageKey); } catch (e) { return null; }
+    }
+
+    remember(id) {
+      try { window.localStorage.setItem(this.storageKey, id); } catch (e) { /* private mode */ }
+      return id;
+    }
+
+    headers(extra) {
+      return {
+        "X-CSRFToken": this.getAttribute("csrf-token") || cookie("csrftoken"),
+        "X-Requested-With": "XMLHttpRequest",
+        ...extra,
+      };
+    }
+
+    newChat() {
+      if (this.controller) this.controller.abort();
+      this.threadId = this.getAttribute("thread") ? this.threadId : this.remember(newId());
+      this.list.replaceChildren();
+      this.showBanner(null);
+    }
+
+    // --- history -----------------------------------------------------------------------------------
+
+    async load() {
+      this.list.replaceChildren();
+      let url = this.api + "threads/" + encodeURIComponent(this.threadId) + "/messages/?limit=200";
+      const messages = [];
+      try {
+        while (url) {
+          const response = await fetch(url, { credentials: "same-origin", headers: this.headers() });
+          if (response.status === 404) {
+            // Not stored (yet), or not this user's: a fixed thread is kept, a remembered one replaced.
+            if (!this.getAttribute("thread") && messages.length === 0) this.threadId = this.remember(newId());
+            return;
+          }
+          if (!response.ok) throw new Error(await errorText(response));
+          const page = await response.json();
+          messages.push(...page.results);
+          url = page.next;
+        }
+      } catch (error) {
+        this.showBanner("error", "Could not load the conversation: " + error.message);
+        return;
+      }
+      let reply = null;
+      const calls = {};
+      for (const message of messages) {
+        if (message.role === "user") {
+          reply = null;
+          this.addMessage("user", message.id).textContent = textOf(message.parts);
+        } else if (message.role === "assistant") {
+          reply = reply || this.addMessage("assistant", message.id);
+          for (const part of message.parts) {
+            if (part.type === "text" && part.text) this.appendText(reply, part.text);
+            if (part.type === "tool-call") calls[part.tool_call_id] = this.addTool(reply, part.tool_name, part.args);
+          }
+          this.renderReply(reply);
+        } else if (message.role === "tool") {
+          for (const part of message.parts) {
+            const chip = calls[part.tool_call_id];
+            if (chip && part.type === "tool-result") this.toolDone(chip, part.result, part.is_error);
+          }
+        }
+      }
+      this.scrollDown();
+    }
+
+    // --- a turn --------------------------------------------------------------------------------------
+
+    async send(text) {
+      this.busy = true;
+      this.sendButton.disabled = true;
+      this.showBanner(null);
+      const userId = newId();
+      const userLi = this.addMessage("user", userId, "pending");
+      userLi.textContent = text;
+      let reply = null;
+      let finished = false;
+      this.controller = new AbortController();
+      try {
+        const response = await fetch(this.api + "agents/" + encodeURIComponent(this.agent) + "/chat/", {
+          method: "POST",
+          credentials: "same-origin",
+          signal: this.controller.signal,
+          headers: this.headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
+          // The server keeps the conversation: only the new message travels (the AI SDK's pattern for
+          // persisted chats; the endpoint takes useChat's whole list as well).
+          body: JSON.stringify({
+            id: this.threadId,
+            trigger: "submit-message",
+            messages: [{ id: userId, role: "user", parts: [{ type: "text", text }] }],
+          }),
+        });
+        if (!response.ok) throw new Error(await errorText(response));
+        reply = this.addMessage("assistant", null, "pending");
+        for await (const chunk of chunks(response)) {
+          if (chunk.type === "start") {
+            if (chunk.messageId) reply.dataset.id = chunk.messageId;
+          } else if (chunk.type === "text-start") {
+            reply.__texts.push("");
+          } else if (chunk.type === "text-delta") {
+            if (!reply.__texts.length) reply.__texts.push("");
+            reply.__texts[reply.__texts.length - 1] += chunk.delta;
+            this.renderReply(reply);
+          } else if (chunk.type === "tool-input-available") {
+            reply.__calls[chunk.toolCallId] = this.addTool(reply, chunk.toolName, chunk.input);
+          } else if (chunk.type === "tool-output-available" || chunk.type === "tool-output-error") {
+            const chip = reply.__calls[chunk.toolCallId];
+            if (chip) this.toolDone(chip, chunk.type === "tool-output-error" ? chunk.errorText : chunk.output,
+              chunk.type === "tool-output-error");
+          } else if (chunk.type === "data-retry") {
+            reply.__texts = []; // a guardrail rejected the draft; a new attempt follows
+            this.renderReply(reply);
+          } else if (chunk.type === "data-tripwire") {
+            finished = true;
+            const t = chunk.data || {};
+            reply.remove();
+            reply = null;
+            userLi.classList.add("blocked");
+            userLi.title = "Blocked: not saved";
+            this.showBanner("tripwire", "Blocked by " + (t.processor_id || "a guardrail") + ": " +
+              (t.reason || "no reason given") + ". Nothing of this message was saved.");
+            this.emit("tripwire", t);
+          } else if (chunk.type === "finish") {
+            finished = true;
+            if (reply) reply.classList.remove("pending");
+            userLi.classList.remove("pending");
+            this.emit("finish", chunk.messageMetadata || {});
+          } else if (chunk.type === "error") {
+            throw new Error(chunk.errorText || "The turn failed.");
+          }
+          this.scrollDown();
+        }
+        if (!finished) throw new Error("The connection closed before the reply finished.");
+      } catch (error) {
+        if (error.name === "AbortError") return;
+        userLi.remove();
+        if (reply) reply.remove();
+        this.input.value = this.input.value || text;
+        this.showBanner("error", "No reply (" + error.message + "). Your message was not saved.", () => {
+          this.input.value = "";
+          this.send(text);
+        });
+        this.emit("error", { message: error.message });
+      } finally {
+        this.busy = false;
+        this.sendButton.disabled = false;
+        this.controller = null;
+      }
+    }
+
+    // --- rendering -----------------------------------------------------------------------------------
+
+    addMessage(role, id, extraClass) {
+      const li = el("li", "message " + role + (extraClass ? " " + extraClass : ""));
+      li.setAttribute("part", "message " + role);
+      if (id) li.dataset.id = id;
+      if (role === "assistant") {
+        li.__texts = [];
+        li.__calls = {};
+        li.__body = li.appendChild(el("div", "body"));
+      }
+      this.list.appendChild(li);
+      this.scrollDown();
+      return li;
+    }
+
+    appendText(reply, text) { reply.__texts.push(text); }
+
+    renderReply(reply) {
+      if (reply.__frame) return;
+      reply.__frame = requestAnimationFrame(() => {
+        reply.__frame = null;
+        reply.__body.replaceChildren(renderMarkdown(reply.__texts.filter(Boolean).join("\n\n")));
+      });
+    }
+
+    addTool(reply, name, input) {
+      const chip = el("span", "tool", "🔧 " + name + "(" + compact(input) + ")");
+      reply.insertBefore(chip, reply.__body);
+      return chip;
+    }
+
+    toolDone(chip, result, isError) {
+      chip.textContent += " → " + compact(result);
+      if (isError) chip.classList.add("error");
+    }
+
+    scrollDown() { this.list.scrollTop = this.list.scrollHeight; }
+
+    showBanner(kind, text, retry) {
+      this.bannerEl.hidden = !kind;
+      this.bannerEl.className = "banner" + (kind ? " " + kind : "");
+      this.bannerEl.replaceChildren(document.createTextNode(text || ""));
+      if (retry) {
+        const button = this.bannerEl.appendChild(el("button", "retry", "Retry"));
+        button.type = "button";
+        button.addEventListener("click", retry);
+      }
+    }
+
+    emit(name, detail) {
+      this.dispatchEvent(new CustomEvent("memproc-chat:" + name, { detail, bubbles: true, composed: true }));
+    }
+  }
+
+  function textOf(parts) {
+    return (parts || []).map((p) => (p.type === "text" ? p.text : p.type === "attachment" ? "📎 " + p.name : ""))
+      .filter(Boolean).join("\n");
+  }
+
+  function compact(value) {
+    const text = typeof value === "string" ? value : JSON.stringify(value === undefined ? null : value);
+    return text.length > 120 ? text.slice(0, 117) + "…" : text;
+  }
+
+  MemprocChat.renderMarkdown = renderMarkdown;
+  customElements.define("memproc-chat", MemprocChat);
+})();
