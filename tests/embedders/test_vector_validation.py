@@ -189,7 +189,7 @@ def test_a_bad_vector_stored_before_the_fix_is_not_reused_for_the_same_text() ->
         model=embedder.id,
         dimensions=DIMS,
         content_hash=content_hash("the same words", embedder.id),
-        vector=np.full(DIMS, np.nan, dtype=np.float32),
+        vector=np.zeros(DIMS, dtype=np.float32),  # pgvector refuses NaN; a zero vector is as useless
     )
     sources_embed(sources=sources(new, thread_id="t2"), embedder=embedder)
     assert embedder.calls == [["the same words"]]  # embedded again, not copied from the poisoned row
