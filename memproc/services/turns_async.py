@@ -148,7 +148,8 @@ async def turn_continue_async(
         steps.close()
         for handle in reversed(streams):
             await _close_stream(handle)
-        await in_thread(engine.cleanup)
+        if engine.turn is not None and engine.turn.attachments:  # no thread hop when nothing to delete
+            await in_thread(engine.cleanup)
 
 
 async def _perform(effect: Effect, streams: list[Any]) -> Any:

