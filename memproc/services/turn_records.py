@@ -15,7 +15,6 @@ from typing import Any
 from django.db import transaction
 
 from memproc import models
-from memproc.conf import settings
 from memproc.db import insert_rows
 
 __all__ = ["RECORD_FIELDS", "turn_record_alone", "turn_record_insert"]
@@ -57,9 +56,8 @@ def turn_record_insert(
     tripwire_id: Any = None,
     error: str = "",
 ) -> None:
-    """One INSERT; the caller's transaction decides its fate (a completed turn's save)."""
-    if not settings.RECORD_TURNS:
-        return
+    """One INSERT; the caller's transaction decides its fate (a completed turn's save). Callers
+    build a record only when RECORD_TURNS is on."""
     row = {
         "id": record_id,
         "agent_id": agent_id or "",

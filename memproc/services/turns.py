@@ -123,26 +123,12 @@ EngineStep = Generator[StreamEvent | Effect, Any, Any]
 
 
 def turn_events(
-    agent: Agent,
-    messages: MessageInput,
-    *,
-    thread_id: str | None = None,
-    resource_id: str | None = None,
-    streaming: bool = False,
-    memory_options: dict[str, Any] | None = None,
-    max_processor_retries: int | None = None,
+    agent: Agent, messages: MessageInput, **options: Any
 ) -> Generator[StreamEvent, None, GenerateResult]:
     """The sync driver: performs each effect in this thread, yields the stream events, returns the
-    result. Closing it (a client that went away) stops the turn before it saves."""
-    engine = TurnEngine(
-        agent,
-        messages,
-        thread_id=thread_id,
-        resource_id=resource_id,
-        streaming=streaming,
-        memory_options=memory_options,
-        max_processor_retries=max_processor_retries,
-    )
+    result. Closing it (a client that went away) stops the turn before it saves. `options` are
+    TurnEngine's (thread_id, resource_id, streaming, memory_options, max_processor_retries)."""
+    engine = TurnEngine(agent, messages, **options)
     steps = engine.run()
     streams = OpenStreams()
     try:
@@ -437,7 +423,7 @@ class TurnEngine:
         except BaseException as exc:
             telemetry.fail(self.span, exc)
             self.span.set_attribute("memproc.turn.status", "failed")
-            if isinstance(exc, Exception) and self.turn is not None:
+            if isinstance(exc, Exception) and self.turn is not None and settings.RECORD_TURNS:
                 record = self._record("failed", error=type(exc).__qualname__)
                 yield Blocking(partial(turn_record_alone, **record))
             raise
@@ -499,7 +485,12 @@ class TurnEngine:
                     continue
                 return (yield from self._blocked(tripwire))
             break
-        record = self._record("completed", message_ids=[m.id for m in turn.writes.messages])
+        # The manifest is built only when it is kept (RECORD_TURNS): no work on the turn otherwise.
+        record = (
+            self._record("completed", message_ids=[m.id for m in turn.writes.messages])
+            if settings.RECORD_TURNS
+            else None
+        )
         with telemetry.span("memproc.save", parent=self.span) as save_span:
             save_span.set_attribute("memproc.save.messages", len(turn.writes.messages))
             yield Blocking(partial(turn_commit, turn, record=record))
@@ -549,7 +540,7 @@ class TurnEngine:
                     "resource_id": turn.resource_id,
                     "messages": content,
                 },
-                record=self._record("blocked"),
+                record=self._record("blocked") if settings.RECORD_TURNS else None,
             )
         )
         result = GenerateResult(
@@ -892,18 +883,19 @@ def turn_manifest(turn: Turn) -> dict[str, Any]:
     }
 
 
-def _blocked_save(*, tripwire_fields: dict[str, Any], record: dict[str, Any]) -> None:
+def _blocked_save(*, tripwire_fields: dict[str, Any], record: dict[str, Any] | None) -> None:
     """The tripwire log, then the turn's record pointing at it (each in its own transaction)."""
     log = tripwire_log(**tripwire_fields)
-    turn_record_alone(**record, tripwire_id=log.pk)
+    if record is not None:
+        turn_record_alone(**record, tripwire_id=log.pk)
 
 
-def _send_turn_completed(*, result: GenerateResult, agent_id: str, record: dict[str, Any]) -> None:
+def _send_turn_completed(*, result: GenerateResult, agent_id: str, record: dict[str, Any] | None) -> None:
     send_after_commit(
         turn_completed,
         TurnEngine,
         result=result,
-        record_id=record["record_id"] if settings.RECORD_TURNS else None,
+        record_id=record["record_id"] if record is not None else None,
         agent_id=agent_id,
         thread_id=result.thread_id or "",
         resource_id=result.resource_id or "",

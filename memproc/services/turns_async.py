@@ -77,23 +77,12 @@ async def turn_events_async(
     agent: Agent,
     messages: MessageInput,
     *,
-    thread_id: str | None = None,
-    resource_id: str | None = None,
-    streaming: bool = False,
-    memory_options: dict[str, Any] | None = None,
-    max_processor_retries: int | None = None,
     result_box: list[GenerateResult] | None = None,
+    **options: Any,
 ) -> AsyncIterator[StreamEvent]:
-    """Yields the turn's stream events; the turn's result is appended to `result_box` when given."""
-    engine = TurnEngine(
-        agent,
-        messages,
-        thread_id=thread_id,
-        resource_id=resource_id,
-        streaming=streaming,
-        memory_options=memory_options,
-        max_processor_retries=max_processor_retries,
-    )
+    """Yields the turn's stream events; the turn's result is appended to `result_box` when given.
+    `options` are TurnEngine's, as for the sync driver."""
+    engine = TurnEngine(agent, messages, **options)
     started = StartedTurn(engine, engine.run(), [], None, None)
     async for event in turn_continue_async(started, result_box=result_box):
         yield event
