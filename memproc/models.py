@@ -280,3 +280,58 @@ class Attachment(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class OutboxJob(models.Model):
+    """A background job written in the transaction of the work that needs it (the outbox).
+
+    It is sent after commit and deleted once delivered (Celery accepted it, or inline mode ran it), so
+    a broker that is down never fails a committed turn: the row stays, and `memproc_outbox` or the
+    `memproc.outbox_dispatch` beat task sends it again later. Every task is idempotent, so a job sent
+    twice (delivered, but the delete was lost) does no harm.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    task = models.CharField(max_length=255, help_text=_("The task's wire name."))
+    kwargs = models.JSONField(default=dict, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["next_attempt_at"], name="memproc_outbox_due")]
+
+    def __str__(self) -> str:
+        return f"{self.task} #{self.pk} ({self.attempts} attempts)"
+
+
+class IdempotencyRecord(models.Model):
+    """The first answer to a request sent with an `Idempotency-Key`, replayed for its repeats.
+
+    `scope` keeps callers apart (the caller and the endpoint), so two users' keys never meet;
+    `request_hash` tells a repeat from a different body sent with the same key (422).
+    """
+
+    class State(models.TextChoices):
+        RUNNING = "running", _("Running")
+        DONE = "done", _("Done")
+
+    id = models.BigAutoField(primary_key=True)
+    scope = models.CharField(max_length=255)
+    key = models.CharField(max_length=255)
+    request_hash = models.CharField(max_length=64)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.RUNNING)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    response = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "key"], name="memproc_idem_scope_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.key} ({self.state})"
