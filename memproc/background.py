@@ -1,4 +1,12 @@
-"""Background work after commit: inline in-process (default) or as Celery tasks. Only services call it.
+"""Background work after commit, through an outbox: inline in-process (default) or as Celery tasks.
+
+Only services call `enqueue`. With BACKGROUND="celery" a job is first written as an `OutboxJob` row in
+the caller's transaction, sent after commit and deleted once the broker took it; a broker that is
+down leaves the row (the committed work and its caller are unaffected) and `outbox_dispatch` (the
+`memproc_outbox` command, the `memproc.outbox_dispatch` beat task) sends it again later. Inline, the
+job runs in-process after commit and a row is written only when it fails, so the happy path costs no
+query; the failed job is run again later with backoff, by the same dispatcher or by the next inline
+job of this process that succeeds. Every task is idempotent, so a job delivered twice does no harm.
 
 Inline mode runs a task's plain function from the registry below; `memproc.tasks` (an interface, a
 layer above this module) registers its functions with `register_task` when the app is ready.
@@ -6,11 +14,15 @@ layer above this module) registers its functions with `register_task` when the a
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
+from django.utils import timezone
 
 from memproc.conf import settings
 
@@ -18,6 +30,17 @@ logger = logging.getLogger(__name__)
 
 # Wire name -> the plain function inline mode runs with the task's keyword arguments.
 TASKS: dict[str, Callable[..., Any]] = {}
+
+# A job written at enqueue time belongs to its after-commit send for this long; only then may the
+# dispatcher take it, so a healthy send and a concurrent sweep do not both deliver it.
+SEND_LEASE = timedelta(seconds=60)
+# While a dispatcher delivers a job it holds it for this long (a crashed dispatcher releases it).
+DISPATCH_LEASE = timedelta(seconds=300)
+# After this many failed deliveries a job is parked for an operator (`memproc_outbox --retry-parked`).
+MAX_ATTEMPTS = 12
+BACKOFF_CAP_SECONDS = 3600
+
+_inline_failures = threading.Event()  # set when this process parked an inline job: sweep on success
 
 
 def register_task(task_name: str, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -29,27 +52,148 @@ def register_task(task_name: str, function: Callable[..., Any]) -> Callable[...,
 def enqueue(task_name: str, *, kwargs: dict[str, Any], inline: Callable[[], Any] | None = None) -> None:
     """Schedules `task_name` to run once the current transaction commits (at once outside one).
 
-    With BACKGROUND="celery" the task is sent by its wire name with `kwargs` (ids and small scalars).
-    Inline, `inline` runs in-process (it may hold objects the task would look up again); failures are
-    logged and never reach the caller, as they would not from a worker.
+    With BACKGROUND="celery" the task is sent by its wire name with `kwargs` (ids and small scalars),
+    through the outbox. Inline, `inline` runs in-process (it may hold objects the task would look up
+    again); a failure is logged, never reaches the caller, and is retried later from `kwargs`.
     """
-    mode = settings.BACKGROUND
+    if settings.BACKGROUND == "celery":
+        from memproc.models import OutboxJob
 
-    def run() -> None:
-        if mode == "celery":
-            from celery import current_app
+        job = OutboxJob.objects.create(
+            task=task_name, kwargs=kwargs, next_attempt_at=timezone.now() + SEND_LEASE
+        )
+        transaction.on_commit(lambda: _send_after_commit(job.pk, task_name, kwargs))
+        return
+    transaction.on_commit(lambda: _run_inline_after_commit(task_name, kwargs, inline))
 
-            current_app.send_task(task_name, kwargs=kwargs)
-            return
+
+def _send_after_commit(job_id: int, task_name: str, kwargs: dict[str, Any]) -> None:
+    try:
+        celery_send(task_name, kwargs)
+    except Exception as exc:
+        logger.warning(
+            "memproc: could not send background task %s (%s: %s); it stays in the outbox and is sent "
+            "again by `manage.py memproc_outbox` or the memproc.outbox_dispatch task",
+            task_name,
+            type(exc).__name__,
+            exc,
+        )
+        _record_failure(job_id, exc, attempts=1)
+        return
+    _forget(job_id)
+
+
+def _run_inline_after_commit(task_name: str, kwargs: dict[str, Any], inline: Callable[[], Any] | None) -> None:
+    try:
+        if inline is not None:
+            inline()
+        else:
+            run_task_inline(task_name, kwargs)
+    except Exception as exc:
+        logger.exception("memproc: background task %s failed; it is retried later", task_name)
+        _park_inline_failure(task_name, kwargs, exc)
+        return
+    if _inline_failures.is_set():
+        _inline_failures.clear()
+        outbox_dispatch(limit=100)
+
+
+def _park_inline_failure(task_name: str, kwargs: dict[str, Any], exc: BaseException) -> None:
+    """Writes a failed inline job to the outbox so it is retried (if its arguments can be stored)."""
+    from memproc.models import OutboxJob
+
+    if not _is_json(kwargs):
+        logger.error("memproc: background task %s cannot be retried: its arguments are not JSON", task_name)
+        return
+    try:
+        OutboxJob.objects.create(
+            task=task_name,
+            kwargs=kwargs,
+            attempts=1,
+            next_attempt_at=timezone.now() + _backoff(1),
+            last_error=_describe(exc),
+        )
+    except DatabaseError:
+        logger.exception("memproc: could not record the failed background task %s", task_name)
+        return
+    _inline_failures.set()
+
+
+def outbox_dispatch(*, limit: int = 500, include_parked: bool = False) -> dict[str, int]:
+    """Delivers the outbox's due jobs (Celery: sends them; inline: runs them); returns the counts.
+
+    Safe to run from several processes at once: a job is claimed with a conditional UPDATE before it
+    is delivered, so each due job is delivered by one of them.
+    """
+    from memproc.models import OutboxJob
+
+    now = timezone.now()
+    due = OutboxJob.objects.filter(next_attempt_at__lte=now).order_by("id")
+    if not include_parked:
+        due = due.filter(attempts__lt=MAX_ATTEMPTS)
+    counts = {"delivered": 0, "failed": 0, "skipped": 0}
+    for job in list(due[:limit]):
+        claimed = OutboxJob.objects.filter(pk=job.pk, next_attempt_at=job.next_attempt_at).update(
+            next_attempt_at=now + DISPATCH_LEASE
+        )
+        if not claimed:
+            counts["skipped"] += 1  # another dispatcher has it
+            continue
         try:
-            if inline is not None:
-                inline()
+            if settings.BACKGROUND == "celery":
+                celery_send(job.task, job.kwargs)
             else:
-                run_task_inline(task_name, kwargs)
-        except Exception:
-            logger.exception("memproc: background task %s failed", task_name)
+                run_task_inline(job.task, job.kwargs)
+        except Exception as exc:
+            logger.warning("memproc: outbox job %s (%s) failed again: %s", job.pk, job.task, _describe(exc))
+            _record_failure(job.pk, exc, attempts=job.attempts + 1)
+            counts["failed"] += 1
+            continue
+        _forget(job.pk)
+        counts["delivered"] += 1
+    return counts
 
-    transaction.on_commit(run)
+
+def celery_send(task_name: str, kwargs: dict[str, Any]) -> None:
+    from celery import current_app
+
+    current_app.send_task(task_name, kwargs=kwargs)
+
+
+def _record_failure(job_id: int, exc: BaseException, *, attempts: int) -> None:
+    from memproc.models import OutboxJob
+
+    try:
+        OutboxJob.objects.filter(pk=job_id).update(
+            attempts=attempts, next_attempt_at=timezone.now() + _backoff(attempts), last_error=_describe(exc)
+        )
+    except DatabaseError:
+        logger.exception("memproc: could not record the failure of outbox job %s", job_id)
+
+
+def _forget(job_id: int) -> None:
+    from memproc.models import OutboxJob
+
+    try:
+        OutboxJob.objects.filter(pk=job_id).delete()
+    except DatabaseError:  # delivered; a later sweep sends it again, which the idempotent task absorbs
+        logger.exception("memproc: could not remove delivered outbox job %s", job_id)
+
+
+def _backoff(attempts: int) -> timedelta:
+    return timedelta(seconds=min(BACKOFF_CAP_SECONDS, 2 ** min(attempts, 20)))
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:2000]
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def run_task_inline(task_name: str, kwargs: dict[str, Any]) -> Any:

@@ -10,6 +10,8 @@ Wire names (never renamed; payloads are ids and small scalars, JSON-serialisable
 - ``memproc.purge_resource``      ``{"resource_id": str}``
 - ``memproc.purge_expired``       ``{}`` (what RETENTION says has expired; schedule it daily with
   Celery beat)
+- ``memproc.outbox_dispatch``     ``{"limit": int}`` (re-sends background jobs that could not be sent
+  when their work committed, e.g. while the broker was down; schedule it every minute with Celery beat)
 
 Every task is idempotent: it may run twice (``acks_late`` redelivers after a worker dies) with no
 harm. Transient failures (an embedder or a model provider unavailable or rate-limited, a database
@@ -115,12 +117,18 @@ def purge_expired() -> dict[str, int]:
     return expired_purge()
 
 
+def outbox_dispatch(limit: int = 500) -> dict[str, int]:
+    """Delivers the outbox's due jobs (see `memproc.background`); returns the counts."""
+    return background.outbox_dispatch(limit=limit)
+
+
 TASKS: dict[str, Callable[..., Any]] = {
     "memproc.embed_messages": embed_messages,
     "memproc.generate_title": generate_title,
     "memproc.backfill_embeddings": backfill_embeddings,
     "memproc.purge_resource": purge_resource,
     "memproc.purge_expired": purge_expired,
+    "memproc.outbox_dispatch": outbox_dispatch,
 }
 
 
@@ -199,3 +207,7 @@ if shared_task is not None:
     @shared_task(name="memproc.purge_expired", **RETRY_OPTIONS)
     def purge_expired_task() -> Any:
         return run_logged("memproc.purge_expired", {})
+
+    @shared_task(name="memproc.outbox_dispatch", **RETRY_OPTIONS)
+    def outbox_dispatch_task(limit: int = 500) -> Any:
+        return run_logged("memproc.outbox_dispatch", {"limit": limit})

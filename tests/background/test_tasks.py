@@ -37,6 +37,7 @@ WIRE_NAMES = {
     "memproc.backfill_embeddings",
     "memproc.purge_resource",
     "memproc.purge_expired",
+    "memproc.outbox_dispatch",
 }
 
 
