@@ -83,7 +83,9 @@ def _send_after_commit(job_id: int, task_name: str, kwargs: dict[str, Any]) -> N
     _forget(job_id)
 
 
-def _run_inline_after_commit(task_name: str, kwargs: dict[str, Any], inline: Callable[[], Any] | None) -> None:
+def _run_inline_after_commit(
+    task_name: str, kwargs: dict[str, Any], inline: Callable[[], Any] | None
+) -> None:
     try:
         if inline is not None:
             inline()

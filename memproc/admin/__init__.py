@@ -5,4 +5,12 @@ embeddings, attachments, working-memory revisions, turn records) are never edite
 write goes through a service (thread deletes, working-memory edits, tripwire reviews, attachment deletes).
 """
 
-from memproc.admin import attachments, embeddings, threads, tripwires, turns, working_memory  # noqa: F401
+from memproc.admin import (  # noqa: F401
+    attachments,
+    embeddings,
+    outbox,
+    threads,
+    tripwires,
+    turns,
+    working_memory,
+)

@@ -14,8 +14,7 @@ from django.core.management import call_command
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from memproc import Agent, Memory
-from memproc import background
+from memproc import Agent, Memory, background
 from memproc.models import Message as StoredMessage
 from memproc.models import MessageEmbedding, OutboxJob
 from tests.background.embedders import FlakyEmbedder
@@ -152,7 +151,9 @@ def test_jobs_wait_in_the_outbox_until_the_turn_commits(celery_sends, model, db)
 
 @pytest.mark.django_db(transaction=True)
 def test_the_dispatcher_leaves_a_job_whose_send_is_still_in_flight(celery_sends):
-    OutboxJob.objects.create(task="memproc.purge_expired", kwargs={}, next_attempt_at=timezone.now() + timedelta(seconds=30))
+    OutboxJob.objects.create(
+        task="memproc.purge_expired", kwargs={}, next_attempt_at=timezone.now() + timedelta(seconds=30)
+    )
     assert background.outbox_dispatch() == {"delivered": 0, "failed": 0, "skipped": 0}
     make_due()
     assert background.outbox_dispatch()["delivered"] == 1
@@ -179,7 +180,9 @@ def test_a_job_another_dispatcher_claimed_is_skipped(celery_sends, monkeypatch):
 @pytest.mark.django_db(transaction=True)
 def test_failures_back_off_and_a_job_is_parked_after_max_attempts(broker_down, memproc_settings):
     with memproc_settings(BACKGROUND="celery"):
-        job = OutboxJob.objects.create(task="memproc.purge_expired", kwargs={}, next_attempt_at=timezone.now())
+        job = OutboxJob.objects.create(
+            task="memproc.purge_expired", kwargs={}, next_attempt_at=timezone.now()
+        )
         delays = []
         for attempt in range(1, 4):
             make_due()
@@ -212,7 +215,11 @@ def test_the_beat_task_dispatches(celery_sends, db):
     from memproc.tasks import outbox_dispatch_task
 
     OutboxJob.objects.create(task="memproc.purge_expired", kwargs={}, next_attempt_at=timezone.now())
-    assert outbox_dispatch_task.apply(kwargs={"limit": 10}).get() == {"delivered": 1, "failed": 0, "skipped": 0}
+    assert outbox_dispatch_task.apply(kwargs={"limit": 10}).get() == {
+        "delivered": 1,
+        "failed": 0,
+        "skipped": 0,
+    }
 
 
 # --- inline: a failed embedding is retried, not dropped ---------------------------------------------
@@ -255,3 +262,25 @@ class _Sink:
 
     def flush(self) -> None:
         pass
+
+
+def test_operators_see_the_outbox_in_the_admin_and_can_send_a_parked_job(celery_sends, db):
+    from django.test import Client
+
+    admin_user = UserFactory(is_staff=True, is_superuser=True)
+    job = OutboxJob.objects.create(
+        task="memproc.purge_expired",
+        kwargs={},
+        attempts=background.MAX_ATTEMPTS,
+        last_error="OperationalError: down",
+    )
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get("/admin/memproc/outboxjob/")
+    assert page.status_code == 200 and b"memproc.purge_expired" in page.content
+    response = client.post(
+        "/admin/memproc/outboxjob/", {"action": "send_now", "_selected_action": [job.pk]}, follow=True
+    )
+    assert response.status_code == 200 and b"Delivered 1" in response.content
+    assert celery_sends.calls == [("memproc.purge_expired", {})]
+    assert not OutboxJob.objects.exists()
