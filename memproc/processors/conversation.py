@@ -54,7 +54,8 @@ class Conversation:
     ) -> list[Message]:
         """What the model receives: system first, then a valid conversation. `system` and `messages`
         override the turn's for one call (a step hook's change)."""
-        body = order_messages(self.messages if messages is None else messages, loaded_ids=self.loaded_ids)
+        # `self.messages` is kept ordered by `apply`; only a step hook's own list needs ordering.
+        body = self.messages if messages is None else order_messages(messages, loaded_ids=self.loaded_ids)
         protected = {m.id for m in self.messages if m.id not in self.loaded_ids}
         head = unique_by_id(self.system if system is None else system)
         return [*head, *whole_tool_pairs(unique_by_id([*body, *responses]), protected=protected)]

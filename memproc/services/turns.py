@@ -397,6 +397,7 @@ class TurnEngine:
         self.input_chain, self.output_chain = self.agent.processor_chains(turn.memory_options or None)
         # process_tool_result runs on every processor that has it, input side first, each once.
         self.tool_result_chain = list({id(p): p for p in [*self.input_chain, *self.output_chain]}.values())
+        self.has_step_hooks = any(getattr(p, "process_input_step", None) is not None for p in self.input_chain)
         system = [self.agent.instructions_message()] if self.agent.instructions else []
         self.conversation = Conversation(
             system=[*system, *turn.system_input], messages=turn.input_messages, loaded_ids=turn.loaded_ids
@@ -569,19 +570,18 @@ class TurnEngine:
         step_feedback: list[Message] = []
         step = 0
         while step < self.agent.max_steps:
-            if any(getattr(p, "process_input_step", None) is not None for p in self.input_chain):
+            if self.has_step_hooks:
                 view = yield Blocking(
                     partial(self.runner.run_input_step, self.input_chain, step=step, responses=responses)
                 )
-            else:
-                view = StepView(
-                    list(self.conversation.system),
-                    [*self.conversation.messages, *responses],
-                    list(turn.tools.values()),
+                prompt = self.conversation.request_messages(
+                    system=[*view.system, *feedback, *step_feedback], messages=view.messages
                 )
-            prompt = self.conversation.request_messages(
-                system=[*view.system, *feedback, *step_feedback], messages=view.messages
-            )
+            else:  # the conversation as the turn's hooks left it, already in order
+                view = StepView(self.conversation.system, self.conversation.messages, list(turn.tools.values()))
+                prompt = self.conversation.request_messages(
+                    system=[*view.system, *feedback, *step_feedback], responses=responses
+                )
             self.last_prompt = prompt
             resolved = yield from self._resolve(prompt)
             request = ModelRequest(messages=resolved, tools=[t.spec for t in view.tools])
