@@ -1,0 +1,161 @@
+"""System checks (`manage.py check`) of the MEMPROC setting and the agents, with stable ids and hints.
+
+Every key of MEMPROC has one small validator in VALIDATORS, run on its value or its default, so what
+would fail at run time (a wrong type, a value out of range, a class that does not import, a choice
+whose optional package is missing) fails here first. Checks import the code a setting names but
+never build it: no model is loaded and no connection is opened.
+
+| id | problem |
+|---|---|
+| memproc.E002 | a dotted path that cannot be imported |
+| memproc.E003 | MEMPROC is not a dict |
+| memproc.E004 | BACKGROUND is not "inline" or "celery" |
+| memproc.E005 | a boolean setting that is not True or False |
+| memproc.E006 | RETENTION of the wrong shape |
+| memproc.E007 | a number of the wrong type or out of range |
+| memproc.E008 | a choice needs an optional package that is not installed (the hint names the extra) |
+| memproc.E009 | a class setting of the wrong form (CLASS/OPTIONS, OPTIONS that do not fit, not callable) |
+| memproc.E010 | the pgvector store on a database that is not PostgreSQL |
+| memproc.E011 | MODELS, or one of its entries, is not a dict |
+| memproc.E012 | MODELS names a model provider that is not registered |
+| memproc.E013 | a MODELS option of the wrong type (api_key, base_url, timeout, ...) |
+| memproc.E014 | DEFAULT_MODEL or an agent's model is malformed or names an unknown provider |
+| memproc.E015 | ATTACHMENT_STORAGE names a storage that is not in STORAGES |
+| memproc.E016 | ATTACHMENT_CONTENT_TYPES is not a list of content types |
+| memproc.E017 | HNSW_BUILD_MEMORY is not a PostgreSQL memory size |
+| memproc.E018 | HNSW_EF_CONSTRUCTION below twice HNSW_M |
+| memproc.W001 | semantic recall without pgvector uses exact in-process search (`check --database`) |
+| memproc.W002 | an unknown key in MEMPROC |
+| memproc.W003 | a model provider in use has neither an API key nor a base_url |
+| memproc.W004 | INLINE_ATTACHMENT_BYTES above MAX_ATTACHMENT_BYTES |
+| memproc.W005 | a MODELS option that nothing reads |
+| memproc.W006 | the EMBEDDER's packages are missing, and no registered agent recalls with it (yet) |
+
+memproc.E001 (an unknown key, once an error) is retired: unknown keys are now the warning W002.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import connections
+
+from memproc.agents.registry import all_agents
+from memproc.checks import backends, providers, values
+from memproc.checks.base import Relation, Validator, did_you_mean, pip_install, warning
+from memproc.conf import DEFAULTS, user_settings
+
+__all__ = ["RELATIONS", "VALIDATORS", "check_agent_models", "check_settings", "check_vector_search"]
+
+VALIDATORS: dict[str, Validator] = {
+    "EMBEDDER": backends.embedder,
+    "VECTOR_STORE": backends.vector_store,
+    "TOKENIZER": backends.tokenizer,
+    "DEFAULT_MODEL": providers.default_model,
+    "MODELS": providers.models_setting,
+    "HNSW_EF_SEARCH": values.integer(1, 1000),  # pgvector's limits
+    "HNSW_M": values.integer(2, 100),
+    "HNSW_EF_CONSTRUCTION": values.integer(4, 1000),
+    "HNSW_BUILD_MEMORY": values.postgres_memory,
+    "EXACT_SEARCH_MAX_ROWS": values.integer(0, unit="rows"),
+    "EMBEDDING_CHUNK_CHARS": values.integer(1, unit="characters"),
+    "ATTACHMENT_STORAGE": values.storage_alias,
+    "MAX_ATTACHMENT_BYTES": values.integer(1, unit="bytes"),
+    "INLINE_ATTACHMENT_BYTES": values.integer(0, unit="bytes"),
+    "ATTACHMENT_CONTENT_TYPES": values.content_types,
+    "ATTACHMENT_URL_EXPIRY": values.integer(1, unit="seconds"),
+    "BACKGROUND": values.background,
+    "RESOURCE_RESOLVER": backends.resource_resolver,
+    "MAX_REQUEST_MESSAGES": values.integer(1, unit="messages"),
+    "API_ALLOW_SYSTEM_MESSAGES": values.boolean,
+    "STORE_BLOCKED_CONTENT": values.boolean,
+    "RECORD_TURNS": values.boolean,
+    "RETENTION": values.retention,
+    "TRACE_CONTENT": values.boolean,
+    "MAX_TOOL_STEPS": values.integer(1, unit="steps"),
+    "ASYNC_THREADS": values.integer(1, unit="threads"),
+    "IDEMPOTENCY_TTL": values.integer(1, unit="seconds"),
+}
+
+RELATIONS: tuple[Relation, ...] = (values.inline_within_max, values.ef_construction_covers_m)
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Every key of MEMPROC: known, and its value (or default) valid alone and with the others."""
+    configured = getattr(django_settings, "MEMPROC", None)
+    if configured is None:
+        configured = {}
+    if not isinstance(configured, Mapping):
+        return [
+            Error(
+                f"MEMPROC is of type {type(configured).__name__}, not a dict.",  # it may hold API keys
+                hint='Set MEMPROC = {"EMBEDDER": ..., ...} in settings, or leave it out for the defaults.',
+                obj="MEMPROC",
+                id="memproc.E003",
+            )
+        ]
+    messages: list[CheckMessage] = [_unknown_key(key) for key in configured if key not in DEFAULTS]
+    valid: dict[str, Any] = {}
+    for key, default in DEFAULTS.items():
+        value = configured.get(key, default)
+        validator = VALIDATORS.get(key)  # tests/foundation/test_checks.py makes sure every key has one
+        problems = validator(key, value) if validator is not None else []
+        if not problems:
+            valid[key] = value
+        messages += problems
+    for relation in RELATIONS:
+        messages += relation(valid)
+    return messages
+
+
+def _unknown_key(key: Any) -> Warning:
+    return warning(
+        key,
+        f"is not a memproc setting; it is ignored.{did_you_mean(key, DEFAULTS)}",
+        hint=f"Known keys: {', '.join(sorted(DEFAULTS))}.",
+        id="W002",
+    )
+
+
+@register(Tags.compatibility)
+def check_agent_models(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """The model every registered agent names resolves, and the providers in use have credentials."""
+    configured = user_settings()
+    if not isinstance(configured, Mapping):
+        return []  # check_settings reports it
+    models = configured.get("MODELS", DEFAULTS["MODELS"])
+    in_use = [providers.provider_of(configured.get("DEFAULT_MODEL", DEFAULTS["DEFAULT_MODEL"]))]
+    messages: list[CheckMessage] = []
+    for agent in all_agents():
+        spec = getattr(agent, "_model_spec", None)  # as given to Agent(model=...); None: DEFAULT_MODEL
+        if spec is None:
+            continue
+        messages += providers.model_problems(spec, models=models, agent=agent.id)
+        in_use.append(providers.provider_of(spec))
+    return messages + providers.missing_keys([p for p in in_use if p], models=models)
+
+
+@register(Tags.database)
+def check_vector_search(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Semantic recall without pgvector still works, through exact in-process search: say so."""
+    if not any(agent.memory is not None and agent.memory.uses_semantic_recall for agent in all_agents()):
+        return []
+    configured = user_settings()
+    store = (
+        configured.get("VECTOR_STORE", DEFAULTS["VECTOR_STORE"]) if isinstance(configured, Mapping) else None
+    )
+    if store != "auto" or connections["default"].vendor == "postgresql":
+        return []  # an explicit store is a choice; "pgvector" off PostgreSQL is memproc.E010
+    return [
+        Warning(
+            "Semantic recall is configured on a database without pgvector; "
+            "memproc uses exact in-process search over each scope's vectors.",
+            hint="That is fine for small scopes. For large ones use PostgreSQL with the pgvector "
+            f"extension ({pip_install('postgres')}).",
+            id="memproc.W001",
+        )
+    ]
