@@ -7,6 +7,7 @@ never build it: no model is loaded and no connection is opened.
 
 | id | problem |
 |---|---|
+| memproc.E001 | an unknown key in MEMPROC (with a did-you-mean) |
 | memproc.E002 | a dotted path that cannot be imported |
 | memproc.E003 | MEMPROC is not a dict |
 | memproc.E004 | BACKGROUND is not "inline" or "celery" |
@@ -25,13 +26,11 @@ never build it: no model is loaded and no connection is opened.
 | memproc.E017 | HNSW_BUILD_MEMORY is not a PostgreSQL memory size |
 | memproc.E018 | HNSW_EF_CONSTRUCTION below twice HNSW_M |
 | memproc.W001 | semantic recall without pgvector uses exact in-process search (`check --database`) |
-| memproc.W002 | an unknown key in MEMPROC |
 | memproc.W003 | a model provider in use has neither an API key nor a base_url |
 | memproc.W004 | INLINE_ATTACHMENT_BYTES above MAX_ATTACHMENT_BYTES |
 | memproc.W005 | a MODELS option that nothing reads |
 | memproc.W006 | the EMBEDDER's packages are missing, and no registered agent recalls with it (yet) |
 
-memproc.E001 (an unknown key, once an error) is retired: unknown keys are now the warning W002.
 """
 
 from __future__ import annotations
@@ -45,7 +44,7 @@ from django.db import connections
 
 from memproc.agents.registry import all_agents
 from memproc.checks import backends, providers, values
-from memproc.checks.base import Relation, Validator, did_you_mean, pip_install, warning
+from memproc.checks.base import Relation, Validator, did_you_mean, error, pip_install
 from memproc.conf import DEFAULTS, user_settings
 
 __all__ = ["RELATIONS", "VALIDATORS", "check_agent_models", "check_settings", "check_vector_search"]
@@ -112,12 +111,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     return messages
 
 
-def _unknown_key(key: Any) -> Warning:
-    return warning(
+def _unknown_key(key: Any) -> Error:
+    # An error, not a warning: a misspelt key silently leaves its default in force.
+    return error(
         key,
-        f"is not a memproc setting; it is ignored.{did_you_mean(key, DEFAULTS)}",
+        f"is not a memproc setting.{did_you_mean(key, DEFAULTS)}",
         hint=f"Known keys: {', '.join(sorted(DEFAULTS))}.",
-        id="W002",
+        id="E001",
     )
 
 

@@ -138,7 +138,7 @@ class OpenAIEmbedder:
             import openai
         except ImportError as exc:
             raise ConfigurationError(
-                'OpenAIEmbedder needs the openai SDK: pip install "memproc[openai]"'
+                'OpenAIEmbedder needs the openai SDK: pip install "django-memproc[openai]"'
             ) from exc
         key = self.api_key or _settings_key()
         try:

@@ -122,9 +122,9 @@ def test_memproc_that_is_not_a_dict_is_an_error():
     assert ids(messages) == ["memproc.E003"] and messages[0].hint
 
 
-def test_unknown_key_is_a_warning_with_did_you_mean():
+def test_unknown_key_is_an_error_with_did_you_mean():
     messages = check(EMBEDER="memproc.testing.HashEmbedder")
-    assert ids(messages) == ["memproc.W002"]
+    assert ids(messages) == ["memproc.E001"]
     assert "Did you mean 'EMBEDDER'?" in messages[0].msg and "Known keys" in messages[0].hint
 
 
