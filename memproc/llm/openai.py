@@ -495,7 +495,7 @@ def _sdk() -> Any:
         import openai
     except ImportError as exc:
         raise ConfigurationError(
-            "The 'openai' package is needed for 'openai/...' models: pip install "django-memproc[openai]""
+            "The 'openai' package is needed for 'openai/...' models: pip install 'django-memproc[openai]'"
         ) from exc
     return openai
 
