@@ -103,7 +103,7 @@ def test_options_are_validated() -> None:
 
 def test_a_missing_tokenizer_package_says_what_to_install(monkeypatch) -> None:
     monkeypatch.setattr(minilm_module.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(ConfigurationError, match=r"pip install .memproc\[embeddings\]"):
+    with pytest.raises(ConfigurationError, match=r"pip install .django-memproc\[embeddings\]"):
         MiniLMEmbedder().embed(["x"])
 
 

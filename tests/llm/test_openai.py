@@ -353,7 +353,7 @@ def test_explicit_options_win_over_settings(server):
 def test_missing_sdk_is_a_configuration_error_naming_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "openai", None)  # makes `import openai` fail
 
-    with pytest.raises(ConfigurationError, match=r"pip install memproc\[openai\]"):
+    with pytest.raises(ConfigurationError, match=r"pip install 'django-memproc\[openai\]'"):
         OpenAIChatModel("gpt-4o-mini", api_key="sk-test").generate(ask())
 
 
