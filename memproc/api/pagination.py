@@ -1,7 +1,10 @@
-"""Cursor pagination for memproc's lists; a tampered cursor is a 404, never a database error."""
+"""Cursor pagination for memproc's lists. A cursor is the client's to forge, so it is checked before it
+reaches a query: a tampered one (not base64, an impossible date, a number out of range) answers 400
+`{"cursor": [...]}`, never a database error."""
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
 from django.utils.dateparse import parse_datetime
@@ -9,22 +12,43 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 
+BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
+
 
 class MemprocCursorPagination(CursorPagination):
-    """`?cursor=` and `?limit=`; the position is checked before it reaches a query."""
+    """`?cursor=` and `?limit=`, positioned by a timestamp; the position is normalized (an aware UTC
+    time, as the server writes it) or refused before it reaches a query."""
 
     page_size = 50
     page_size_query_param = "limit"
     max_page_size = 200
 
     def decode_cursor(self, request: Request) -> Cursor | None:
-        cursor = super().decode_cursor(request)
-        if cursor is not None and cursor.position is not None and not self.position_is_valid(cursor.position):
-            raise NotFound(self.invalid_cursor_message)
-        return cursor
+        try:
+            cursor = super().decode_cursor(request)
+        except NotFound as exc:  # DRF's answer to a cursor that is not base64 or not its format
+            raise self.invalid_cursor() from exc
+        if cursor is None or cursor.position is None:
+            return cursor
+        position = self.clean_position(cursor.position) if _is_text(cursor.position) else None
+        if position is None:
+            raise self.invalid_cursor()
+        return cursor._replace(position=position)
 
-    def position_is_valid(self, position: str) -> bool:
-        return parse_datetime(position) is not None if _is_text(position) else False
+    def clean_position(self, position: str) -> str | None:
+        """The position as the server writes it, or None if it cannot be one."""
+        try:
+            value = parse_datetime(position)  # raises ValueError for e.g. month 13 or a +99:00 offset
+            if value is None:
+                return None
+            if value.tzinfo is None:
+                value = value.replace(tzinfo=UTC)
+            return str(value.astimezone(UTC))  # OverflowError past year 1 or 9999 in UTC
+        except (ValueError, OverflowError):
+            return None
+
+    def invalid_cursor(self) -> ValidationError:
+        return ValidationError({self.cursor_query_param: [str(self.invalid_cursor_message)]})
 
 
 class MessageCursorPagination(MemprocCursorPagination):
@@ -39,12 +63,13 @@ class MessageCursorPagination(MemprocCursorPagination):
             raise ValidationError({self.order_query_param: ['Must be "asc" or "desc".']})
         return ("-sequence",) if order == "desc" else ("sequence",)
 
-    def position_is_valid(self, position: str) -> bool:
+    def clean_position(self, position: str) -> str | None:
+        """A sequence number, within the range of the column (a 64-bit integer)."""
         try:
-            int(position)
-        except (TypeError, ValueError):
-            return False
-        return True
+            value = int(position)
+        except ValueError:
+            return None
+        return str(value) if BIGINT_MIN <= value <= BIGINT_MAX else None
 
 
 class ThreadCursorPagination(MemprocCursorPagination):

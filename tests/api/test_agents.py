@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.urls import resolve
 
 from memproc import models
 from memproc.exceptions import ModelUnavailableError
-from tests.api.conftest import API
+from tests.api.conftest import API, client_for
 from tests.factories import MessageFactory
 
 pytestmark = pytest.mark.django_db
@@ -130,11 +131,24 @@ def test_own_thread_under_another_resource_id_is_a_404(owner_client, agent, mode
     assert response.status_code == 404
 
 
-def test_staff_may_continue_any_thread(staff_client, agent, model, other_thread):
+def test_staff_with_change_thread_may_continue_any_thread(staff, agent, model, other_thread):
+    staff.user_permissions.add(Permission.objects.get(codename="change_thread"))
     model.add("Sure")
-    response = generate(staff_client, messages="hi", thread_id=other_thread.pk)
+    response = generate(client_for(staff), messages="hi", thread_id=other_thread.pk)
     assert response.status_code == 200
     assert response.json()["resource_id"] == other_thread.resource_id
+
+
+def test_staff_with_view_thread_only_may_not_continue_another_owners_thread(
+    staff, agent, model, other_thread
+):
+    """A turn on a thread is a write: reading rights are not enough, and the thread stays untouched."""
+    staff.user_permissions.add(Permission.objects.get(codename="view_thread"))
+    model.add("Sure")
+    response = generate(client_for(staff), messages="hi", thread_id=other_thread.pk)
+    assert response.status_code == 404
+    assert model.calls == 0
+    assert not models.Message.objects.filter(thread=other_thread).exists()
 
 
 def test_unknown_agent_is_a_404(owner_client, resource):

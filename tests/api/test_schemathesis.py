@@ -1,18 +1,29 @@
-"""Property-based run over the OpenAPI schema: no 500s, and every response as the schema describes it.
+"""Property-based runs over the OpenAPI schema: no 500s, no HTML error pages, and every response as the
+schema describes it.
 
 Generated requests go through the project's WSGI application as an authenticated user who owns a
 thread, a resource and an agent's worth of data, so some cases reach real objects; the rest are 404s
-and 400s, which the schema also describes.
+and 400s, which the schema also describes. The user is staff with the review queue's permissions
+(`view_tripwirelog`, `change_tripwirelog`) but not `view_thread`, so the tripwire endpoints answer and
+the thread endpoints stay scoped to the user's own resource.
+
+Hostile input rides along: every operation with a `cursor` parameter is also sent forged cursors
+(DESIGN §5: a 400 field error, never a 500), and a second run sends every operation with a JSON body
+one larger than Django's `DATA_UPLOAD_MAX_MEMORY_SIZE` (2.5 MiB): whatever the status, it is no 5xx
+and no HTML page.
 """
 
 from __future__ import annotations
 
 import base64
+import json
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import schemathesis
+from django.contrib.auth.models import Permission
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
@@ -27,21 +38,118 @@ from schemathesis.specs.openapi.checks import (
 from memproc import Memory
 from project.wsgi import application
 from tests.api.conftest import API
-from tests.factories import MessageFactory, ResourceFactory, ThreadFactory, UserFactory
+from tests.factories import MessageFactory, ResourceFactory, ThreadFactory, TripwireLogFactory, UserFactory
 
 FUZZ_USER_PK = 4242
-KNOWN_IDS = ["fuzz-thread", "api-test", str(FUZZ_USER_PK)]
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+FUZZ_LOG_ID = "7e0e1d34-5f0c-4f43-9d1a-2a8f0c6b9e11"
+KNOWN_IDS = ["fuzz-thread", "api-test", str(FUZZ_USER_PK), FUZZ_LOG_ID]
+OVERSIZED_BYTES = 2_621_440 + 64 * 1024  # past Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MiB)
+
+
+def _b64(raw: str | bytes) -> str:
+    return base64.b64encode(raw.encode() if isinstance(raw, str) else raw).decode("ascii")
+
+
+# Cursors no server wrote: not base64, binary, impossible or overflowing dates, out-of-range numbers.
+FORGED_CURSORS = [
+    "%%%not-base64",
+    _b64(b"\xff\xfe\x00"),
+    _b64("p=2024-13-45T00:00:00"),
+    _b64("p=0001-01-01T00:00:00+05:00"),
+    _b64("p=9999-12-31T23:59:59-05:00"),
+    _b64("p=2024-01-01T00:00:00+99:00"),
+    _b64(f"p={2**63}"),
+    _b64("p=" + "9" * 300),
+    _b64("p=yesterday"),
+    _b64("p=2024%00"),
+    _b64("o=-1&r=x"),
+]
+
+
+def is_forged(case: Any) -> bool:
+    return (case.query or {}).get("cursor") in FORGED_CURSORS
+
+
+def no_html_error_page(ctx: Any, response: Any, case: Any) -> None:
+    """An error is JSON (memproc's `{"detail", "code"}`, field errors, or OpenAI's shape), never the
+    HTML page Django renders for an error that escaped DRF."""
+    if response.status_code < 400:
+        return None
+    content_type = ";".join(response.headers.get("content-type", [""])).lower()
+    assert "html" not in content_type, f"{response.status_code} answered {content_type}"
+    assert not response.content.lstrip().startswith(b"<"), f"{response.status_code} answered markup"
+    json.loads(response.content or b"{}")
+    return None
+
+
+def forged_cursor_refused(ctx: Any, response: Any, case: Any) -> None:
+    """A forged cursor never pages; when the cursor is what the request got wrong, the answer says so."""
+    if not is_forged(case):
+        return None
+    assert response.status_code >= 400, f"a forged cursor answered {response.status_code}"
+    if response.status_code == 400:
+        body = json.loads(response.content)
+        assert "cursor" in body or "order" in body, body  # `?order=` is checked first on messages
+    return None
+
+
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    no_html_error_page,
+    forged_cursor_refused,
+]
+HOSTILE_CHECKS = [not_a_server_error, no_html_error_page]
 
 # Loaded once, at collection: the schema view needs no database.
 schema = schemathesis.openapi.from_wsgi(f"{API}schema/?format=json", application)
 schema.config.generation.update(modes=["positive"], max_examples=25, with_security_parameters=False)
+# A second copy for the oversized bodies, whose hooks must not reach the conformance run.
+oversized = schemathesis.openapi.from_wsgi(f"{API}schema/?format=json", application).include(
+    method=["POST", "PUT", "PATCH"]
+)
+oversized.config.generation.update(modes=["positive"], max_examples=4, with_security_parameters=False)
 
 
 @schema.hook
 def before_generate_path_parameters(context: Any, strategy: st.SearchStrategy) -> st.SearchStrategy:
-    """Now and then an id that exists: the user's thread, resource, or the test agent."""
+    """Now and then an id that exists: the user's thread, resource, the test agent, a tripwire log."""
     return st.one_of(strategy, st.sampled_from(KNOWN_IDS).map(lambda key: {"id": key}))
+
+
+@oversized.hook("before_generate_path_parameters")
+def existing_object(context: Any, strategy: st.SearchStrategy) -> st.SearchStrategy:
+    """Always the object that exists, so the body is read rather than refused by a 404 first."""
+    path = context.operation.path.removeprefix(API)
+    owners = {"agents": "api-test", "threads": "fuzz-thread", "resources": str(FUZZ_USER_PK)}
+    key = owners.get(path.split("/", 1)[0], FUZZ_LOG_ID)
+    return st.just({"id": key}) if "{id}" in path else strategy
+
+
+@schema.hook
+def flatmap_query(context: Any, query: dict[str, Any] | None) -> st.SearchStrategy:
+    """Lists with a cursor also get forged ones."""
+    operation = context.operation
+    if operation is None or "cursor" not in operation.query:
+        return st.just(query)
+    forged = st.sampled_from(FORGED_CURSORS).map(lambda cursor: {**(query or {}), "cursor": cursor})
+    return st.one_of(st.just(query), forged)
+
+
+@oversized.hook
+def before_generate_body(context: Any, strategy: st.SearchStrategy) -> st.SearchStrategy:
+    """One JSON object past the request size limit, in the fields most bodies have."""
+    padding = "x" * OVERSIZED_BYTES
+    return st.sampled_from(
+        [
+            {"messages": padding},
+            {"title": padding, "metadata": {"note": padding[:1000]}},
+            {"working_memory": padding},
+            {"status": "confirmed", "note": padding},
+        ]
+    )
 
 
 @pytest.fixture
@@ -57,11 +165,16 @@ def _keep_test_transaction() -> Iterator[None]:
 
 @pytest.fixture
 def fuzz_headers(db: None, _keep_test_transaction: None, make_agent: Any, model: Any) -> dict[str, str]:
-    """What the fuzzer may stumble on: the user's thread with messages, their resource, an agent."""
-    user = UserFactory(id=FUZZ_USER_PK, username="fuzzer")
-    thread = ThreadFactory(id="fuzz-thread", resource=ResourceFactory(id=str(user.pk)))
+    """What the fuzzer may stumble on: the user's thread with messages, their resource, an agent, a
+    tripwire log (the user reviews the queue but holds no thread permission)."""
+    user = UserFactory(id=FUZZ_USER_PK, username="fuzzer", is_staff=True)
+    user.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_tripwirelog", "change_tripwirelog"])
+    )
+    thread = ThreadFactory(id="fuzz-thread", resource=ResourceFactory(id=str(user.pk)), last_sequence=3)
     for i in range(1, 4):
         MessageFactory(thread=thread, id=f"fuzz-m{i}", sequence=i)
+    TripwireLogFactory(id=uuid.UUID(FUZZ_LOG_ID), thread_id=thread.pk, resource_id=thread.resource_id)
     model.add(*[f"answer {i}" for i in range(500)])
     make_agent(memory=Memory(last_messages=5, working_memory=True))
     token = base64.b64encode(f"{user.get_username()}:pw".encode()).decode()
@@ -72,3 +185,9 @@ def fuzz_headers(db: None, _keep_test_transaction: None, make_agent: Any, model:
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_api_matches_its_schema(case: Any, fuzz_headers: dict[str, str]) -> None:
     case.call_and_validate(headers=fuzz_headers, checks=CHECKS)
+
+
+@oversized.parametrize()
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+def test_oversized_bodies_are_never_a_server_error_or_html(case: Any, fuzz_headers: dict[str, str]) -> None:
+    case.call_and_validate(headers=fuzz_headers, checks=HOSTILE_CHECKS)

@@ -82,11 +82,12 @@ def test_newest_first_with_cursor_pages(owner_client, thread):
     assert seen == [str(r.pk) for r in reversed(records)]
 
 
-def test_a_tampered_cursor_is_a_404(owner_client, thread):
+def test_a_tampered_cursor_is_a_400_field_error(owner_client, thread):
     make_records(thread, 1)
     forged = base64.b64encode(b"p=not-a-date").decode()
-    assert owner_client.get(turns_url(thread.pk), {"cursor": "garbage"}).status_code == 404
-    assert owner_client.get(turns_url(thread.pk), {"cursor": forged}).status_code == 404
+    for cursor in ("garbage", forged):
+        response = owner_client.get(turns_url(thread.pk), {"cursor": cursor})
+        assert response.status_code == 400 and response.json() == {"cursor": ["Invalid cursor"]}
 
 
 def test_only_this_threads_records(owner_client, thread, other_thread):
@@ -112,7 +113,7 @@ def test_staff_are_scoped_exactly_like_messages(staff_client, other_thread):
     make_records(other_thread, 1)
     messages = staff_client.get(f"{API}threads/{other_thread.pk}/messages/")
     turns = staff_client.get(turns_url(other_thread.pk))
-    assert turns.status_code == messages.status_code
+    assert turns.status_code == messages.status_code == 404
 
 
 def test_staff_with_view_thread_read_another_owners_turns(staff, other_thread):

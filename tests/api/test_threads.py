@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
+from django.contrib.auth.models import Permission
 
 from memproc import models
-from tests.api.conftest import API
+from tests.api.conftest import API, client_for
 from tests.factories import MessageFactory, ResourceFactory, ThreadFactory
 
 pytestmark = pytest.mark.django_db
@@ -34,11 +37,19 @@ def test_list_shows_only_the_callers_threads(owner_client, thread, other_thread)
     assert set(body["results"][0]) == THREAD_FIELDS
 
 
-def test_staff_lists_every_thread_and_filters_by_resource(staff_client, thread, other_thread):
+def test_staff_with_view_thread_list_every_thread_and_filter_by_resource(staff, thread, other_thread):
+    staff.user_permissions.add(Permission.objects.get(codename="view_thread"))
+    staff_client = client_for(staff)
     ids = {t["id"] for t in staff_client.get(API + "threads/").json()["results"]}
     assert ids == {thread.pk, other_thread.pk}
     filtered = staff_client.get(API + "threads/", {"resource_id": other_thread.resource_id}).json()["results"]
     assert [t["id"] for t in filtered] == [other_thread.pk]
+
+
+def test_staff_without_view_thread_list_only_their_own(staff_client, staff, thread, other_thread):
+    mine = ThreadFactory(id="staff-thread", resource=ResourceFactory(id=str(staff.pk)))
+    ids = [t["id"] for t in staff_client.get(API + "threads/").json()["results"]]
+    assert ids == [mine.pk]
 
 
 def test_resource_filter_cannot_widen_the_scope(owner_client, thread, other_thread):
@@ -159,9 +170,17 @@ def test_a_missing_thread_answers_the_same_404(owner_client, resource):
     assert owner_client.get(thread_url("nope")).json() == {"detail": "Not found.", "code": "not_found"}
 
 
-def test_staff_reach_any_thread(staff_client, other_thread):
+def test_staff_with_view_thread_read_any_thread(staff, other_thread):
+    staff.user_permissions.add(Permission.objects.get(codename="view_thread"))
+    staff_client = client_for(staff)
     assert staff_client.get(thread_url(other_thread.pk)).status_code == 200
     assert staff_client.get(thread_url(other_thread.pk, "messages/")).status_code == 200
+    assert staff_client.patch(thread_url(other_thread.pk), {"title": "x"}, format="json").status_code == 404
+
+
+def test_staff_without_view_thread_are_scoped_like_anyone(staff_client, other_thread):
+    assert staff_client.get(thread_url(other_thread.pk)).status_code == 404
+    assert staff_client.get(thread_url(other_thread.pk, "messages/")).status_code == 404
 
 
 @pytest.mark.parametrize("client_name", ["api_client"])
@@ -202,11 +221,10 @@ def test_messages_newest_first(owner_client, thread):
 def test_messages_reject_a_bad_order_or_cursor(owner_client, thread):
     add_messages(thread, 1)
     assert owner_client.get(thread_url(thread.pk, "messages/"), {"order": "sideways"}).status_code == 400
-    assert owner_client.get(thread_url(thread.pk, "messages/"), {"cursor": "garbage"}).status_code == 404
-    import base64
-
+    garbage = owner_client.get(thread_url(thread.pk, "messages/"), {"cursor": "garbage"})
+    assert garbage.status_code == 400 and garbage.json() == {"cursor": ["Invalid cursor"]}
     forged = base64.b64encode(b"p=not-a-number").decode()
-    assert owner_client.get(thread_url(thread.pk, "messages/"), {"cursor": forged}).status_code == 404
+    assert owner_client.get(thread_url(thread.pk, "messages/"), {"cursor": forged}).status_code == 400
 
 
 def test_clone_copies_the_thread(owner_client, thread):

@@ -1,4 +1,5 @@
-"""Tripwire logs (staff only: list, filters, review) and attachment metadata (owner or staff)."""
+"""Tripwire logs (staff with the admin's permissions: list, filters, review) and attachment metadata
+(owner, or staff with `memproc.view_thread`)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,31 @@ import hashlib
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.core.files.base import ContentFile
 from django.utils import timezone
 
 from memproc import models
-from tests.api.conftest import API
-from tests.factories import MessageFactory, TripwireLogFactory
+from tests.api.conftest import API, client_for
+from tests.factories import MessageFactory, TripwireLogFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
 TRIPWIRES = API + "tripwires/"
+
+
+def staff_with(*codenames: str):
+    user = UserFactory(is_staff=True)
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="memproc", codename__in=codenames)
+    )
+    return user
+
+
+@pytest.fixture
+def staff(db):
+    """The review queue's operator: staff with the admin's permission to read and review it."""
+    return staff_with("view_tripwirelog", "change_tripwirelog")
 
 
 @pytest.fixture
@@ -41,6 +57,22 @@ def test_tripwires_are_staff_only(api_client, owner_client, logs):
     assert owner_client.get(TRIPWIRES).status_code == 403
     log_url = f"{TRIPWIRES}{logs['new'].pk}/review/"
     assert owner_client.post(log_url, {"status": "confirmed"}, format="json").status_code == 403
+
+
+def test_staff_without_the_model_permissions_are_refused_as_in_the_admin(logs):
+    """Staff without `view_tripwirelog` get the admin's 403, not a list scoped to their own resources:
+    the queue holds other owners' blocked input."""
+    bare = client_for(staff_with())
+    log_url = f"{TRIPWIRES}{logs['new'].pk}/"
+    assert bare.get(TRIPWIRES).status_code == 403
+    assert bare.get(log_url).status_code == 403
+    assert bare.post(f"{log_url}review/", {"status": "confirmed"}, format="json").status_code == 403
+    viewer = client_for(staff_with("view_tripwirelog"))
+    assert viewer.get(TRIPWIRES).status_code == 200
+    assert viewer.get(log_url).status_code == 200
+    assert viewer.post(f"{log_url}review/", {"status": "confirmed"}, format="json").status_code == 403
+    logs["new"].refresh_from_db()
+    assert logs["new"].status == "pending" and logs["new"].reviewed_by is None
 
 
 def test_staff_list_newest_first_with_every_field(staff_client, logs):
@@ -160,13 +192,15 @@ def test_unattached_file_has_no_thread(owner_client, resource):
     assert owner_client.get(f"{API}attachments/{attachment.pk}/").json()["thread_id"] is None
 
 
-def test_another_users_attachment_is_a_404_but_staff_see_it(
-    owner_client, staff_client, api_client, other_resource
+def test_another_users_attachment_is_a_404_but_staff_with_view_thread_see_it(
+    owner_client, api_client, other_resource
 ):
     attachment = make_attachment(other_resource.pk)
-    assert owner_client.get(f"{API}attachments/{attachment.pk}/").status_code == 404
-    assert staff_client.get(f"{API}attachments/{attachment.pk}/").status_code == 200
-    assert api_client.get(f"{API}attachments/{attachment.pk}/").status_code in (401, 403)
+    url = f"{API}attachments/{attachment.pk}/"
+    assert owner_client.get(url).status_code == 404
+    assert client_for(staff_with("view_thread")).get(url).status_code == 200
+    assert client_for(staff_with("view_tripwirelog", "change_tripwirelog")).get(url).status_code == 404
+    assert api_client.get(url).status_code in (401, 403)
 
 
 def test_generate_may_reference_own_attachments_only(owner_client, agent, model, resource, other_resource):

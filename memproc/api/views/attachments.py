@@ -1,4 +1,4 @@
-"""Attachment metadata and a download URL, for the owning resource or staff."""
+"""Attachment metadata and a download URL, for the owning resource or staff with `memproc.view_thread`."""
 
 from __future__ import annotations
 

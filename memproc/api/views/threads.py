@@ -96,7 +96,9 @@ class ThreadViewSet(
     mixins.RetrieveModelMixin,
     viewsets.GenericViewSet,
 ):
-    """Every query is scoped to the caller's resources, so another owner's thread is a 404."""
+    """Every query is scoped to the resources the caller may use for the request's method (staff reach
+    other owners' with `memproc.view_thread` to read, `memproc.change_thread` to write), so another
+    owner's thread is a 404."""
 
     serializer_class = ThreadSerializer
     pagination_class = ThreadCursorPagination
@@ -169,7 +171,7 @@ class ThreadViewSet(
         summary="A thread's turns, newest first: status, usage, duration, and why the model saw what it "
         "saw (cursor pagination)",
         parameters=[THREAD_ID, *TURN_PAGE_PARAMETERS],
-        responses={200: TurnRecordPageSerializer, **errors(404)},
+        responses={200: TurnRecordPageSerializer, **errors(400, 404)},
     )
     @action(detail=True, methods=["get"], pagination_class=TurnCursorPagination)
     def turns(self, request: Request, id: str) -> Response:

@@ -1,4 +1,5 @@
-"""Tripwire logs for operators (staff only): list, filter, read, review."""
+"""Tripwire logs for operators: list, filter, read (staff with `memproc.view_tripwirelog`), review
+(staff with `memproc.change_tripwirelog`), as in the admin."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
-from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from memproc import models
 from memproc.api.filters import TripwireFilter
 from memproc.api.pagination import TripwireCursorPagination
+from memproc.api.permissions import TripwireQueuePermission
 from memproc.api.serializers import TripwireLogSerializer, TripwireReviewSerializer
 from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
 from memproc.services.tripwires import tripwire_review
@@ -24,11 +25,11 @@ TRIPWIRE_ID = id_parameter("The tripwire log id (a UUID).")
 @extend_schema(tags=["tripwires"])
 @extend_schema_view(
     list=extend_schema(
-        summary="List blocked turns (staff only)",
+        summary="List blocked turns (staff with memproc.view_tripwirelog)",
         responses={200: TripwireLogSerializer(many=True), **errors(400, 404)},
     ),
     retrieve=extend_schema(
-        summary="One blocked turn (staff only)",
+        summary="One blocked turn (staff with memproc.view_tripwirelog)",
         parameters=[TRIPWIRE_ID],
         responses={200: TripwireLogSerializer, **errors(404)},
     ),
@@ -36,7 +37,7 @@ TRIPWIRE_ID = id_parameter("The tripwire log id (a UUID).")
 class TripwireViewSet(
     MemprocViewMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
 ):
-    permission_classes = [IsAdminUser]
+    permission_classes = [TripwireQueuePermission]
     serializer_class = TripwireLogSerializer
     pagination_class = TripwireCursorPagination
     filter_backends = [DjangoFilterBackend]
@@ -49,7 +50,8 @@ class TripwireViewSet(
         return super().filter_queryset(queryset) if self.action == "list" else queryset
 
     @extend_schema(
-        summary="Review a blocked turn: confirm it, mark it a false positive, or reopen it",
+        summary="Review a blocked turn: confirm it, mark it a false positive, or reopen it (staff with "
+        "memproc.change_tripwirelog)",
         parameters=[TRIPWIRE_ID],
         request=TripwireReviewSerializer,
         responses={200: TripwireLogSerializer, **errors(400, 404)},
