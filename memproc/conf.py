@@ -60,6 +60,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_REQUEST_MESSAGES": 200,
     # System messages in API input (rule 18): refused with a 400 unless this is True.
     "API_ALLOW_SYSTEM_MESSAGES": False,
+    # Seconds an Idempotency-Key of generate/ and stream/ is remembered (its answer replayed).
+    "IDEMPOTENCY_TTL": 24 * 60 * 60,
     # Tripwires
     "STORE_BLOCKED_CONTENT": True,
     # Observability: a TurnRecord per turn (status, usage, why the model saw what it saw), and
@@ -97,6 +99,8 @@ DEFAULT_RETENTION: dict[str, int | None] = {
     "messages_days": None,
     "tripwire_logs_days": 90,
     "turn_records_days": 90,
+    # Attachments no message holds (stored but never sent in a message), with their files.
+    "orphan_attachments_days": 7,
 }
 
 

@@ -21,6 +21,14 @@ class ValidationError(MemprocError, ValueError):
     code = "invalid"
 
 
+class MessageConflict(ValidationError):
+    """A message id that is already stored with other content or in another thread (whose, it never
+    says), or that a concurrent request saved first. Nothing of the request was saved; the API
+    answers 409."""
+
+    code = "message_conflict"
+
+
 class ThreadOwnershipError(MemprocError, PermissionError):
     """A thread exists but belongs to another resource."""
 
@@ -114,3 +122,23 @@ class AttachmentError(MemprocError, ValueError):
         if code:
             self.code = code
         self.metadata = dict(metadata or {})
+
+
+class StorageUnavailable(PublicMessageError):
+    """The attachment storage failed: unreachable, timed out, or answered an error (S3's 5xx, a full
+    disk). Its text names what failed for the server log (it may hold the storage's URL); the API
+    answers 503 with `public_message`. Nothing of the write that failed is kept."""
+
+    code = "storage_unavailable"
+    public_message = "The file storage is unavailable; try again later."
+
+
+class RequestTooLarge(MemprocError, ValueError):
+    """A request body larger than memproc reads (`memproc.api.parsers`); the API answers 413.
+    `metadata` holds the declared or counted `size` (when known) and the `limit`."""
+
+    code = "too_large"
+
+    def __init__(self, message: str, *, limit: int, size: int | None = None) -> None:
+        super().__init__(message)
+        self.metadata: dict[str, Any] = {"limit": limit} if size is None else {"size": size, "limit": limit}

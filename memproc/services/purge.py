@@ -7,11 +7,14 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from memproc import models
 from memproc.conf import DEFAULT_RETENTION, settings
+from memproc.selectors import resource_rows
+from memproc.services.attachments import attachment_delete
 from memproc.services.threads import messages_delete
 
 logger = logging.getLogger(__name__)
@@ -60,7 +63,7 @@ def resource_purge(*, resource_id: str, dry_run: bool = False) -> PurgeCounts:
     a file still referenced by another attachment row is kept. Another resource's data is never
     touched, and purging a resource with nothing stored is a no-op.
     """
-    querysets = _querysets(resource_id)
+    querysets = resource_rows(resource_id=resource_id)
     if dry_run:
         return PurgeCounts(resource_id=resource_id, **{k: qs.count() for k, qs in querysets.items()})
     with transaction.atomic():
@@ -71,33 +74,6 @@ def resource_purge(*, resource_id: str, dry_run: bool = False) -> PurgeCounts:
     result = PurgeCounts(resource_id=resource_id, **counts)
     logger.info("memproc: purged resource %s: %s", resource_id, result.as_dict())
     return result
-
-
-def _querysets(resource_id: str) -> dict[str, QuerySet]:
-    thread_ids = models.Thread.objects.filter(resource_id=resource_id).values("id")
-    messages = models.Message.objects.filter(Q(resource_id=resource_id) | Q(thread_id__in=thread_ids))
-    return {
-        "threads": models.Thread.objects.filter(resource_id=resource_id),
-        "messages": messages,
-        "embeddings": models.MessageEmbedding.objects.filter(
-            Q(resource_id=resource_id) | Q(message_id__in=messages.values("id"))
-        ),
-        "working_memory_revisions": models.WorkingMemoryRevision.objects.filter(
-            Q(scope=models.WorkingMemoryRevision.Scope.RESOURCE, key=resource_id)
-            | Q(scope=models.WorkingMemoryRevision.Scope.THREAD, key__in=thread_ids)
-            | Q(thread_id__in=thread_ids)
-        ),
-        "attachments": models.Attachment.objects.filter(
-            Q(resource_id=resource_id) | Q(message_id__in=messages.values("id"))
-        ),
-        "turn_records": models.TurnRecord.objects.filter(
-            Q(resource_id=resource_id) | Q(thread_id__in=thread_ids)
-        ),
-        "tripwire_logs": models.TripwireLog.objects.filter(
-            Q(resource_id=resource_id) | Q(thread_id__in=thread_ids)
-        ),
-        "resource": models.Resource.objects.filter(pk=resource_id),
-    }
 
 
 def _attachments_delete(attachments: QuerySet[models.Attachment]) -> int:
@@ -124,19 +100,25 @@ def _attachments_delete(attachments: QuerySet[models.Attachment]) -> int:
 
 # --- retention ------------------------------------------------------------------------------------
 
-RETENTION_KEYS = ("messages_days", "tripwire_logs_days", "turn_records_days")
+RETENTION_KEYS = ("messages_days", "tripwire_logs_days", "turn_records_days", "orphan_attachments_days")
 EXPIRED_BATCH = 1000
 
 
 def expired_purge(*, now: datetime | None = None, dry_run: bool = False) -> dict[str, int]:
     """Deletes what the RETENTION setting says has expired: messages (with their embeddings and
     attachment files no other message uses), tripwire logs and turn records older than their number
-    of days (None keeps them forever). Messages go in batches, each its own transaction, so a long
+    of days (None keeps them forever), and attachments that no message holds (uploaded but never
+    sent, or left behind by a message deleted outside memproc's services) once they are
+    `orphan_attachments_days` old; their files are removed from storage after commit. With `dry_run`
+    nothing is deleted and the counts say what would be. Messages go in batches, each its own transaction, so a long
     backlog never holds one huge lock. Idempotent: run it daily (the `memproc.purge_expired` task,
-    or `manage.py memproc_purge --expired --yes` from cron)."""
+    or `manage.py memproc_purge --expired --yes` from cron).
+
+    Idempotency-Key records past their own expiry (the setting IDEMPOTENCY_TTL) go too; they are
+    logged, not counted in the returned dict."""
     now = now or timezone.now()
     retention = {**DEFAULT_RETENTION, **(settings.RETENTION or {})}
-    counts = {"messages": 0, "tripwire_logs": 0, "turn_records": 0}
+    counts = {"messages": 0, "orphan_attachments": 0, "tripwire_logs": 0, "turn_records": 0}
     for key, model, field in (
         ("turn_records", models.TurnRecord, "started_at"),
         ("tripwire_logs", models.TripwireLog, "created_at"),
@@ -153,9 +135,21 @@ def expired_purge(*, now: datetime | None = None, dry_run: bool = False) -> dict
             counts["messages"] = expired_messages.count()
         else:
             counts["messages"] = _messages_delete_in_batches(expired_messages)
-    if not dry_run and any(counts.values()):
-        logger.info("memproc: deleted expired data: %s", counts)
+    days = retention.get("orphan_attachments_days")
+    if days is not None:
+        counts["orphan_attachments"] = orphan_attachments_purge(
+            before=now - timedelta(days=days), dry_run=dry_run
+        )
+    keys = 0 if dry_run else idempotency_records_expire(now=now)
+    if not dry_run and (any(counts.values()) or keys):
+        logger.info("memproc: deleted expired data: %s", {**counts, "idempotency_records": keys})
     return counts
+
+
+def idempotency_records_expire(*, now: datetime | None = None) -> int:
+    """Deletes the Idempotency-Key records whose time is up (their repeats run as new requests)."""
+    expired = models.IdempotencyRecord.objects.filter(expires_at__lte=now or timezone.now())
+    return expired.delete()[1].get(models.IdempotencyRecord._meta.label, 0)
 
 
 def _messages_delete_in_batches(expired: QuerySet[models.Message]) -> int:
@@ -165,3 +159,39 @@ def _messages_delete_in_batches(expired: QuerySet[models.Message]) -> int:
         if not ids:
             return deleted
         deleted += messages_delete(message_ids=ids)
+
+
+def orphan_attachments_purge(*, before: datetime, dry_run: bool = False) -> int:
+    """Deletes attachments created before `before` that no message holds: the row now, its file
+    after commit, in batches of EXPIRED_BATCH (each its own transaction). An attachment whose
+    message is gone but that another message of its resource still references in its content is
+    not an orphan: it is linked to that message instead (and not counted)."""
+    candidates = models.Attachment.objects.filter(message__isnull=True, created_at__lt=before).order_by("pk")
+    deleted = 0
+    after = None
+    while True:
+        batch = candidates if after is None else candidates.filter(pk__gt=after)
+        rows = list(batch[:EXPIRED_BATCH])
+        if not rows:
+            return deleted
+        after = rows[-1].pk
+        with transaction.atomic():
+            for attachment in rows:
+                holder = _referencing_message(attachment)
+                if holder is not None:
+                    if not dry_run:
+                        models.Attachment.objects.filter(pk=attachment.pk).update(message_id=holder)
+                    continue
+                if not dry_run:
+                    attachment_delete(attachment=attachment)
+                deleted += 1
+
+
+def _referencing_message(attachment: models.Attachment) -> str | None:
+    return (
+        models.Message.objects.filter(resource_id=attachment.resource_id)
+        .annotate(content_text=Cast("content", TextField()))
+        .filter(content_text__contains=str(attachment.pk))
+        .values_list("pk", flat=True)
+        .first()
+    )

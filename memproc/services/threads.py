@@ -2,27 +2,38 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from memproc import models
 from memproc.db import insert_rows
-from memproc.exceptions import AttachmentError, ThreadOwnershipError, TripWire, ValidationError
-from memproc.messages import Message, new_id
+from memproc.exceptions import (
+    AttachmentError,
+    MessageConflict,
+    ThreadOwnershipError,
+    TripWire,
+    ValidationError,
+)
+from memproc.messages import FilePart, Message, message_from_content, new_id
 from memproc.processors.attachments import AttachmentUploader
 from memproc.processors.base import ProcessorContext
-from memproc.selectors import messages_existing, thread_owner
+from memproc.processors.tokens import get_token_counter
+from memproc.selectors import message_sequence, thread_owner
 from memproc.services.attachments import (
     DjangoAttachmentStore,
+    attachment_delete,
     attachments_commit,
     attachments_discard,
     attachments_link,
     attachments_release,
 )
+from memproc.services.attachments.files import parse_uuid
 from memproc.signals import messages_saved, send_after_commit, thread_created, thread_deleted
 
 
@@ -121,34 +132,112 @@ def thread_delete(*, thread: models.Thread) -> None:
 
 @transaction.atomic
 def thread_clone(
-    *, thread: models.Thread, new_thread_id: str | None = None, title: str | None = None
+    *,
+    thread: models.Thread,
+    new_thread_id: str | None = None,
+    title: str | None = None,
+    up_to_message_id: str | None = None,
 ) -> models.Thread:
-    """Copies a thread and its messages (new message ids, same order) into a new thread."""
+    """Copies a thread into a new thread of its resource: its messages (new ids, same order, same
+    times), their embeddings (so recall works in the copy at once, with no embedder call) and its
+    working memory (recorded as the copy's first revision).
+
+    With `up_to_message_id` the copy is a branch: only the messages up to and including that one.
+    A message that is not in `thread` is a ValidationError, and so is a taken `new_thread_id`.
+    """
+    source = thread.messages.order_by("sequence")
+    if up_to_message_id is not None:
+        cut = message_sequence(thread_id=thread.pk, message_id=up_to_message_id)
+        if cut is None:
+            raise ValidationError(f"Thread {thread.pk!r} has no message {up_to_message_id!r}")
+        source = source.filter(sequence__lte=cut)
+    metadata = {**thread.metadata, "cloned_from": thread.id}
+    if up_to_message_id is not None:
+        metadata["branched_at"] = up_to_message_id
+    default_title = f"{'Branch' if up_to_message_id is not None else 'Clone'} of {thread.title or thread.id}"
     clone = thread_create(
         resource_id=thread.resource_id,
         thread_id=new_thread_id,
-        title=title if title is not None else f"Clone of {thread.title or thread.id}",
-        metadata={**thread.metadata, "cloned_from": thread.id},
+        title=title if title is not None else default_title,
+        metadata=metadata,
         agent_id=thread.agent_id,
     )
-    rows = [
-        models.Message(
-            id=new_id(),
-            thread=clone,
-            resource_id=clone.resource_id,
-            role=m.role,
-            content=m.content,
-            text=m.text,
-            token_count=m.token_count,
-            created_at=m.created_at,
-            sequence=i,
+    id_map: dict[str, str] = {}
+    rows = []
+    for i, m in enumerate(source.iterator(), start=1):
+        id_map[m.id] = new_id()
+        rows.append(
+            models.Message(
+                id=id_map[m.id],
+                thread=clone,
+                resource_id=clone.resource_id,
+                role=m.role,
+                content=m.content,
+                text=m.text,
+                token_count=m.token_count,
+                created_at=m.created_at,
+                sequence=i,
+            )
         )
-        for i, m in enumerate(thread.messages.order_by("sequence"), start=1)
-    ]
-    models.Message.objects.bulk_create(rows)
+    models.Message.objects.bulk_create(rows, batch_size=1000)
+    _embeddings_copy(id_map=id_map, thread_id=clone.pk, resource_id=clone.resource_id)
     models.Thread.objects.filter(pk=clone.pk).update(last_sequence=len(rows))
     clone.last_sequence = len(rows)
+    if thread.working_memory:
+        _working_memory_copy(clone=clone, text=thread.working_memory)
     return clone
+
+
+def _embeddings_copy(*, id_map: dict[str, str], thread_id: str, resource_id: str) -> None:
+    """Copies the embedding rows of the messages `id_map` names onto their copies: INSERT ... SELECT,
+    so vectors never pass through Python. One statement per 500 messages."""
+    meta = models.MessageEmbedding._meta
+    qn = connection.ops.quote_name
+    column = {name: qn(meta.get_field(name).column) for name in EMBEDDING_COPY_COLUMNS}
+    copied = ", ".join(column[name] for name in ("chunk", "model", "dimensions", "content_hash", "vector"))
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    pairs = list(id_map.items())
+    for start in range(0, len(pairs), 500):
+        batch = pairs[start : start + 500]
+        values = ", ".join(["(%s, %s)"] * len(batch))
+        sql = (
+            f"INSERT INTO {qn(meta.db_table)} ({column['message']}, {column['thread_id']}, "
+            f"{column['resource_id']}, {copied}, {column['created_at']}) "
+            f"SELECT copy.column2, %s, %s, "
+            f"{', '.join(f'e.{column[n]}' for n in ('chunk', 'model', 'dimensions', 'content_hash', 'vector'))}"
+            f", %s FROM {qn(meta.db_table)} e JOIN (VALUES {values}) AS copy "
+            f"ON e.{column['message']} = copy.column1"
+        )
+        params = [thread_id, resource_id, now, *(value for pair in batch for value in pair)]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+
+
+EMBEDDING_COPY_COLUMNS = (
+    "message",
+    "thread_id",
+    "resource_id",
+    "chunk",
+    "model",
+    "dimensions",
+    "content_hash",
+    "vector",
+    "created_at",
+)
+
+
+def _working_memory_copy(*, clone: models.Thread, text: str) -> None:
+    models.Thread.objects.filter(pk=clone.pk).update(working_memory=text, working_memory_version=1)
+    models.WorkingMemoryRevision.objects.create(
+        scope=models.WorkingMemoryRevision.Scope.THREAD,
+        key=clone.pk,
+        old="",
+        new=text,
+        version=1,
+        source=models.WorkingMemoryRevision.Source.CODE,
+        thread_id=clone.pk,
+    )
+    clone.working_memory, clone.working_memory_version = text, 1
 
 
 def sequences_allocate(*, thread_id: str, count: int) -> int:
@@ -211,7 +300,15 @@ def messages_insert(
                 "sequence": first + offset,
             }
         )
-    insert_rows(models.Message, rows, fields=MESSAGE_COLUMNS)
+    try:
+        insert_rows(models.Message, rows, fields=MESSAGE_COLUMNS)
+    except IntegrityError as exc:
+        # The sequence numbers are ours (the UPDATE above holds the thread's lock) and foreign keys are
+        # checked at commit, so a clash here is a message id that a concurrent request saved first.
+        # The caller's transaction rolls back: nothing of the request is saved.
+        raise MessageConflict(
+            "A message id of this request was saved by another request meanwhile; nothing was saved."
+        ) from exc
     send_after_commit(
         messages_saved,
         models.Message,
@@ -233,7 +330,8 @@ def messages_save(
     skip_existing: bool = True,
 ) -> list[Message]:
     """Saves messages at the end of a thread, in order, together; returns those it saved. Ids already
-    stored in this thread are skipped; an id stored in another thread is a ValidationError."""
+    stored in this thread are skipped; an id stored in another thread is a MessageConflict (a
+    ValidationError), and so is one that a concurrent request saves first."""
     if not thread_exists:
         owner = thread_owner(thread_id=thread_id)  # plain SQL: the ORM compiler costs more than the read
         if owner is None:
@@ -242,13 +340,73 @@ def messages_save(
             check_owner(thread_id=thread_id, owner=owner[0], resource_id=resource_id)
     messages = [m for m in messages if m.role != "system"]
     if skip_existing and messages:
-        stored = messages_existing(ids=[m.id for m in messages])
-        clash = [mid for mid, tid in stored.items() if tid != thread_id]
-        if clash:
-            raise ValidationError(f"Message ids already used by another thread: {', '.join(clash)}")
+        stored = message_ids_check(thread_id=thread_id, messages=messages)
         messages = [m for m in messages if m.id not in stored]
     messages_insert(thread_id=thread_id, resource_id=resource_id, messages=messages, agent_id=agent_id)
     return messages
+
+
+def message_ids_check(
+    *, thread_id: str | None, messages: Sequence[Message], unchanged: Collection[str] = ()
+) -> set[str]:
+    """The ids of `messages` already stored in thread `thread_id` (None: a thread not created yet).
+    One query; none without messages.
+
+    An id stored in another thread is a MessageConflict, whoever owns that thread: the error reads
+    the same as a conflict within the caller's own data, and names nothing but the caller's own ids.
+    So is an id in `unchanged` stored here with another role or text (or other tool call ids)."""
+    by_id = {m.id: m for m in messages}
+    if not by_id:
+        return set()
+    columns = ("id", "thread_id", "role", "text", "content") if unchanged else ("id", "thread_id")
+    here: set[str] = set()
+    clash: list[str] = []
+    for row in models.Message.objects.filter(id__in=list(by_id)).values_list(*columns):
+        message_id, stored_thread = row[0], row[1]
+        if stored_thread != thread_id or (
+            message_id in unchanged and not _same_message(by_id[message_id], *row[2:])
+        ):
+            clash.append(message_id)
+        else:
+            here.add(message_id)
+    if clash:
+        raise MessageConflict(
+            f"Message ids already in use: {', '.join(sorted(clash))}; nothing was saved. A stored message "
+            "may be sent again only unchanged and in its own thread; a new message needs a new id."
+        )
+    return here
+
+
+def input_ids_check(
+    *, thread_id: str | None, messages: Sequence[Message], client_ids: Collection[str]
+) -> None:
+    """A turn's input as a client sends it, checked before the turn runs (the HTTP API does).
+
+    Messages before the input's last assistant message are the client's copy of the conversation:
+    stored ones are history, and the stored copy wins (rule 11). What follows is the turn's new input:
+    an id of it that is stored with other content, or any client-chosen id stored in another
+    thread, is a MessageConflict. Only ids the client chose are looked up (none: no query)."""
+    chosen = [m for m in messages if m.id in client_ids]
+    if not chosen:
+        return
+    last_answer = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
+    new = {m.id for m in messages[last_answer + 1 :]}
+    message_ids_check(thread_id=thread_id, messages=chosen, unchanged=new & set(client_ids))
+
+
+def _same_message(message: Message, role: str, text: str, content: Any) -> bool:
+    """The comparison of rule 17: role, text (outer whitespace aside) and tool call ids."""
+    parts = (content or {}).get("parts", []) if isinstance(content, dict) else []
+
+    def ids(kind: str) -> list[Any]:
+        return [p.get("tool_call_id") for p in parts if isinstance(p, dict) and p.get("type") == kind]
+
+    return (
+        message.role == role
+        and message.text.strip() == (text or "").strip()
+        and [c.tool_call_id for c in message.tool_calls] == ids("tool-call")
+        and [r.tool_call_id for r in message.tool_results] == ids("tool-result")
+    )
 
 
 @transaction.atomic
@@ -285,3 +443,113 @@ def messages_save_with_files(
         attachments_discard(staged=staged)
         raise
     return saved
+
+
+@transaction.atomic
+def messages_update(
+    *, messages: Sequence[Message], thread_id: str | None = None
+) -> tuple[list[Message], list[str]]:
+    """Replaces the content (parts and metadata) of stored messages; id, role, thread, time and
+    sequence stay. Returns the updated messages and the ids whose embeddings were deleted.
+
+    `text` follows the new parts and `token_count` is counted again (the TOKENIZER setting) when the
+    row had one, so neither describes the old content. The old embeddings go in the same transaction;
+    the caller embeds the new text after commit. An attachment a message no longer references is
+    released (row now, file after commit) unless another message references it; one it newly
+    references is linked.
+
+    Refused with a ValidationError, nothing changed: an id that is not stored (or not in
+    `thread_id`), the same id twice, another role, other tool calls or results than the stored
+    message holds (their pairing is the conversation's), an inline file (`save_messages` offloads
+    those), a reference to an attachment the message's resource does not hold.
+    """
+    by_id = {m.id: m for m in messages}
+    if len(by_id) != len(messages):
+        raise ValidationError("Each message may be updated once per call")
+    rows = {r.pk: r for r in models.Message.objects.select_for_update().filter(id__in=list(by_id))}
+    missing = [i for i in by_id if i not in rows or thread_id not in (None, rows[i].thread_id)]
+    if missing:
+        raise ValidationError(f"No stored message with id {', '.join(map(repr, sorted(missing)))}")
+    for message in by_id.values():
+        _check_edit(rows[message.id], message)
+    counter = get_token_counter() if any(r.token_count is not None for r in rows.values()) else None
+    updated: list[Message] = []
+    for message in by_id.values():
+        row = rows[message.id]
+        before = _attachment_ids(row.content)
+        row.content = message.to_content()
+        row.text = message.text
+        if row.token_count is not None and counter is not None:
+            row.token_count = counter.count_message(message)
+        saved = message_from_content(
+            id=row.pk,
+            role=row.role,
+            content=row.content,
+            created_at=row.created_at,
+            thread_id=row.thread_id,
+            resource_id=row.resource_id,
+            sequence=row.sequence,
+        )
+        updated.append(saved)
+        _attachments_unreferenced(row, before - _attachment_ids(row.content))
+        attachments_link(resource_id=row.resource_id, messages=[saved])
+    models.Message.objects.bulk_update(list(rows.values()), ["content", "text", "token_count"])
+    embeddings = models.MessageEmbedding.objects.filter(message_id__in=list(rows))
+    dropped = sorted(set(embeddings.values_list("message_id", flat=True)))
+    if dropped:
+        embeddings.delete()
+    return updated, dropped
+
+
+def _check_edit(row: models.Message, message: Message) -> None:
+    if message.role != row.role:
+        raise ValidationError(f"Message {row.pk!r} is a {row.role} message; its role cannot change")
+    stored = message_from_content(id=row.pk, role=row.role, content=row.content or {})
+    calls = ([c.tool_call_id for c in m.tool_calls] for m in (stored, message))
+    results = ([r.tool_call_id for r in m.tool_results] for m in (stored, message))
+    if len({tuple(ids) for ids in calls}) > 1 or len({tuple(ids) for ids in results}) > 1:
+        raise ValidationError(
+            f"Message {row.pk!r}: an edit may change text, files and results, not which tool calls "
+            "and results a message holds"
+        )
+    for part in message.parts:
+        if isinstance(part, FilePart) and (part.data is not None or str(part.url or "")[:5].lower() == "data:"):
+            raise ValidationError(
+                f"Message {row.pk!r}: an edit cannot carry file bytes; save the file with "
+                "save_messages and reference its attachment"
+            )
+    wanted = {parse_uuid(i) for i in _attachment_ids(message.to_content())}
+    known = set(
+        models.Attachment.objects.filter(pk__in=[i for i in wanted if i], resource_id=row.resource_id)
+        .values_list("pk", flat=True)
+    )
+    if wanted - known:
+        raise ValidationError(f"Message {row.pk!r} references attachments its resource does not hold")
+
+
+def _attachment_ids(content: Any) -> set[str]:
+    parts = content.get("parts", []) if isinstance(content, dict) else []
+    return {
+        str(p.get("attachment_id"))
+        for p in parts
+        if isinstance(p, dict) and p.get("type") == "attachment" and p.get("attachment_id")
+    }
+
+
+def _attachments_unreferenced(row: models.Message, dropped: set[str]) -> None:
+    """Attachments linked to `row` whose references an edit removed: relinked to another message of
+    the resource that references them, else deleted (their file after commit)."""
+    ids = [i for i in (parse_uuid(a) for a in dropped) if i is not None]
+    for attachment in models.Attachment.objects.filter(pk__in=ids, message_id=row.pk):
+        other = (
+            models.Message.objects.filter(resource_id=row.resource_id)
+            .exclude(pk=row.pk)
+            .annotate(content_text=Cast("content", TextField()))
+            .filter(content_text__contains=str(attachment.pk))
+            .values_list("pk", flat=True)
+            .first()
+        )
+        if other is not None:
+            models.Attachment.objects.filter(pk=attachment.pk).update(message_id=other)
+        else:
+            attachment_delete(attachment=attachment)

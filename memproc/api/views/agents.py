@@ -12,12 +12,19 @@ from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
-from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from memproc.agents import all_agents, get_agent
+from memproc.api.errors import memproc_exception_handler
+from memproc.api.idempotency import (
+    IDEMPOTENCY_KEY_PARAMETER,
+    IDEMPOTENCY_RESPONSES,
+    idempotent_response,
+    idempotent_stream,
+)
+from memproc.api.parsers import MemprocJSONParser, MemprocMultiPartParser
 from memproc.api.serializers import (
     AgentSerializer,
     GenerateRequestSerializer,
@@ -29,9 +36,10 @@ from memproc.api.turn_runner import turn_generate, turn_stream_response
 from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
 from memproc.api.views.checks import attachments_check
 from memproc.conf import settings as memproc_settings
-from memproc.exceptions import AttachmentError
+from memproc.exceptions import AttachmentError, MessageConflict
 from memproc.messages import FilePart, Message, to_messages
 from memproc.services.attachments import attachment_check_size
+from memproc.services.threads import input_ids_check
 
 STREAM_DESCRIPTION = """Runs one turn and streams it as Server-Sent Events (`text/event-stream`).
 
@@ -74,6 +82,14 @@ class TurnRequest:
     messages: Any
     thread_id: str | None
     resource_id: str | None
+    client_ids: frozenset[str] = frozenset()  # message ids the client chose
+
+    def check_message_ids(self) -> None:
+        """409 for a client-chosen id that is stored with other content or in another thread."""
+        if self.client_ids:
+            input_ids_check(
+                thread_id=self.thread_id, messages=to_messages(self.messages), client_ids=self.client_ids
+            )
 
 
 @extend_schema(tags=["agents"])
@@ -83,7 +99,7 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
     owns its save, and a blocked turn's tripwire log must survive. Turns take JSON, or multipart
     forms whose `files` join the last user message."""
 
-    parser_classes = [JSONParser, MultiPartParser]
+    parser_classes = [MemprocJSONParser, MemprocMultiPartParser]
 
     @extend_schema(
         summary="List the registered agents", responses={200: AgentSerializer(many=True), **errors()}
@@ -102,26 +118,37 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
     @extend_schema(
         summary="Run one turn and answer its result",
         description="A blocked turn is a normal 200 with `tripwire` set and `text` empty; nothing is saved.",
-        parameters=[id_parameter("The agent id.")],
+        parameters=[id_parameter("The agent id."), IDEMPOTENCY_KEY_PARAMETER],
         request={
             "application/json": GenerateRequestSerializer,
             "multipart/form-data": GenerateUploadSerializer,
         },
-        responses={200: GenerateResultSerializer, **errors(400, 404, 409, 413, 502)},
+        responses={
+            200: GenerateResultSerializer,
+            **errors(400, 404, 409, 413, 502),
+            **IDEMPOTENCY_RESPONSES,
+        },
     )
     @action(detail=True, methods=["post"])
     def generate(self, request: Request, id: str) -> Response:
         agent = self.agent(id)
         turn = self.turn_request(request)
-        result = turn_generate(
-            request, agent, turn.messages, thread_id=turn.thread_id, resource_id=turn.resource_id
+
+        def run() -> Response:
+            turn.check_message_ids()
+            result = turn_generate(
+                request, agent, turn.messages, thread_id=turn.thread_id, resource_id=turn.resource_id
+            )
+            return Response(GenerateResultSerializer(result).data)
+
+        return idempotent_response(
+            request, endpoint=f"agents/{agent.id}/generate", resources=self.allowed_resources, run=run
         )
-        return Response(GenerateResultSerializer(result).data)
 
     @extend_schema(
         summary="Run one turn as Server-Sent Events",
         description=STREAM_DESCRIPTION,
-        parameters=[id_parameter("The agent id.")],
+        parameters=[id_parameter("The agent id."), IDEMPOTENCY_KEY_PARAMETER],
         request={
             "application/json": GenerateRequestSerializer,
             "multipart/form-data": GenerateUploadSerializer,
@@ -133,20 +160,35 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
                 examples=[OpenApiExample("A short answer", value=STREAM_EXAMPLE)],
             ),
             **errors(400, 404, 409, 413, 502),
+            **IDEMPOTENCY_RESPONSES,
         },
     )
     @action(detail=True, methods=["post"])
     def stream(self, request: Request, id: str) -> Any:
         agent = self.agent(id)
         turn = self.turn_request(request)
-        return turn_stream_response(
+
+        def run(render_result: Any) -> Any:
+            turn.check_message_ids()
+            return turn_stream_response(
+                request,
+                agent,
+                turn.messages,
+                render_result,
+                thread_id=turn.thread_id,
+                resource_id=turn.resource_id,
+            )
+
+        return idempotent_stream(
             request,
-            agent,
-            turn.messages,
-            lambda result: GenerateResultSerializer(result).data,
-            thread_id=turn.thread_id,
-            resource_id=turn.resource_id,
+            endpoint=f"agents/{agent.id}/stream",
+            resources=self.allowed_resources,
+            run=run,
+            render_result=lambda result: GenerateResultSerializer(result).data,
         )
+
+    def get_exception_handler(self) -> Any:
+        return turn_exception_handler
 
     def perform_content_negotiation(self, request: Request, force: bool = False) -> tuple[Any, str]:
         """The stream's errors are JSON even for a client that accepts only `text/event-stream`."""
@@ -176,7 +218,25 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
         resource_id, _ = self.settle_owner(thread_id, data.get("resource_id"))
         attachments_check(data["messages"], resource_id=resource_id)
         messages = with_uploads(data["messages"], files) if files else data["messages"]
-        return TurnRequest(messages=messages, thread_id=thread_id, resource_id=resource_id)
+        return TurnRequest(
+            messages=messages,
+            thread_id=thread_id,
+            resource_id=resource_id,
+            client_ids=client_ids(data["messages"]),
+        )
+
+
+def turn_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """memproc's handler, and a message id in use (a turn's own conflict) as a 409 on `messages`."""
+    if isinstance(exc, MessageConflict):
+        return Response({"messages": [str(exc)]}, status=409)
+    return memproc_exception_handler(exc, context)
+
+
+def client_ids(messages: Any) -> frozenset[str]:
+    """The message ids a client chose (validated strings); the others get fresh ids."""
+    items = messages if isinstance(messages, list) else [messages]
+    return frozenset(item["id"] for item in items if isinstance(item, dict) and item.get("id"))
 
 
 def is_multipart(request: Request) -> bool:

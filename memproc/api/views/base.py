@@ -9,11 +9,11 @@ from typing import Any
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
 from memproc.api.errors import memproc_exception_handler
+from memproc.api.parsers import MemprocJSONParser
 from memproc.api.permissions import HasResources, default_resource, resolve_resources
 from memproc.api.serializers import ErrorSerializer
 from memproc.api.throttling import MemprocUserThrottle
@@ -58,7 +58,7 @@ class MemprocViewMixin:
 
     permission_classes: list[type] = [HasResources]
     throttle_classes: list[type] = [MemprocUserThrottle]
-    parser_classes = [JSONParser]
+    parser_classes = [MemprocJSONParser]
     lookup_field = "pk"
     lookup_url_kwarg = "id"
     lookup_value_regex = "[^/]+"
@@ -73,7 +73,8 @@ class MemprocViewMixin:
         return memproc_exception_handler
 
     def allowed_resources(self) -> list[str] | None:
-        """Resource ids the caller may use; None means all (staff). Resolved once per request."""
+        """Resource ids the caller may use; None means all (staff with the model permission the
+        request's method needs). Resolved once per request."""
         request: Request = self.request  # type: ignore[attr-defined]
         if not hasattr(request, "_memproc_resources"):
             request._memproc_resources = resolve_resources(request)
