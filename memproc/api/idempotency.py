@@ -54,6 +54,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+# A first request still "running" after this long died with its process; a repeat may take over.
+# Longer than any turn: the model's timeout and retries times the tool steps stay well below it.
+RUNNING_LEASE = timedelta(minutes=15)
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -318,6 +321,13 @@ def idempotency_claim(*, scope: str, key: str, request_hash: str) -> Claim | Rep
             continue  # released meanwhile
         if first.expires_at <= now:
             IdempotencyRecord.objects.filter(pk=first.pk, expires_at__lte=now).delete()
+            continue
+        if first.state != IdempotencyRecord.State.DONE and first.created_at <= now - RUNNING_LEASE:
+            # Its process died mid-turn (a settle or release always follows a live one): take over,
+            # rather than answer 409 until the key expires.
+            IdempotencyRecord.objects.filter(
+                pk=first.pk, state=IdempotencyRecord.State.RUNNING, created_at=first.created_at
+            ).delete()
             continue
         if first.request_hash != request_hash:
             raise IdempotencyKeyReused()

@@ -121,6 +121,25 @@ def test_a_repeat_while_the_first_runs_is_a_409(owner_client, agent, model, reso
     assert model.calls == 0 and not models.Message.objects.exists()
 
 
+def test_a_first_request_that_died_mid_turn_is_taken_over_after_the_lease(
+    owner_client, agent, model, resource, user
+):
+    from memproc.api.idempotency import RUNNING_LEASE
+
+    model.add("Taken over")
+    models.IdempotencyRecord.objects.create(
+        scope=f"agents/api-test/generate user:{user.pk}",
+        key="key-1",
+        request_hash=_hash_of({"messages": "hello"}),
+        created_at=timezone.now() - RUNNING_LEASE - timedelta(seconds=1),
+        expires_at=timezone.now() + timedelta(hours=1),
+    )
+    response = post(owner_client, GENERATE, {"messages": "hello"})
+    assert response.status_code == 200, response.content
+    assert response.json()["text"] == "Taken over" and model.calls == 1
+    assert models.IdempotencyRecord.objects.get().state == models.IdempotencyRecord.State.DONE
+
+
 def _hash_of(body: dict[str, Any]) -> str:
     import hashlib
 
