@@ -1,10 +1,12 @@
 """One place that maps memproc's errors to HTTP responses: 400, 404, 409, 413, 502, 503, never a 500
 for bad input. memproc's views use this handler; the project's `EXCEPTION_HANDLER` is left alone.
 
-A failing model provider (502) or embedder (503) is answered with the error's `public_message`, what
-failed in memproc's words: the provider's own message, its status and its URL are in the exception's
-text for the server log only (DESIGN §5: no error body carries a secret, a provider's own message or
-an internal URL). A configuration error (500) is answered just as generically.
+A failing model provider (502), embedder or attachment storage (503) is answered with the error's
+`public_message`, what failed in memproc's words: the provider's own message, its status and its URL
+(or the storage's endpoint and bucket) are in the exception's text for the server log only (DESIGN
+§5: no error body carries a secret, a provider's own message or an internal URL). A configuration
+error (500) is answered just as generically. Django's refusals of a request body (too large, too many
+fields or files, unreadable) are answered as JSON too, not as Django's HTML pages.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import Http404
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
+from django.http import Http404, UnreadablePostError
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -27,6 +30,10 @@ logger = logging.getLogger(__name__)
 NOT_FOUND = "Not found."
 MISCONFIGURED = "memproc is not configured correctly on this server; its log says why."
 ATTACHMENT_TOO_LARGE_CODES = frozenset({"too_large"})
+BODY_TOO_LARGE = (
+    "The request body is too large. Send files as file parts of a multipart form or as data URIs in "
+    "JSON; other form fields are limited by the site's DATA_UPLOAD_MAX_MEMORY_SIZE."
+)
 
 
 def error_body(detail: str, code: str) -> dict[str, str]:
@@ -42,6 +49,11 @@ def memproc_status(exc: BaseException) -> tuple[int, dict[str, Any]]:
     if isinstance(exc, memproc_exceptions.ModelError):
         logger.info("memproc: answered 502 for a model provider error (%s): %s", exc.code, exc)
         return status.HTTP_502_BAD_GATEWAY, error_body(exc.public_message, exc.code)
+    if isinstance(exc, memproc_exceptions.StorageUnavailable):
+        logger.warning("memproc: answered 503 for an attachment storage error: %s", exc)
+        return status.HTTP_503_SERVICE_UNAVAILABLE, error_body(exc.public_message, exc.code)
+    if isinstance(exc, memproc_exceptions.RequestTooLarge):
+        return status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, error_body(str(exc), exc.code)
     if isinstance(exc, memproc_exceptions.AttachmentError):
         code = getattr(exc, "code", "attachment_error")
         if code in ATTACHMENT_TOO_LARGE_CODES:
@@ -72,6 +84,9 @@ def memproc_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         return Response(body, status=status_code)
     if isinstance(exc, RecursionError):  # JSON nested deeper than Python parses or walks
         return Response(error_body("The request body is nested too deeply.", "parse_error"), status=400)
+    refused = request_body_refusal(exc)
+    if refused is not None:
+        return refused
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()  # the same answer for a missing object and another owner's
     response = drf_exception_handler(exc, context)
@@ -80,6 +95,19 @@ def memproc_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
     if isinstance(response.data, dict) and set(response.data) == {"detail"}:
         response.data["code"] = _api_exception_code(exc)
     return response
+
+
+def request_body_refusal(exc: Exception) -> Response | None:
+    """Django's own refusals of a request body, raised while it is read (Django would answer them with
+    an HTML 400): a body over DATA_UPLOAD_MAX_MEMORY_SIZE (read by code other than memproc's
+    parsers, or a multipart form's non-file fields) is a 413, like memproc's own limit."""
+    if isinstance(exc, RequestDataTooBig):
+        return Response(error_body(BODY_TOO_LARGE, "too_large"), status=413)
+    if isinstance(exc, (TooManyFieldsSent, TooManyFilesSent)):
+        return Response(error_body(str(exc), "too_many_fields"), status=400)
+    if isinstance(exc, UnreadablePostError):
+        return Response(error_body("The request body could not be read.", "parse_error"), status=400)
+    return None
 
 
 def is_unknown_lookup(exc: BaseException) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.core.validators import RegexValidator
@@ -12,12 +12,32 @@ from rest_framework import serializers
 
 from memproc import models
 from memproc.conf import settings
-from memproc.exceptions import MemprocError
-from memproc.messages import Message, part_to_json, thaw, to_messages
+from memproc.exceptions import AttachmentError, MemprocError
+from memproc.messages import FilePart, Message, TextPart, part_to_json, thaw, to_messages
+from memproc.processors.attachments import inline_file
+from memproc.selectors import thread_messages
 from memproc.services.attachments import attachment_url
 
-# Ids that travel in URL paths: no slash, no control characters.
+# The grammar of ids that clients choose (threads, resources): they travel in URL paths and name
+# files' folders, so no slash, nothing a client or a proxy would normalise ("." and "..", whitespace
+# at either end), nothing unprintable. The regex is what OpenAPI can say (`pattern`); `id_grammar`
+# checks the rest.
+ID_RULES = (
+    "An id is 1 to 255 printable characters, without '/' and without whitespace at either end; "
+    "'.' and '..' are not ids."
+)
 id_validator = RegexValidator(r"\A[^/\x00-\x1f\x7f]+\Z", "Use an id without slashes or control characters.")
+
+
+def id_grammar(value: str) -> None:
+    """The rules of ID_RULES that a regex in the OpenAPI schema does not carry."""
+    if value in (".", ".."):
+        raise serializers.ValidationError("'.' and '..' are not ids.")
+    if value != value.strip():
+        raise serializers.ValidationError("Use an id without whitespace at either end.")
+    if not value.isprintable():
+        raise serializers.ValidationError("Use an id of printable characters only.")
+
 
 ROLE_INPUT = ["user", "assistant", "tool"]
 PART_TYPES = ["text", "file", "tool-call", "tool-result", "attachment"]
@@ -77,13 +97,17 @@ def validate_json_text(value: Any) -> Any:
 
 
 class IdField(serializers.CharField):
-    """A client-chosen id: at most 255 characters, taken as given (no trimming)."""
+    """A client-chosen id (a thread's, a resource's), checked against ID_RULES and taken as given (no
+    trimming). The rules join the field's help text, so the OpenAPI schema states them."""
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("max_length", 255)
         kwargs.setdefault("trim_whitespace", False)
+        help_text = kwargs.get("help_text") or ""
+        if ID_RULES not in help_text:  # DRF re-runs __init__ with these kwargs when it copies a field
+            kwargs["help_text"] = f"{help_text} {ID_RULES}".strip()
         super().__init__(**kwargs)
-        self.validators.append(id_validator)
+        self.validators.extend([id_validator, id_grammar])
 
 
 @extend_schema_field(JSON_OBJECT_SCHEMA)
@@ -128,7 +152,84 @@ class MessagesField(serializers.JSONField):
         errors = [error for m in messages for part in m.parts for error in part_errors(part)]
         if errors:
             raise serializers.ValidationError(errors[:5])
+        by_message = message_errors(messages)
+        if by_message:
+            raise serializers.ValidationError(by_message)
+        inline_files_check(messages)
         return data
+
+
+def message_errors(
+    messages: Sequence[Message], *, thread_calls: set[str] | None = None
+) -> dict[int, dict[str, list[str]]]:
+    """Field errors of single messages, by their index: `{index: {"content" | "tool_call_id": [...]}}`.
+
+    A message needs content: text that is not blank, a file, a tool call or a tool result; tool calls
+    are an assistant message's, tool results a tool message's. A tool result must answer a call of
+    the assistant message its run of tool messages follows; results before the first assistant
+    message of the list can only answer the thread's last message, whose calls are `thread_calls`
+    (None: not known here, so those are left to the caller to check)."""
+    errors: dict[int, dict[str, list[str]]] = {}
+    answerable: set[str] | None = None  # no assistant message yet: the thread's calls
+    for index, message in enumerate(messages):
+        found: dict[str, list[str]] = {}
+        if all(isinstance(p, TextPart) and not p.text.strip() for p in message.parts):
+            found["content"] = ["This message is empty: send text, a file, a tool call or a tool result."]
+        elif message.role == "tool" and not message.tool_results:
+            found["content"] = ["A tool message holds tool results."]
+        elif message.role != "tool" and message.tool_results:
+            found["content"] = ["Only tool messages hold tool results."]
+        elif message.role != "assistant" and message.tool_calls:
+            found["content"] = ["Only assistant messages hold tool calls."]
+        calls = answerable if answerable is not None else thread_calls
+        if calls is not None:
+            orphans = [r.tool_call_id for r in message.tool_results if r.tool_call_id not in calls]
+            if orphans:
+                found["tool_call_id"] = [
+                    f"No tool call {call_id!r} to answer: a tool result must follow the assistant "
+                    "message that made the call (in this request, or the thread's last message)."
+                    for call_id in orphans[:5]
+                ]
+        if found:
+            errors[index] = found
+        if message.role == "assistant":
+            answerable = {c.tool_call_id for c in message.tool_calls}
+        elif message.role == "user":
+            answerable = set()
+    return errors
+
+
+def thread_open_calls(thread_id: str | None) -> set[str]:
+    """The tool calls of the thread's last message when it is an assistant message: the calls a
+    turn's leading tool results may answer. One query; none without a thread id."""
+    if not thread_id:
+        return set()
+    last = thread_messages(thread_id=thread_id).reverse().values_list("role", "content").first()
+    if last is None or last[0] != "assistant":
+        return set()
+    parts = (last[1] or {}).get("parts") or ()
+    return {
+        str(p.get("tool_call_id"))
+        for p in parts
+        if isinstance(p, Mapping) and p.get("type") == "tool-call" and p.get("tool_call_id")
+    }
+
+
+def inline_files_check(messages: Sequence[Message]) -> None:
+    """A file sent inline (a data URI, base64) over MAX_ATTACHMENT_BYTES is refused before the turn
+    runs, as an uploaded file over it is: AttachmentError(code="too_large"), a 413. The size is the
+    decoded one, computed from the encoded length (the same estimate AttachmentUploader applies)."""
+    limit = int(settings.MAX_ATTACHMENT_BYTES)
+    for message in messages:
+        for part in message.parts:
+            file = inline_file(part) if isinstance(part, FilePart) else None
+            if file is not None and file.estimated_size > limit:
+                name = file.name or "An inline file"
+                raise AttachmentError(
+                    f"{name} is {file.estimated_size} bytes; the limit is {limit} bytes",
+                    code="too_large",
+                    metadata={"name": file.name, "size": file.estimated_size, "limit": limit},
+                )
 
 
 PART_FIELD_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
@@ -237,23 +338,28 @@ class TripwireSerializer(serializers.Serializer):
 class GenerateRequestSerializer(serializers.Serializer):
     messages = MessagesField()
     thread_id = IdField(required=False, allow_null=True, help_text="Continue (or start) this thread.")
-    resource_id = serializers.CharField(
-        required=False,
-        allow_null=True,
-        max_length=255,
-        trim_whitespace=False,
-        help_text="The owner; defaults to the caller's resource.",
+    resource_id = IdField(
+        required=False, allow_null=True, help_text="The owner; defaults to the caller's resource."
     )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """Tool results before the request's first assistant message answer the thread's last
+        message; without such a call they would reach the model as orphans."""
+        messages = to_messages(attrs["messages"])
+        first = next((i for i, m in enumerate(messages) if m.role == "assistant"), len(messages))
+        if any(m.tool_results for m in messages[:first]):
+            errors = message_errors(messages, thread_calls=thread_open_calls(attrs.get("thread_id")))
+            if errors:
+                raise serializers.ValidationError({"messages": errors})
+        return attrs
 
 
 class GenerateUploadSerializer(serializers.Serializer):
     """The multipart form of a generate/stream request: the fields, plus files for the last user message."""
 
     messages = serializers.CharField(help_text="The messages as JSON, or the text of one user message.")
-    thread_id = serializers.CharField(required=False, help_text="Continue (or start) this thread.")
-    resource_id = serializers.CharField(
-        required=False, help_text="The owner; defaults to the caller's resource."
-    )
+    thread_id = IdField(required=False, help_text="Continue (or start) this thread.")
+    resource_id = IdField(required=False, help_text="The owner; defaults to the caller's resource.")
     files = serializers.ListField(child=serializers.FileField(), required=False, help_text="Files to attach.")
 
 
@@ -282,7 +388,7 @@ class ThreadSerializer(serializers.ModelSerializer):
 class ThreadCreateSerializer(serializers.Serializer):
     id = IdField(required=False, help_text="Optional; generated when omitted.")
     title = serializers.CharField(required=False, allow_blank=True, max_length=255, default="")
-    resource_id = serializers.CharField(required=False, max_length=255, trim_whitespace=False)
+    resource_id = IdField(required=False, help_text="The owner; defaults to the caller's resource.")
     metadata = JSONObjectField(required=False, default=dict)
 
 

@@ -27,13 +27,13 @@ from django.utils.decorators import method_decorator
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status, views
 from rest_framework.exceptions import NotFound
-from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 
 from memproc.agents import get_agent
+from memproc.api.parsers import MemprocJSONParser
 from memproc.api.protocols.auth import ProtocolAuthMixin
 from memproc.api.protocols.common import (
     THREAD_HEADER,
@@ -306,7 +306,7 @@ class UIMessageStreamEncoder:
 
 
 class ChatViewMixin(ProtocolAuthMixin, MemprocViewMixin):
-    parser_classes = [JSONParser]
+    parser_classes = [MemprocJSONParser]
     renderer_classes = [JSONRenderer]
 
     def perform_content_negotiation(self, request: Request, force: bool = False) -> tuple[Any, str]:

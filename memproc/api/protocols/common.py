@@ -1,5 +1,6 @@
-"""What both protocols share: which of a resent conversation is new, system messages from clients,
-and running a turn as a stream of protocol frames under WSGI (sync) or ASGI (async)."""
+"""What both protocols share: which of a resent conversation is new (and whether its tool results
+answer calls), system messages from clients, and running a turn as a stream of protocol frames under
+WSGI (sync) or ASGI (async)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from django.http import StreamingHttpResponse
+from rest_framework import serializers
 
+from memproc.api.serializers import message_errors
 from memproc.api.sse import primed
 from memproc.api.turn_runner import is_asgi, release_connections
 from memproc.conf import settings as memproc_settings
 from memproc.events import StreamEvent
 from memproc.exceptions import MemprocError
+from memproc.messages import to_messages
 from memproc.selectors import thread_messages
 from memproc.services.threads import messages_delete
 from memproc.services.turns import turn_begin
@@ -45,13 +49,36 @@ def new_part(messages: Sequence[Mapping[str, Any]], *, thread_exists: bool, agen
     follows is new. That also covers what the echo check of the pipeline (rule 17) cannot see: the
     server-side tool calls a client never received, and a blocked turn's input, which was never saved
     and must not be saved now. System messages are kept wherever they are (they are this turn's). On a
-    new thread, or for an agent without history, the whole conversation is the input."""
+    new thread, or for an agent without history, the whole conversation is the input.
+
+    The conversation's tool results must answer calls in it (`tool_results_check`), checked here on
+    the whole of it since the new part alone no longer holds the calls its results answer."""
     items = list(messages)
+    tool_results_check(items, thread_exists=thread_exists)
     if not (thread_exists and loads_history(agent)):
         return items
     last = max((i for i, m in enumerate(items) if m.get("role") == "assistant"), default=-1)
     system = [m for m in items[: last + 1] if m.get("role") == "system"]
     return [*system, *items[last + 1 :]]
+
+
+def tool_results_check(messages: Sequence[Mapping[str, Any]], *, thread_exists: bool) -> None:
+    """A tool result in the conversation a client sent must answer a call of the assistant message
+    its run of tool messages follows; saved without one, it would reach the provider as an orphan.
+    Results before the conversation's first assistant message can answer only a stored thread's last
+    message (not known here: they pass on a stored thread, and are orphans on a new one). Raises a
+    400 with field errors `{"messages": {index: {"tool_call_id": [...]}}}`, by index in `messages`.
+    Messages that do not parse are left to `MessagesField`, which reports them."""
+    if not any(isinstance(m, Mapping) and m.get("role") == "tool" for m in messages):
+        return
+    try:
+        parsed = to_messages(list(messages))
+    except (MemprocError, TypeError, AttributeError, KeyError, ValueError):
+        return
+    errors = message_errors(parsed, thread_calls=None if thread_exists else set())
+    orphans = {i: {"tool_call_id": e["tool_call_id"]} for i, e in errors.items() if "tool_call_id" in e}
+    if orphans:
+        raise serializers.ValidationError({"messages": orphans})
 
 
 def answerable(messages: Sequence[Mapping[str, Any]]) -> bool:

@@ -23,6 +23,7 @@ from memproc.processors.attachments import (
     file_check,
     normalise_type,
 )
+from memproc.storage import storage_errors
 
 logger = logging.getLogger(__name__)
 
@@ -96,17 +97,21 @@ def attachment_check_size(*, content_length: int | str | None, max_bytes: int | 
 
 def attachment_url(*, attachment: models.Attachment, expiry: int | None = None) -> str:
     """The file's URL from its storage. Storages that sign URLs (S3Storage, Azure) sign it for
-    `expiry` seconds (default ATTACHMENT_URL_EXPIRY); FileSystemStorage gives its plain URL."""
+    `expiry` seconds (default ATTACHMENT_URL_EXPIRY); FileSystemStorage gives its plain URL.
+    Raises StorageUnavailable if the storage fails (S3 signs locally; other storages may not)."""
     expiry = int(settings.ATTACHMENT_URL_EXPIRY if expiry is None else expiry)
     storage = attachment.file.storage
-    if "expire" in _parameters(storage.url):
-        return storage.url(attachment.file.name, expire=expiry)
-    return storage.url(attachment.file.name)
+    with storage_errors("making a file's URL"):
+        if "expire" in _parameters(storage.url):
+            return storage.url(attachment.file.name, expire=expiry)
+        return storage.url(attachment.file.name)
 
 
 def attachment_read(*, attachment: models.Attachment) -> bytes:
-    with attachment.file.storage.open(attachment.file.name, "rb") as handle:
-        return handle.read()
+    """The file's bytes; StorageUnavailable if the storage fails or has lost the file."""
+    with storage_errors("reading a file"):
+        with attachment.file.storage.open(attachment.file.name, "rb") as handle:
+            return handle.read()
 
 
 def attachment_delete(*, attachment: models.Attachment) -> None:
@@ -124,13 +129,21 @@ def attachment_storage() -> Storage:
 
 def file_save(*, attachment_id: uuid.UUID, resource_id: str, file: CheckedFile) -> str:
     """Writes the bytes under a name unique to the attachment id, so two rows, or a row and a turn
-    still staging, never share a file (whatever the storage's overwrite setting)."""
+    still staging, never share a file (whatever the storage's overwrite setting).
+
+    A storage that fails raises StorageUnavailable, after an attempt to delete whatever the failed
+    write left under that name (a partly written file, an object stored whose answer was lost)."""
     field = models.Attachment._meta.get_field("file")
     instance = models.Attachment(id=attachment_id, resource_id=_path_segment(resource_id), sha256=file.sha256)
     target = field.generate_filename(instance, f"{attachment_id.hex[:12]}/{file.name}")
     content = ContentFile(file.data, name=file.name)
     content.content_type = file.content_type  # type: ignore[attr-defined]  # S3Storage sends it as Content-Type
-    return field.storage.save(target, content, max_length=field.max_length)
+    with storage_errors("storing a file"):
+        try:
+            return field.storage.save(target, content, max_length=field.max_length)
+        except Exception:
+            file_delete(field.storage, target)  # the name is this attachment's alone
+            raise
 
 
 def file_delete(storage: Storage, name: str) -> None:
