@@ -59,6 +59,9 @@ def memproc_status(exc: BaseException) -> tuple[int, dict[str, Any]]:
         if code in ATTACHMENT_TOO_LARGE_CODES:
             return status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, error_body(str(exc), code)
         return status.HTTP_400_BAD_REQUEST, {"messages": [str(exc)]}  # a refused file in a turn's input
+    if isinstance(exc, memproc_exceptions.MessageConflict):
+        # A client message id already in use (another thread's, or a concurrent request's).
+        return status.HTTP_409_CONFLICT, {"messages": [str(exc)]}
     if isinstance(exc, memproc_exceptions.ValidationError):
         return status.HTTP_400_BAD_REQUEST, {"non_field_errors": [str(exc)]}
     if isinstance(exc, WorkingMemoryConflict):

@@ -36,7 +36,7 @@ from memproc.api.turn_runner import turn_generate, turn_stream_response
 from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
 from memproc.api.views.checks import attachments_check
 from memproc.conf import settings as memproc_settings
-from memproc.exceptions import AttachmentError, MessageConflict
+from memproc.exceptions import AttachmentError
 from memproc.messages import FilePart, Message, to_messages
 from memproc.services.attachments import attachment_check_size
 from memproc.services.threads import input_ids_check
@@ -188,7 +188,7 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
         )
 
     def get_exception_handler(self) -> Any:
-        return turn_exception_handler
+        return memproc_exception_handler
 
     def perform_content_negotiation(self, request: Request, force: bool = False) -> tuple[Any, str]:
         """The stream's errors are JSON even for a client that accepts only `text/event-stream`."""
@@ -224,13 +224,6 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
             resource_id=resource_id,
             client_ids=client_ids(data["messages"]),
         )
-
-
-def turn_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """memproc's handler, and a message id in use (a turn's own conflict) as a 409 on `messages`."""
-    if isinstance(exc, MessageConflict):
-        return Response({"messages": [str(exc)]}, status=409)
-    return memproc_exception_handler(exc, context)
 
 
 def client_ids(messages: Any) -> frozenset[str]:
