@@ -290,6 +290,24 @@ def test_a_bad_resource_id_is_a_field_error(client, agent, model, bad):
     assert not models.Thread.objects.exists()
 
 
+@pytest.mark.parametrize("bad", [v for k, v in BAD_IDS.items() if k != "empty"])
+def test_a_bad_resource_id_in_the_protocols_is_a_400(client, agent, model, bad):
+    openai = {"model": AGENT, "messages": [{"role": "user", "content": "hi"}], "metadata": {"resource_id": bad}}
+    response = post(client, OPENAI, openai)
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["param"] == "metadata"
+    chat = {
+        "id": "chat-1",
+        "resource_id": bad,
+        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}],
+    }
+    response = post(client, CHAT, chat)
+    assert response.status_code == 400, response.content
+    assert "resource_id" in response.json()
+    nothing_saved(model)
+    assert not models.Thread.objects.exists()
+
+
 @pytest.mark.parametrize("good", GOOD_IDS)
 def test_good_ids_are_accepted(client, agent, model, good):
     response = post(client, API + "threads/", {"id": good, "title": "t"})

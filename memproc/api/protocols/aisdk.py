@@ -67,9 +67,7 @@ class ChatRequest(serializers.Serializer):
         choices=["submit-message", "regenerate-message"], required=False, default="submit-message"
     )
     messageId = serializers.CharField(required=False, allow_null=True, max_length=255)  # noqa: N815
-    resource_id = serializers.CharField(
-        required=False, allow_null=True, max_length=255, trim_whitespace=False
-    )
+    resource_id = IdField(required=False, allow_null=True, help_text="The owner; defaults to the caller's.")
 
     def validate_messages(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for message in value:

@@ -385,7 +385,9 @@ class ChatCompletionsView(OpenAIViewMixin, views.APIView):
         agent = self.agent(data["model"])
         metadata = data.get("metadata") or {}
         thread_id = self.thread_id(metadata.get("thread_id") or None)
-        resource_id, thread = self.settle_owner(thread_id, metadata.get("resource_id") or None)
+        resource_id, thread = self.settle_owner(
+            thread_id, self.resource_id(metadata.get("resource_id") or None)
+        )
         if thread_id is None and agent.memory is not None:
             thread_id = new_id()
         conversation = drop_blocked(data["messages"], is_refusal)
@@ -422,9 +424,17 @@ class ChatCompletionsView(OpenAIViewMixin, views.APIView):
         return Response(body, headers=headers)
 
     def thread_id(self, value: str | None) -> str | None:
-        if value is None:
-            return None
-        try:
-            return IdField().run_validation(value)
-        except serializers.ValidationError as exc:
-            raise serializers.ValidationError({"metadata": {"thread_id": exc.detail}}) from exc
+        return _metadata_id("thread_id", value)
+
+    def resource_id(self, value: str | None) -> str | None:
+        return _metadata_id("resource_id", value)
+
+
+def _metadata_id(name: str, value: str | None) -> str | None:
+    """A thread or resource id from `metadata`, under the same rule as everywhere in the API."""
+    if value is None:
+        return None
+    try:
+        return IdField().run_validation(value)
+    except serializers.ValidationError as exc:
+        raise serializers.ValidationError({"metadata": {name: exc.detail}}) from exc

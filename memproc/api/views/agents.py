@@ -125,7 +125,7 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
         },
         responses={
             200: GenerateResultSerializer,
-            **errors(400, 404, 409, 413, 502),
+            **errors(400, 404, 409, 413, 502, 503),
             **IDEMPOTENCY_RESPONSES,
         },
     )
@@ -159,7 +159,7 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
                 description="The turn's events, one schema per event.",
                 examples=[OpenApiExample("A short answer", value=STREAM_EXAMPLE)],
             ),
-            **errors(400, 404, 409, 413, 502),
+            **errors(400, 404, 409, 413, 502, 503),
             **IDEMPOTENCY_RESPONSES,
         },
     )

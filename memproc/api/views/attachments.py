@@ -17,7 +17,7 @@ from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
         summary="An attachment's metadata and download URL",
         description="`url` is the storage's URL: on S3 a signed URL that expires.",
         parameters=[id_parameter("The attachment id (a UUID).")],
-        responses={200: AttachmentSerializer, **errors(404)},
+        responses={200: AttachmentSerializer, **errors(404, 503)},
     ),
 )
 class AttachmentViewSet(MemprocViewMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

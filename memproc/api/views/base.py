@@ -24,10 +24,12 @@ ERROR_DESCRIPTIONS = {
     401: "Not authenticated.",
     403: "Not allowed.",
     404: "Not found (or owned by another resource).",
-    409: "A concurrent change; try again.",
-    413: "An attachment is too large.",
+    409: "A conflict: a concurrent change, or a message id already in use.",
+    413: "The body or an attachment is too large.",
+    422: "The Idempotency-Key was used with another body.",
     429: "Throttled.",
     502: "The model provider failed.",
+    503: "A back end (file storage, embedder) is unavailable; try again later.",
 }
 FIELD_ERRORS = {"type": "object", "additionalProperties": True, "description": ERROR_DESCRIPTIONS[400]}
 

@@ -10,6 +10,7 @@ from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.filters import BaseFilterBackend
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -32,7 +33,13 @@ from memproc.api.serializers import (
 from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
 from memproc.api.views.working_memory import AGENT_PARAMETER, WorkingMemoryMixin, working_memory_config
 from memproc.exceptions import ValidationError as MemprocValidationError
-from memproc.selectors import thread_messages, thread_turns, threads_for_resources
+from memproc.selectors import (
+    THREAD_ORDERINGS,
+    metadata_filter,
+    thread_messages,
+    thread_turns,
+    threads_for_resources,
+)
 from memproc.services.threads import thread_clone, thread_create, thread_delete, thread_update
 
 THREAD_ID = id_parameter("The thread id.")
@@ -73,6 +80,45 @@ TURN_PAGE_PARAMETERS = [
 ]
 
 
+class ThreadListQuery(BaseFilterBackend):
+    """The thread list's `?metadata__<key>=<value>` filters (every key must match; a value also
+    matches the JSON number, boolean or null it spells) and `?ordering=` (`updated_at` or
+    `created_at`, `-` for newest first; default `-updated_at`; anything else is a 400). The cursor
+    pagination asks `get_ordering`, so pages follow the chosen order."""
+
+    prefix = "metadata__"
+
+    def filter_queryset(self, request: Request, queryset: QuerySet[Any], view: Any) -> QuerySet[Any]:
+        metadata = {
+            k[len(self.prefix) :]: v for k, v in request.query_params.items() if k.startswith(self.prefix)
+        }
+        try:
+            queryset = metadata_filter(queryset, metadata, loose=True)
+        except MemprocValidationError as exc:
+            raise serializers.ValidationError({"metadata": [str(exc)]}) from exc
+        return queryset.order_by(*self.get_ordering(request, queryset, view))
+
+    def get_ordering(self, request: Request, queryset: Any, view: Any) -> tuple[str, str]:
+        ordering = request.query_params.get("ordering", "-updated_at")
+        if ordering not in THREAD_ORDERINGS:
+            raise serializers.ValidationError(
+                {"ordering": [f"Must be one of: {', '.join(THREAD_ORDERINGS)}."]}
+            )
+        return (ordering, "id")
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": "ordering",
+                "in": "query",
+                "required": False,
+                "schema": {"type": "string", "enum": list(THREAD_ORDERINGS), "default": "-updated_at"},
+                "description": "The order of the list (the id breaks ties). Filter by metadata with "
+                "`metadata__<key>=<value>` (every key must match).",
+            }
+        ]
+
+
 class TurnCursorPagination(MemprocCursorPagination):
     """A thread's turn records, newest first."""
 
@@ -102,7 +148,7 @@ class ThreadViewSet(
 
     serializer_class = ThreadSerializer
     pagination_class = ThreadCursorPagination
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [DjangoFilterBackend, ThreadListQuery]
     filterset_class = ThreadFilter
 
     def get_queryset(self) -> QuerySet[models.Thread]:
@@ -115,7 +161,7 @@ class ThreadViewSet(
     @extend_schema(
         summary="Create a thread",
         request=ThreadCreateSerializer,
-        responses={201: ThreadSerializer, **errors(400, 404)},
+        responses={201: ThreadSerializer, **errors(400, 404, 413)},
     )
     def create(self, request: Request) -> Response:
         data = self.valid(ThreadCreateSerializer, request.data)
@@ -138,7 +184,7 @@ class ThreadViewSet(
         summary="Rename a thread or replace its metadata",
         parameters=[THREAD_ID],
         request=ThreadUpdateSerializer,
-        responses={200: ThreadSerializer, **errors(400, 404)},
+        responses={200: ThreadSerializer, **errors(400, 404, 413)},
     )
     def partial_update(self, request: Request, id: str) -> Response:
         thread = self.get_object()
@@ -183,7 +229,7 @@ class ThreadViewSet(
         summary="Copy a thread and its messages into a new thread",
         parameters=[THREAD_ID],
         request=ThreadCloneSerializer,
-        responses={201: ThreadSerializer, **errors(400, 404)},
+        responses={201: ThreadSerializer, **errors(400, 404, 413)},
     )
     @action(detail=True, methods=["post"])
     def clone(self, request: Request, id: str) -> Response:

@@ -36,10 +36,16 @@ class WorkingMemoryConfig:
     mode: str = "markdown"
     template: str = DEFAULT_TEMPLATE
     schema: dict[str, Any] | None = None
+    max_tokens: int | None = None
 
     @classmethod
     def of(cls, processor: Any) -> WorkingMemoryConfig:
-        return cls(mode=processor.mode, template=processor.template, schema=processor.schema)
+        return cls(
+            mode=processor.mode,
+            template=processor.template,
+            schema=processor.schema,
+            max_tokens=getattr(processor, "max_tokens", None),
+        )
 
 
 def working_memory_config(*, agent_id: str | None, thread_agent_id: str = "") -> WorkingMemoryConfig:
@@ -101,6 +107,7 @@ class WorkingMemoryMixin:
                 schema=config.schema,
                 replace=serializer.validated_data["replace"],
                 actor=request.user,
+                max_tokens=config.max_tokens,
             )
         except MemprocValidationError as exc:
             raise serializers.ValidationError({"working_memory": [str(exc)]}) from exc
@@ -135,14 +142,15 @@ class ResourceWorkingMemoryView(MemprocViewMixin, WorkingMemoryMixin, views.APIV
         summary="Replace or merge a resource's working memory",
         parameters=[AGENT_PARAMETER],
         request=WorkingMemoryUpdateSerializer,
-        responses={200: WorkingMemorySerializer, **errors(400, 404, 409)},
+        responses={200: WorkingMemorySerializer, **errors(400, 404, 409, 413)},
     )
     def put(self, request: Request, id: str) -> Response:
         key = self.resource_key(id)
         return self.working_memory_write(request, scope="resource", key=key, config=self.config(request))
 
     def resource_key(self, resource_id: str) -> str:
-        """The caller's own resource, stored or not yet; staff reach any stored resource."""
+        """The caller's own resource, stored or not yet; any stored resource for a caller the resolver
+        grants every resource (staff with `memproc.view_thread` to read, `memproc.change_thread` to write)."""
         self.require_resource(resource_id)
         if self.allowed_resources() is None and not Resource.objects.filter(pk=resource_id).exists():
             raise NotFound()
