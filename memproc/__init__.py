@@ -8,7 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+
+def _installed_version() -> str:
+    """The version of the installed distribution, django-memproc (the import name is memproc)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("django-memproc")
+    except PackageNotFoundError:  # imported from a checkout that is not installed (PYTHONPATH)
+        return "0+unknown"
+
+
+__version__ = _installed_version()
 __all__ = ["Agent", "Memory", "Tool", "tool"]
 
 _LAZY = {

@@ -12,16 +12,41 @@ find_python() {
   echo python3
 }
 
-# make_venv DIR PYTHON EXTRA [PIP ARGS...]: a virtualenv with memproc installed (editable) with EXTRA.
+# make_venv DIR PYTHON EXTRA [PIP ARGS...]: a virtualenv with memproc (the django-memproc distribution)
+# installed editable with EXTRA. With MAKE_VENV_PROGRESS=1, pip's steps are shown as they happen.
 make_venv() {
   local dir=$1 python=$2 extra=$3; shift 3
   if [ ! -x "$dir/bin/python" ]; then
     "$python" -m venv "$dir"
   fi
   "$dir/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
-  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$extra]" "$@" 2>&1 \
-    | grep -v -i "is ignored" || true
+  if [ -n "${MAKE_VENV_PROGRESS:-}" ]; then
+    "$dir/bin/python" -m pip install --disable-pip-version-check --progress-bar off -e ".[$extra]" "$@" 2>&1 \
+      | pip_progress || true
+  else
+    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$extra]" "$@" 2>&1 \
+      | grep -v -i "is ignored" || true
+  fi
+  # Until the rename the distribution was "memproc", also the name of an unrelated PyPI package: either
+  # one left in this venv would shadow or duplicate the memproc package.
+  if "$dir/bin/python" -m pip show --quiet memproc >/dev/null 2>&1; then
+    "$dir/bin/python" -m pip uninstall --quiet --yes memproc >/dev/null 2>&1 || true
+  fi
   "$dir/bin/python" -c "import memproc, django; print('memproc', memproc.__version__, 'on Django', django.get_version())"
+}
+
+# pip_progress: pip's output (stdin) cut to one line per package collected or downloaded, then a count.
+pip_progress() {
+  local line
+  while IFS= read -r line; do
+    case $line in
+      Collecting*) echo "    ${line%% (from *}" ;;
+      *Downloading*) echo "      ${line#"${line%%Downloading*}"}" ;;
+      "Installing collected packages:"*) echo "    Installing $(tr -cd , <<<"$line" | wc -c | awk '{print $1 + 1}') packages..." ;;
+      "Successfully installed"*) echo "    Done: $(wc -w <<<"${line#Successfully installed}") packages installed." ;;
+      ERROR*|*error:*) echo "$line" ;;
+    esac
+  done
 }
 
 # apt_install PACKAGE...: installs Debian packages that are missing (root only; quiet).

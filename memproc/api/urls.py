@@ -7,7 +7,7 @@ from rest_framework.routers import SimpleRouter
 
 from memproc.api.protocols.aisdk import ChatStreamView, ChatView
 from memproc.api.protocols.openai import ChatCompletionsView, ModelDetailView, ModelListView
-from memproc.api.schema import DocsView, SchemaView
+from memproc.api.schema import DocsView, SchemaView, docs_asset
 from memproc.api.views import (
     AgentViewSet,
     ApiRoot,
@@ -43,5 +43,6 @@ urlpatterns = [
     re_path(r"^v1/models/(?P<id>[^/]+)/?$", ModelDetailView.as_view(), name="openai-model"),
     path("schema/", SchemaView.as_view(), name="schema"),
     path("docs/", DocsView.as_view(), name="docs"),
+    path("docs/assets/<str:filename>", docs_asset, name="docs-asset"),
     *router.urls,
 ]
