@@ -21,6 +21,7 @@ from memproc.exceptions import ConfigurationError, ValidationError
 from memproc.messages import Message, MessageInput, to_messages
 from memproc.processors.attachments import AttachmentUploader
 from memproc.processors.base import ProcessorContext
+from memproc.processors.compaction import CompactionOptions
 from memproc.processors.message_history import MessageHistory
 from memproc.processors.semantic_recall import SemanticRecall
 from memproc.processors.working_memory import WorkingMemory
@@ -28,7 +29,8 @@ from memproc.processors.working_memory import WorkingMemory
 logger = logging.getLogger(__name__)
 
 RECALL_DEFAULTS = {"top_k": 4, "message_range": 1, "scope": "resource", "threshold": None}
-WORKING_MEMORY_DEFAULTS = {"scope": "resource", "template": None, "schema": None}
+WORKING_MEMORY_DEFAULTS = {"scope": "resource", "template": None, "schema": None, "max_tokens": None}
+COMPACTION_DEFAULTS = {"trigger_tokens": 6000, "keep_tokens": 2000, "model": None}
 CALL_OPTIONS = frozenset({"read_only", "last_messages", "semantic_recall", "working_memory"})
 
 
@@ -46,14 +48,24 @@ class Memory:
         vector_store: Any = None,
         generate_title: bool = False,
         read_only: bool = False,
+        history_tokens: int | None = None,
+        compaction: bool | dict[str, Any] = False,
     ) -> None:
         if last_messages is True or (
             not isinstance(last_messages, bool) and (not isinstance(last_messages, int) or last_messages < 0)
         ):
             raise ConfigurationError("Memory(last_messages=...) must be an integer >= 0 or False")
+        if history_tokens is not None and (
+            isinstance(history_tokens, bool) or not isinstance(history_tokens, int) or history_tokens <= 0
+        ):
+            raise ConfigurationError("Memory(history_tokens=...) must be a positive integer or None")
         self.last_messages = last_messages
+        self.history_tokens = history_tokens
         self.recall_options = _options(semantic_recall, RECALL_DEFAULTS, "semantic_recall")
         self.working_memory_options = _options(working_memory, WORKING_MEMORY_DEFAULTS, "working_memory")
+        self.compaction_options = _options(compaction, COMPACTION_DEFAULTS, "compaction")
+        if self.compaction_options is not None and last_messages is False:
+            raise ConfigurationError("Memory(compaction=...) needs history: last_messages cannot be False")
         self.embedder = embedder
         self.vector_store = vector_store
         self.generate_title = generate_title
@@ -81,6 +93,8 @@ class Memory:
                 vector_store=self.vector_store,
                 generate_title=self.generate_title,
                 read_only=bool(options.get("read_only", self.read_only)),
+                history_tokens=self.history_tokens,
+                compaction=self.compaction_options or False,
             )
         except ConfigurationError as exc:
             raise ValidationError(f"memory_options: {exc}") from exc
@@ -101,10 +115,16 @@ class Memory:
                 scope=wm["scope"],
                 template=wm.get("template"),
                 schema=wm.get("schema"),
+                max_tokens=wm.get("max_tokens"),
                 read_only=self.read_only,
             )
         if self.last_messages is not False:
-            built["message-history"] = MessageHistory(int(self.last_messages), read_only=self.read_only)
+            built["message-history"] = MessageHistory(
+                int(self.last_messages),
+                history_tokens=self.history_tokens,
+                compaction=CompactionOptions.of(self.compaction_options),
+                read_only=self.read_only,
+            )
         if self.recall_options:
             built["semantic-recall"] = SemanticRecall(
                 embedder=self.embedder, vector_store=self.vector_store, **self.recall_options
@@ -141,10 +161,27 @@ class Memory:
 
         return thread_get(thread_id=thread_id)
 
-    def list_threads(self, *, resource_id: str) -> list[Any]:
-        from memproc.selectors import threads_for_resources
+    def list_threads(
+        self,
+        *,
+        resource_id: str,
+        limit: int | None = None,
+        cursor: str | None = None,
+        order_by: str = "-updated_at",
+        metadata: dict[str, Any] | None = None,
+    ) -> list[Any]:
+        """A resource's threads, most recently active first (`order_by`: "updated_at" or
+        "created_at", "-" for newest first; the id breaks ties, so the order is stable).
 
-        return list(threads_for_resources(resource_ids=[resource_id]))
+        `metadata` keeps threads whose metadata holds each key with that value (a string, number,
+        boolean or None). With `limit`, one page: the returned list's `next_cursor` (None on the last
+        page) passed back as `cursor` gives the next, in the same `order_by`.
+        """
+        from memproc.selectors import threads_page
+
+        return threads_page(
+            resource_ids=[resource_id], limit=limit, cursor=cursor, order_by=order_by, metadata=metadata
+        )
 
     def update_thread(
         self, thread_id: str, *, title: str | None = None, metadata: dict[str, Any] | None = None
@@ -159,11 +196,23 @@ class Memory:
         thread_delete(thread=self._thread(thread_id))
 
     def clone_thread(
-        self, thread_id: str, *, new_thread_id: str | None = None, title: str | None = None
+        self,
+        thread_id: str,
+        *,
+        new_thread_id: str | None = None,
+        title: str | None = None,
+        up_to_message_id: str | None = None,
     ) -> Any:
+        """Copies a thread (messages with new ids, their embeddings, its working memory); with
+        `up_to_message_id`, a branch holding the messages up to and including that one."""
         from memproc.services.threads import thread_clone
 
-        return thread_clone(thread=self._thread(thread_id), new_thread_id=new_thread_id, title=title)
+        return thread_clone(
+            thread=self._thread(thread_id),
+            new_thread_id=new_thread_id,
+            title=title,
+            up_to_message_id=up_to_message_id,
+        )
 
     def _thread(self, thread_id: str) -> Any:
         thread = self.get_thread(thread_id)
@@ -251,8 +300,27 @@ class Memory:
         resource_id: str | None = None,
         query: str | None = None,
         last_messages: int | None = None,
+        date_range: Any = None,
+        metadata: dict[str, Any] | None = None,
+        limit: int | None = None,
     ) -> list[Message]:
-        """History (and, with a query and recall on, related messages), in time order."""
+        """History (and, with a query and recall on, related messages), in time order.
+
+        Filters, for history and recalled messages alike: `date_range` keeps messages created between
+        its start and end (inclusive; a `(start, end)` pair or `{"start", "end"}`, either None for
+        open), `metadata` keeps messages of threads whose metadata holds each key with that value.
+        `limit` is how many similar messages the search finds (this call's `top_k`).
+        """
+        if date_range is not None or metadata or limit is not None:
+            return self._recall_filtered(
+                thread_id=thread_id,
+                resource_id=resource_id,
+                query=query,
+                last_messages=last_messages,
+                date_range=date_range,
+                metadata=metadata,
+                limit=limit,
+            )
         from memproc.selectors import messages_recent, thread_owner
         from memproc.services.store import DjangoMemoryStore
 
@@ -277,6 +345,116 @@ class Memory:
         found = recall.recall(ctx, query) or ([], [])
         merged = {m.id: m for m in [*history, *found[0], *found[1]]}
         return sorted(merged.values(), key=lambda m: (m.created_at is None, m.created_at))
+
+    def _recall_filtered(
+        self,
+        *,
+        thread_id: str,
+        resource_id: str | None,
+        query: str | None,
+        last_messages: int | None,
+        date_range: Any,
+        metadata: dict[str, Any] | None,
+        limit: int | None,
+    ) -> list[Message]:
+        from memproc.selectors import messages_recent_filtered
+        from memproc.services.store import DjangoMemoryStore
+        from memproc.vectors.base import SearchFilter
+
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ValidationError("recall(limit=...) must be a positive integer")
+        search_filter = SearchFilter.of(date_range=date_range, thread_metadata=metadata)
+        history = messages_recent_filtered(
+            thread_id=thread_id,
+            limit=int((self.last_messages if last_messages is None else last_messages) or 0),
+            start=search_filter.start,
+            end=search_filter.end,
+            thread_metadata=search_filter.thread_metadata,
+        )
+        if not query or not self.recall_options:
+            return history
+        options = {**self.recall_options, **({"top_k": limit} if limit is not None else {})}
+        recall = SemanticRecall(embedder=self.embedder, vector_store=self.vector_store, **options)
+        ctx = ProcessorContext(
+            processor_id=recall.id,
+            messages=(*history, Message.create("user", query)),
+            thread_id=thread_id,
+            resource_id=resource_id,
+            store=_FilteredSearchStore(DjangoMemoryStore(), search_filter),
+            loaded_ids=frozenset(m.id for m in history),
+        )
+        found = recall.recall(ctx, query) or ([], [])
+        # Neighbours (message_range) share their hit's thread, not always its date range.
+        merged = {
+            m.id: m for m in [*history, *found[0], *found[1]] if search_filter.admits_time(m.created_at)
+        }
+        return sorted(merged.values(), key=lambda m: (m.created_at is None, m.created_at))
+
+    def update_messages(
+        self, messages: Sequence[Message | dict[str, Any]], *, embed: bool | None = None
+    ) -> list[Message]:
+        """Replaces the content of stored messages: `Message` objects, or dicts with an `id` and new
+        `content` (text or parts) or `parts`; a dict's `role` defaults to the stored one. Text and
+        token count follow; the old embeddings are deleted and the new text embedded after commit
+        (through `memproc.background`) when the messages had embeddings or this Memory uses recall
+        (`embed` decides otherwise). See `messages_update` for what an edit may not change.
+        """
+        from memproc.selectors import messages_by_id
+        from memproc.services.recall import EMBEDDABLE_ROLES
+        from memproc.services.threads import messages_update
+
+        items = list(messages)
+        stored = messages_by_id(ids=[_item_id(item) for item in items])
+        values = [
+            item
+            if isinstance(item, Message)
+            else to_messages({**item, "role": item.get("role") or _stored_role(stored, item)})[0]
+            for item in items
+        ]
+        with transaction.atomic():
+            updated, unembedded = messages_update(messages=values)
+            wanted = self.uses_semantic_recall if embed is None else embed
+            ids = [
+                m.id
+                for m in updated
+                if m.role in EMBEDDABLE_ROLES and m.text.strip() and (wanted or m.id in unembedded)
+            ]
+            if ids and embed is not False:
+                self._embed_stored(ids)
+        return updated
+
+    def _embed_stored(self, message_ids: list[str]) -> None:
+        """Embeds stored messages after commit: a `memproc.embed_messages` job (see save_messages for
+        why backends given as objects are used in this process instead under Celery)."""
+        from memproc import background
+        from memproc.services.recall import messages_embed
+
+        def embed_here() -> None:
+            messages_embed(message_ids=message_ids, embedder=self.embedder, vector_store=self.vector_store)
+
+        backends = {"embedder": self.embedder, "vector_store": self.vector_store}
+        if settings.BACKGROUND == "celery" and not all(map(_travels, backends.values())):
+            transaction.on_commit(partial(_embed_logged, embed_here))
+            return
+        background.enqueue(
+            "memproc.embed_messages",
+            kwargs={
+                "message_ids": message_ids,
+                **{name: spec for name, spec in backends.items() if spec is not None},
+            },
+            inline=embed_here,
+        )
+
+    # --- export ----------------------------------------------------------------------------------
+
+    def export(self, *, resource_id: str) -> dict[str, Any]:
+        """Everything stored for a resource as one versioned JSON-ready dict (see
+        `memproc.services.export`): threads with their messages, working memory and its revisions,
+        turn records, tripwire logs, attachments (metadata and a download URL). Embeddings are not
+        exported (an import rebuilds them). A resource with nothing stored is a LookupError."""
+        from memproc.services.export import resource_export
+
+        return resource_export(resource_id=resource_id)
 
     # --- working memory --------------------------------------------------------------------------
 
@@ -312,8 +490,27 @@ class Memory:
             schema=wm.schema,
             actor=actor,
             replace=replace,
+            max_tokens=wm.max_tokens,
         )
         return text
+
+    # --- thread summaries (compaction) --------------------------------------------------------------
+
+    def get_summary(self, *, thread_id: str) -> Any:
+        """The thread's summary (`compaction`): a ThreadSummaryValue (`text`, `covered_sequence`,
+        `version`), or None before the first fold."""
+        from memproc.services.compaction import thread_summary_get
+
+        summary = thread_summary_get(thread_id=thread_id)
+        return summary if summary is not None and (summary.text or summary.covered_sequence) else None
+
+    def update_summary(self, text: str, *, thread_id: str, actor: Any = None) -> Any:
+        """Replaces the thread's summary text (a correction), recorded as a revision; later folds
+        build on it."""
+        from memproc.services.compaction import thread_summary_update
+
+        summary = thread_summary_update(thread_id=thread_id, text=text, actor=actor)
+        return self.get_summary(thread_id=summary.thread_id)
 
     def _working_memory_key(self, thread_id: str | None, resource_id: str | None) -> tuple[str, str]:
         wm = self.working_memory_processor
@@ -322,6 +519,39 @@ class Memory:
         if not key:
             raise ValidationError(f"Working memory of scope {scope!r} needs a {scope}_id")
         return scope, key
+
+
+class _FilteredSearchStore:
+    """A memory store whose vector searches are narrowed by a SearchFilter; all else delegates."""
+
+    def __init__(self, store: Any, search_filter: Any) -> None:
+        self._store = store
+        self._filter = search_filter
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def vectors_search(self, *, vector_store: Any = None, **search: Any) -> Any:
+        from memproc.vectors import get_vector_store
+        from memproc.vectors.base import search_filtered
+
+        return search_filtered(get_vector_store(vector_store), filter=self._filter, **search)
+
+
+def _item_id(item: Any) -> str:
+    message_id = (
+        item.id if isinstance(item, Message) else (item.get("id") if isinstance(item, dict) else None)
+    )
+    if not isinstance(message_id, str) or not message_id:
+        raise ValidationError("update_messages needs the id of each message to update")
+    return message_id
+
+
+def _stored_role(stored: dict[str, Message], item: dict[str, Any]) -> str:
+    found = stored.get(item["id"])
+    if found is None:
+        raise ValidationError(f"No stored message with id {item['id']!r}")
+    return found.role
 
 
 def _travels(spec: Any) -> bool:

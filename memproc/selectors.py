@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection
 from django.db.models import Count, FloatField, Max, Q, QuerySet, Sum, Value
-from django.db.models.fields.json import KT
+from django.db.models.fields.json import KT, KeyTransform
 from django.db.models.functions import Cast, Coalesce, Substr
 from django.utils.dateparse import parse_datetime
 
 from memproc import models
+from memproc.exceptions import ValidationError
 from memproc.messages import Message, message_from_content
 
 MESSAGE_FIELDS = ("id", "thread_id", "resource_id", "role", "content", "created_at", "sequence")
@@ -241,3 +245,204 @@ def turn_durations_by_agent(*, since: datetime, limit: int) -> dict[str, list[fl
 def turn_durations(*, records: QuerySet[models.TurnRecord], limit: int) -> list[float]:
     """The durations (ms) of the newest `limit` of `records`. One query."""
     return list(records.order_by("-started_at").values_list("duration_ms", flat=True)[:limit])
+
+
+# --- thread lists, metadata filters, filtered message reads ------------------------------------------
+
+# What a list of threads may be ordered by; a leading "-" is newest first. The id breaks ties.
+THREAD_ORDERINGS = ("-updated_at", "updated_at", "-created_at", "created_at")
+METADATA_SCALARS = (str, int, float, bool, type(None))
+
+
+def metadata_filter(
+    queryset: QuerySet[Any],
+    metadata: Mapping[str, Any] | None,
+    *,
+    field: str = "metadata",
+    loose: bool = False,
+) -> QuerySet[Any]:
+    """Rows whose JSON `field` holds every key of `metadata` with that value (JSON equality).
+
+    Values are scalars (a string, number, boolean or None for JSON null). A key is one top-level key,
+    taken literally (`a__b` is the key "a__b", never a path or a lookup). With `loose`, for values
+    from a query string, a string also matches the JSON number, boolean or null it spells ("3"
+    matches 3 and "3", "true" matches true and "true").
+    """
+    for index, (key, value) in enumerate((metadata or {}).items()):
+        if not isinstance(key, str) or not key or "\x00" in key or len(key) > 255:
+            raise ValidationError(f"A metadata filter key must be a non-empty string, not {key!r}")
+        if not isinstance(value, METADATA_SCALARS) or (isinstance(value, str) and "\x00" in value):
+            raise ValidationError(f"metadata[{key!r}]: filter values are strings, numbers, booleans or None")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValidationError(f"metadata[{key!r}]: a number must be finite")
+        alias = f"memproc_meta_{index}"
+        queryset = queryset.alias(**{alias: KeyTransform(key, field)})
+        match = Q()
+        for candidate in _loose_values(value) if loose else [value]:
+            match |= Q(**{alias: candidate})
+        queryset = queryset.filter(match)
+    return queryset
+
+
+def _loose_values(value: Any) -> list[Any]:
+    if not isinstance(value, str):
+        return [value]
+    try:
+        literal = json.loads(value)
+    except ValueError:
+        return [value]
+    is_scalar = literal is None or isinstance(literal, (bool, int, float))
+    if not is_scalar or (isinstance(literal, float) and not math.isfinite(literal)):
+        return [value]
+    return [value, literal]
+
+
+class ThreadList(list):  # type: ignore[type-arg]
+    """A page of threads that knows the cursor of the next page (None: this is the last one)."""
+
+    def __init__(self, threads: Iterable[models.Thread] = (), *, next_cursor: str | None = None) -> None:
+        super().__init__(threads)
+        self.next_cursor = next_cursor
+
+
+def threads_page(
+    *,
+    resource_ids: Iterable[str] | None,
+    limit: int | None = None,
+    cursor: str | None = None,
+    order_by: str = "-updated_at",
+    metadata: Mapping[str, Any] | None = None,
+) -> ThreadList:
+    """A page of threads in a stable order (`order_by`, then id), narrowed by thread metadata.
+
+    `cursor` is the `next_cursor` of the previous page (opaque; it remembers the order it was made
+    for). Keyset paging: one query per page whatever the page's depth, on the (resource, updated_at)
+    index. `limit` None returns every remaining thread (and no next cursor).
+    """
+    if order_by not in THREAD_ORDERINGS:
+        raise ValidationError(f"order_by must be one of {', '.join(THREAD_ORDERINGS)}, not {order_by!r}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValidationError("limit must be a positive integer or None")
+    field = order_by.lstrip("-")
+    qs = metadata_filter(threads_for_resources(resource_ids=resource_ids), metadata)
+    if cursor:
+        value, last_id = _thread_cursor_decode(cursor, order_by)
+        past = Q(**{f"{field}__{'lt' if order_by.startswith('-') else 'gt'}": value})
+        qs = qs.filter(past | Q(**{field: value, "id__gt": last_id}))
+    qs = qs.order_by(order_by, "id")
+    if limit is None:
+        return ThreadList(qs)
+    rows = list(qs[: limit + 1])
+    if len(rows) <= limit:
+        return ThreadList(rows)
+    last = rows[limit - 1]
+    return ThreadList(
+        rows[:limit], next_cursor=_thread_cursor_encode(order_by, getattr(last, field), last.pk)
+    )
+
+
+def _thread_cursor_encode(order_by: str, value: datetime, thread_id: str) -> str:
+    raw = json.dumps({"o": order_by, "v": value.isoformat(), "id": thread_id}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode("ascii").rstrip("=")
+
+
+def _thread_cursor_decode(cursor: str, order_by: str) -> tuple[datetime, str]:
+    try:
+        raw = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        value = parse_datetime(raw["v"])
+        thread_id = raw["id"]
+        made_for = raw["o"]
+    except (ValueError, TypeError, KeyError, binascii.Error) as exc:
+        raise ValidationError("Not a cursor of list_threads") from exc
+    if value is None or not isinstance(thread_id, str) or "\x00" in thread_id:
+        raise ValidationError("Not a cursor of list_threads")
+    if made_for != order_by:
+        raise ValidationError(f"This cursor was made for order_by={made_for!r}, not {order_by!r}")
+    return (value if value.tzinfo else value.replace(tzinfo=UTC)), thread_id
+
+
+def messages_filtered(
+    *,
+    thread_id: str | None = None,
+    resource_id: str | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    thread_metadata: Mapping[str, Any] | None = None,
+) -> QuerySet[models.Message]:
+    """Messages of a thread and/or resource created between `start` and `end` (both inclusive, each
+    optional) in threads whose metadata holds `thread_metadata`. The (resource, created_at) index
+    serves a resource's date range."""
+    qs = models.Message.objects.all()
+    if thread_id is not None:
+        qs = qs.filter(thread_id=thread_id)
+    if resource_id is not None:
+        qs = qs.filter(resource_id=resource_id)
+    if start is not None:
+        qs = qs.filter(created_at__gte=start)
+    if end is not None:
+        qs = qs.filter(created_at__lte=end)
+    return metadata_filter(qs, thread_metadata, field="thread__metadata")
+
+
+def messages_recent_filtered(
+    *,
+    thread_id: str,
+    limit: int,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    thread_metadata: Mapping[str, Any] | None = None,
+) -> list[Message]:
+    """The newest `limit` messages of a thread that pass the filters of `messages_filtered`, oldest
+    first. One query."""
+    if limit <= 0:
+        return []
+    qs = messages_filtered(thread_id=thread_id, start=start, end=end, thread_metadata=thread_metadata)
+    rows = qs.order_by("-sequence").values(*MESSAGE_FIELDS)[:limit]
+    return [message_from_row(row) for row in reversed(list(rows))]
+
+
+def messages_by_id(*, ids: Iterable[str]) -> dict[str, Message]:
+    """Stored messages by id (ids that are not stored are missing). One query."""
+    rows = models.Message.objects.filter(id__in=list(ids)).values(*MESSAGE_FIELDS)
+    return {row["id"]: message_from_row(row) for row in rows}
+
+
+def message_sequence(*, thread_id: str, message_id: str) -> int | None:
+    """The position of a message in its thread, or None when the thread holds no such message."""
+    return (
+        models.Message.objects.filter(pk=message_id, thread_id=thread_id)
+        .values_list("sequence", flat=True)
+        .first()
+    )
+
+
+def resource_rows(*, resource_id: str) -> dict[str, QuerySet[Any]]:
+    """Everything stored about one resource, by kind: what a purge deletes and an export holds.
+
+    Rows are found by the resource's id and also through its threads (a revision, turn record or
+    tripwire log names a thread; a message or attachment may carry a stale resource id).
+    """
+    thread_ids = models.Thread.objects.filter(resource_id=resource_id).values("id")
+    messages = models.Message.objects.filter(Q(resource_id=resource_id) | Q(thread_id__in=thread_ids))
+    return {
+        "threads": models.Thread.objects.filter(resource_id=resource_id),
+        "messages": messages,
+        "embeddings": models.MessageEmbedding.objects.filter(
+            Q(resource_id=resource_id) | Q(message_id__in=messages.values("id"))
+        ),
+        "working_memory_revisions": models.WorkingMemoryRevision.objects.filter(
+            Q(scope=models.WorkingMemoryRevision.Scope.RESOURCE, key=resource_id)
+            | Q(scope=models.WorkingMemoryRevision.Scope.THREAD, key__in=thread_ids)
+            | Q(thread_id__in=thread_ids)
+        ),
+        "attachments": models.Attachment.objects.filter(
+            Q(resource_id=resource_id) | Q(message_id__in=messages.values("id"))
+        ),
+        "turn_records": models.TurnRecord.objects.filter(
+            Q(resource_id=resource_id) | Q(thread_id__in=thread_ids)
+        ),
+        "tripwire_logs": models.TripwireLog.objects.filter(
+            Q(resource_id=resource_id) | Q(thread_id__in=thread_ids)
+        ),
+        "resource": models.Resource.objects.filter(pk=resource_id),
+    }

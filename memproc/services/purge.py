@@ -110,9 +110,9 @@ def expired_purge(*, now: datetime | None = None, dry_run: bool = False) -> dict
     of days (None keeps them forever), and attachments that no message holds (uploaded but never
     sent, or left behind by a message deleted outside memproc's services) once they are
     `orphan_attachments_days` old; their files are removed from storage after commit. With `dry_run`
-    nothing is deleted and the counts say what would be. Messages go in batches, each its own transaction, so a long
-    backlog never holds one huge lock. Idempotent: run it daily (the `memproc.purge_expired` task,
-    or `manage.py memproc_purge --expired --yes` from cron).
+    nothing is deleted and the counts say what would be. Messages go in batches, each its own
+    transaction, so a long backlog never holds one huge lock. Idempotent: run it daily (the
+    `memproc.purge_expired` task, or `manage.py memproc_purge --expired --yes` from cron).
 
     Idempotency-Key records past their own expiry (the setting IDEMPOTENCY_TTL) go too; they are
     logged, not counted in the returned dict."""

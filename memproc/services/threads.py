@@ -194,7 +194,9 @@ def _embeddings_copy(*, id_map: dict[str, str], thread_id: str, resource_id: str
     meta = models.MessageEmbedding._meta
     qn = connection.ops.quote_name
     column = {name: qn(meta.get_field(name).column) for name in EMBEDDING_COPY_COLUMNS}
-    copied = ", ".join(column[name] for name in ("chunk", "model", "dimensions", "content_hash", "vector"))
+    kept = ("chunk", "model", "dimensions", "content_hash", "vector")
+    copied = ", ".join(column[name] for name in kept)
+    source = ", ".join(f"e.{column[name]}" for name in kept)
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     pairs = list(id_map.items())
     for start in range(0, len(pairs), 500):
@@ -203,9 +205,8 @@ def _embeddings_copy(*, id_map: dict[str, str], thread_id: str, resource_id: str
         sql = (
             f"INSERT INTO {qn(meta.db_table)} ({column['message']}, {column['thread_id']}, "
             f"{column['resource_id']}, {copied}, {column['created_at']}) "
-            f"SELECT copy.column2, %s, %s, "
-            f"{', '.join(f'e.{column[n]}' for n in ('chunk', 'model', 'dimensions', 'content_hash', 'vector'))}"
-            f", %s FROM {qn(meta.db_table)} e JOIN (VALUES {values}) AS copy "
+            f"SELECT copy.column2, %s, %s, {source}, %s "
+            f"FROM {qn(meta.db_table)} e JOIN (VALUES {values}) AS copy "
             f"ON e.{column['message']} = copy.column1"
         )
         params = [thread_id, resource_id, now, *(value for pair in batch for value in pair)]
@@ -417,8 +418,8 @@ def messages_delete(*, message_ids: Sequence[str], thread_id: str | None = None)
         qs = qs.filter(thread_id=thread_id)
     ids = list(qs.values_list("id", flat=True))
     attachments_release(message_ids=ids)
-    deleted, _ = models.Message.objects.filter(id__in=ids).delete()
-    return deleted
+    _, by_model = models.Message.objects.filter(id__in=ids).delete()
+    return by_model.get(models.Message._meta.label, 0)  # not the embeddings that went with them
 
 
 def messages_save_with_files(
@@ -513,15 +514,18 @@ def _check_edit(row: models.Message, message: Message) -> None:
             "and results a message holds"
         )
     for part in message.parts:
-        if isinstance(part, FilePart) and (part.data is not None or str(part.url or "")[:5].lower() == "data:"):
+        if isinstance(part, FilePart) and (
+            part.data is not None or str(part.url or "")[:5].lower() == "data:"
+        ):
             raise ValidationError(
                 f"Message {row.pk!r}: an edit cannot carry file bytes; save the file with "
                 "save_messages and reference its attachment"
             )
     wanted = {parse_uuid(i) for i in _attachment_ids(message.to_content())}
     known = set(
-        models.Attachment.objects.filter(pk__in=[i for i in wanted if i], resource_id=row.resource_id)
-        .values_list("pk", flat=True)
+        models.Attachment.objects.filter(
+            pk__in=[i for i in wanted if i], resource_id=row.resource_id
+        ).values_list("pk", flat=True)
     )
     if wanted - known:
         raise ValidationError(f"Message {row.pk!r} references attachments its resource does not hold")

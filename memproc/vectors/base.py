@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import date, datetime, time
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -14,9 +15,10 @@ from django.utils import timezone
 
 from memproc.db import insert_rows
 from memproc.embedders import vector_problem
-from memproc.exceptions import ConfigurationError
+from memproc.exceptions import ConfigurationError, ValidationError
 from memproc.models import MessageEmbedding
 from memproc.processors.store import VectorHit
+from memproc.selectors import messages_filtered
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +33,102 @@ class EmbeddingRow:
     dimensions: int
     content_hash: str
     vector: Sequence[float] | np.ndarray
+
+
+@dataclass(frozen=True)
+class SearchFilter:
+    """Narrows a search beyond its scope: to messages created between `start` and `end` (inclusive,
+    each optional) in threads whose metadata holds every key of `thread_metadata` with that value.
+
+    Django-backed stores apply it in the database (pgvector: inside the one search statement; NumPy:
+    one query for the scope's admitted message ids). `search_filtered` runs it on any store.
+    """
+
+    start: datetime | None = None
+    end: datetime | None = None
+    thread_metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, *, date_range: Any = None, thread_metadata: Mapping[str, Any] | None = None) -> SearchFilter:
+        """A filter from what a caller passes: `date_range` is `(start, end)` or `{"start", "end"}`,
+        either None for open; naive datetimes are in the current time zone and dates cover their
+        whole day. A malformed range is a ValidationError."""
+        start, end = _date_range(date_range)
+        return cls(start=start, end=end, thread_metadata=dict(thread_metadata or {}))
+
+    def __bool__(self) -> bool:
+        return self.start is not None or self.end is not None or bool(self.thread_metadata)
+
+    def messages(self, *, thread_id: str | None, resource_id: str | None) -> Any:
+        """The admitted messages of a scope, as a queryset."""
+        return messages_filtered(
+            thread_id=thread_id,
+            resource_id=resource_id,
+            start=self.start,
+            end=self.end,
+            thread_metadata=self.thread_metadata,
+        )
+
+    def admits_time(self, created_at: datetime | None) -> bool:
+        """Whether a message created at `created_at` falls within the date range."""
+        if created_at is None:
+            return self.start is None and self.end is None
+        return (self.start is None or created_at >= self.start) and (
+            self.end is None or created_at <= self.end
+        )
+
+
+def _date_range(value: Any) -> tuple[datetime | None, datetime | None]:
+    if value is None:
+        return None, None
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"start", "end"}
+        if unknown:
+            raise ValidationError(f"date_range has unknown keys: {', '.join(sorted(map(str, unknown)))}")
+        start, end = value.get("start"), value.get("end")
+    elif isinstance(value, (tuple, list)) and len(value) == 2:
+        start, end = value
+    else:
+        raise ValidationError("date_range must be a (start, end) pair or {'start': ..., 'end': ...}")
+    start, end = _moment(start, time.min), _moment(end, time.max)
+    if start is not None and end is not None and start > end:
+        raise ValidationError("date_range starts after it ends")
+    return start, end
+
+
+def _moment(value: Any, bound: time) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, date) and not isinstance(value, datetime):
+        value = datetime.combine(value, bound)
+    if not isinstance(value, datetime):
+        raise ValidationError(f"date_range bounds are datetimes, dates or None, not {type(value).__name__}")
+    return timezone.make_aware(value) if timezone.is_naive(value) else value
+
+
+def search_filtered(store: Any, *, filter: SearchFilter | None, **search: Any) -> list[VectorHit]:
+    """`store.search(**search)` narrowed by `filter`, on any store: stores whose `search` takes a
+    `filter` apply it themselves; for others the search over-fetches and the hits are filtered with
+    one query (which may then return fewer than `top_k` hits)."""
+    if not filter:
+        return store.search(**search)
+    # A DjangoVectorStore subclass searches in `search_unit`; its `search` always takes the filter.
+    if "filter" in _parameters(getattr(store, "search_unit", store.search)):
+        return store.search(**search, filter=filter)
+    hits = store.search(**{**search, "top_k": int(search["top_k"]) * 8})
+    admitted = set(
+        filter.messages(thread_id=search.get("thread_id"), resource_id=search.get("resource_id"))
+        .filter(id__in=[h.message_id for h in hits])
+        .values_list("id", flat=True)
+    )
+    return [h for h in hits if h.message_id in admitted][: int(search["top_k"])]
+
+
+def _parameters(function: Any) -> Mapping[str, Any]:
+    try:
+        return inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return {}
 
 
 @runtime_checkable
@@ -52,7 +150,8 @@ class VectorStore(Protocol):
         """The `top_k` messages closest by cosine similarity, best first, each once (its best chunk).
 
         Only rows of `embedder_id` with the query's dimensions count; `thread_id` and/or
-        `resource_id` narrow the scope; `threshold` is the minimum similarity.
+        `resource_id` narrow the scope; `threshold` is the minimum similarity. memproc's stores also
+        take `filter=SearchFilter(...)`; for stores without it, `search_filtered` filters the hits.
         """
         ...
 
@@ -99,12 +198,15 @@ class DjangoVectorStore:
         thread_id: str | None = None,
         resource_id: str | None = None,
         threshold: float | None = None,
+        filter: SearchFilter | None = None,
     ) -> list[VectorHit]:
-        """Checks the arguments and normalises the query once for every back end."""
+        """Checks the arguments and normalises the query once for every back end. `filter` narrows
+        the scope further (a `SearchFilter`); a subclass's `search_unit` gets it only when given."""
         check_search_args(top_k=top_k, threshold=threshold)
         query = query_vector(vector)
         if not query.any():
             return []  # nothing is similar to the zero vector
+        narrowed = {"filter": filter} if filter else {}
         return self.search_unit(
             embedder_id=embedder_id,
             query=query,
@@ -112,6 +214,7 @@ class DjangoVectorStore:
             thread_id=thread_id,
             resource_id=resource_id,
             threshold=threshold,
+            **narrowed,
         )
 
     def search_unit(

@@ -37,6 +37,7 @@ from memproc.processors.store import VectorHit
 from memproc.vectors.base import (
     CommitMarker,
     DjangoVectorStore,
+    SearchFilter,
     tentative_marker,
 )
 
@@ -67,10 +68,22 @@ class NumpyVectorStore(DjangoVectorStore):
         thread_id: str | None,
         resource_id: str | None,
         threshold: float | None,
+        filter: SearchFilter | None = None,
     ) -> list[VectorHit]:
         alias = self.db_for_read()
         key: CacheKey = (alias, embedder_id, query.size, thread_id, resource_id)
         matrix, message_ids, thread_ids = _cache.snapshot(key, self.cache_bytes)
+        if filter and len(matrix):
+            # The scope's cached matrix stays whole; the filter picks its admitted rows (one query).
+            admitted = set(
+                filter.messages(thread_id=thread_id, resource_id=resource_id)
+                .using(alias)
+                .values_list("id", flat=True)
+            )
+            rows = [i for i in range(len(matrix)) if message_ids[i] in admitted]
+            matrix = matrix[rows]
+            message_ids = [message_ids[i] for i in rows]
+            thread_ids = [thread_ids[i] for i in rows]
         if not len(matrix):
             return []
         # einsum, not `@`: a matrix-vector product is memory-bound, and multi-threaded OpenBLAS sgemv

@@ -40,6 +40,7 @@ from memproc.vectors.base import (
     CommitMarker,
     DjangoVectorStore,
     EmbeddingRow,
+    SearchFilter,
     tentative_marker,
 )
 
@@ -106,6 +107,7 @@ class PgvectorStore(DjangoVectorStore):
         thread_id: str | None,
         resource_id: str | None,
         threshold: float | None,
+        filter: SearchFilter | None = None,
     ) -> list[VectorHit]:
         alias = self.db_for_read()
         connection = connections[alias]
@@ -118,6 +120,7 @@ class PgvectorStore(DjangoVectorStore):
             thread_id=thread_id,
             resource_id=resource_id,
             threshold=threshold,
+            filter=filter,
         )
         with connection.cursor() as cursor:
             cursor.execute(sql)
@@ -134,11 +137,14 @@ class PgvectorStore(DjangoVectorStore):
         thread_id: str | None = None,
         resource_id: str | None = None,
         threshold: float | None = None,
+        filter: SearchFilter | None = None,
     ) -> str:
         """The whole search as one SQL string, values inlined by the driver's own quoting.
 
         Inlined rather than bound because several statements can share one round trip only without
         bind parameters; inlined constants also let the planner match the partial index predicate.
+        A `filter` joins the scope as `message_id IN (admitted messages)`: the HNSW branch's
+        iterative scan keeps going until `top_k` admitted rows are found.
         """
         ef_search = self.ef_search or int(settings.HNSW_EF_SEARCH)
         exact_max_rows = self.exact_max_rows
@@ -152,6 +158,10 @@ class PgvectorStore(DjangoVectorStore):
         if self.pgvector_version(connection) >= (0, 8):
             prefix += "SET LOCAL hnsw.iterative_scan = relaxed_order; "
         scope, scope_params = _scope_clause(connection, embedder_id, thread_id, resource_id)
+        if filter:
+            admitted, admitted_params = _admitted_sql(connection, filter, thread_id, resource_id)
+            scope = f"{scope} AND {_columns(connection)['message']} IN ({admitted})"
+            scope_params = [*scope_params, *admitted_params]
         select = _select_sql(
             connection, scope, dims=int(query.size), top_k=top_k, exact_max_rows=exact_max_rows
         )
@@ -344,6 +354,15 @@ def _scope_clause(
         where.append(f"{column['resource_id']} = %s")
         params.append(resource_id)
     return " AND ".join(where), params
+
+
+def _admitted_sql(
+    connection: Any, filter: SearchFilter, thread_id: str | None, resource_id: str | None
+) -> tuple[str, list[Any]]:
+    """The SELECT of the message ids a filter admits in the scope, with its parameters."""
+    admitted = filter.messages(thread_id=thread_id, resource_id=resource_id).values("id")
+    sql, params = admitted.query.get_compiler(connection=connection).as_sql()
+    return sql, list(params)
 
 
 def _select_sql(connection: Any, scope: str, *, dims: int, top_k: int, exact_max_rows: int) -> str:

@@ -25,6 +25,12 @@ LABELS = {
     "tripwire_logs": "tripwire logs",
     "resource": "resource row (with its working memory)",
 }
+EXPIRED_LABELS = {
+    "messages": "messages (with their embeddings and the attachment files only they used)",
+    "orphan_attachments": "attachments no message holds (and their files)",
+    "tripwire_logs": "tripwire logs",
+    "turn_records": "turn records",
+}
 
 
 class Command(BaseCommand):
@@ -65,6 +71,6 @@ class Command(BaseCommand):
         heading = "Deleted" if yes else "Would delete"
         self.stdout.write(f"{heading} expired data:")
         for key, value in counts.items():
-            self.stdout.write(f"  {value:>8}  {LABELS[key]}")
+            self.stdout.write(f"  {value:>8}  {EXPIRED_LABELS.get(key, key)}")
         if not yes:
             self.stdout.write(self.style.WARNING("Dry run: nothing was deleted. Add --yes to delete."))

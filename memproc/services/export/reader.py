@@ -1,0 +1,265 @@
+"""Checking an export document and turning it into unsaved rows. A bad value is a ValidationError
+that names its place (`threads[2].messages[5].role: ...`); nothing is read from the database."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.utils.dateparse import parse_datetime
+
+from memproc import models
+from memproc.exceptions import ValidationError
+from memproc.messages import message_from_content
+from memproc.services.export.document import FORMAT, VERSION
+
+Revision = models.WorkingMemoryRevision
+Log = models.TripwireLog
+
+
+@dataclass
+class Rows:
+    """A document's rows. Users are still names (`actors`, `reviewers`: row id -> username) and
+    attachments carry the storage name of their file in the exporting site (`files`)."""
+
+    resource: models.Resource
+    threads: list[models.Thread] = field(default_factory=list)
+    messages: list[models.Message] = field(default_factory=list)
+    revisions: list[models.WorkingMemoryRevision] = field(default_factory=list)
+    turns: list[models.TurnRecord] = field(default_factory=list)
+    tripwires: list[models.TripwireLog] = field(default_factory=list)
+    attachments: list[models.Attachment] = field(default_factory=list)
+    actors: dict[uuid.UUID, str] = field(default_factory=dict)
+    reviewers: dict[uuid.UUID, str] = field(default_factory=dict)
+    files: dict[uuid.UUID, str] = field(default_factory=dict)
+
+
+def document_rows(document: Mapping[str, Any]) -> Rows:
+    if not isinstance(document, Mapping) or document.get("format") != FORMAT:
+        raise ValidationError(f"Not a memproc export: 'format' is not {FORMAT!r}")
+    if document.get("version") != VERSION:
+        raise ValidationError(
+            f"This memproc reads export version {VERSION}; the document is version "
+            f"{document.get('version')!r}"
+        )
+    rows = Rows(resource=_resource(_object(document, "resource", "resource")))
+    for i, item in enumerate(_items(document, "threads")):
+        thread = _thread(item, f"threads[{i}]", rows.resource.pk)
+        rows.threads.append(thread)
+        for j, raw in enumerate(_items(item, "messages", f"threads[{i}]")):
+            rows.messages.append(_message(raw, f"threads[{i}].messages[{j}]", thread))
+    for i, item in enumerate(_items(document, "working_memory_revisions")):
+        revision = _revision(item, f"working_memory_revisions[{i}]")
+        rows.revisions.append(revision)
+        if isinstance(item.get("actor"), str):
+            rows.actors[revision.pk] = item["actor"]
+    for i, item in enumerate(_items(document, "turn_records")):
+        rows.turns.append(_turn(item, f"turn_records[{i}]"))
+    for i, item in enumerate(_items(document, "tripwire_logs")):
+        log = _tripwire(item, f"tripwire_logs[{i}]")
+        rows.tripwires.append(log)
+        if isinstance(item.get("reviewed_by"), str):
+            rows.reviewers[log.pk] = item["reviewed_by"]
+    for i, item in enumerate(_items(document, "attachments")):
+        where = f"attachments[{i}]"
+        attachment = _attachment(item, where, rows.resource.pk)
+        rows.attachments.append(attachment)
+        rows.files[attachment.pk] = _text(item, "file", where)
+    return rows
+
+
+def _resource(data: Mapping[str, Any]) -> models.Resource:
+    where = "resource"
+    return models.Resource(
+        id=_id(data, "id", where),
+        metadata=_obj(data, "metadata", where),
+        working_memory=_text(data, "working_memory", where),
+        working_memory_version=_number(data, "working_memory_version", where),
+        created_at=_time(data, "created_at", where),
+        updated_at=_time(data, "updated_at", where),
+    )
+
+
+def _thread(data: Mapping[str, Any], where: str, resource_id: str) -> models.Thread:
+    return models.Thread(
+        id=_id(data, "id", where),
+        resource_id=resource_id,
+        title=_text(data, "title", where)[:255],
+        agent_id=_text(data, "agent_id", where)[:255],
+        metadata=_obj(data, "metadata", where),
+        working_memory=_text(data, "working_memory", where),
+        working_memory_version=_number(data, "working_memory_version", where),
+        last_sequence=_number(data, "last_sequence", where),
+        created_at=_time(data, "created_at", where),
+        updated_at=_time(data, "updated_at", where),
+    )
+
+
+def _message(data: Mapping[str, Any], where: str, thread: models.Thread) -> models.Message:
+    """A message row; `text` is computed from the content's parts, as a save computes it."""
+    content = _obj(data, "content", where)
+    role = _choice(data, "role", where, models.Message.Role.choices)
+    try:
+        value = message_from_content(id=_id(data, "id", where), role=role, content=content)
+    except (ValidationError, TypeError, ValueError) as exc:
+        raise ValidationError(f"{where}.content: {exc}") from exc
+    token_count = _number(data, "token_count", where, optional=True)
+    return models.Message(
+        id=value.id,
+        thread_id=thread.pk,
+        resource_id=thread.resource_id,
+        role=role,
+        content=content,
+        text=value.text,
+        token_count=None if token_count is None else int(token_count),
+        created_at=_time(data, "created_at", where),
+        sequence=int(_number(data, "sequence", where)),
+    )
+
+
+def _revision(data: Mapping[str, Any], where: str) -> models.WorkingMemoryRevision:
+    return Revision(
+        id=_uuid(data, "id", where),
+        scope=_choice(data, "scope", where, Revision.Scope.choices),
+        key=_id(data, "key", where),
+        old=_text(data, "old", where),
+        new=_text(data, "new", where),
+        version=int(_number(data, "version", where)),
+        source=_choice(data, "source", where, Revision.Source.choices),
+        thread_id=_text(data, "thread_id", where),
+        created_at=_time(data, "created_at", where),
+    )
+
+
+def _turn(data: Mapping[str, Any], where: str) -> models.TurnRecord:
+    message_ids = data.get("message_ids", [])
+    if not isinstance(message_ids, list):
+        raise ValidationError(f"{where}.message_ids: expected a list")
+    return models.TurnRecord(
+        id=_uuid(data, "id", where),
+        agent_id=_text(data, "agent_id", where),
+        thread_id=_text(data, "thread_id", where),
+        resource_id=_text(data, "resource_id", where),
+        status=_choice(data, "status", where, models.TurnRecord.Status.choices),
+        model=_text(data, "model", where),
+        steps=int(_number(data, "steps", where)),
+        usage=_obj(data, "usage", where),
+        manifest=_obj(data, "manifest", where),
+        message_ids=message_ids,
+        tripwire_id=_uuid(data, "tripwire_id", where) if data.get("tripwire_id") else None,
+        error=_text(data, "error", where),
+        started_at=_time(data, "started_at", where),
+        duration_ms=float(_number(data, "duration_ms", where)),
+    )
+
+
+def _tripwire(data: Mapping[str, Any], where: str) -> models.TripwireLog:
+    return Log(
+        id=_uuid(data, "id", where),
+        agent_id=_text(data, "agent_id", where),
+        processor_id=_text(data, "processor_id", where),
+        phase=_choice(data, "phase", where, Log.Phase.choices),
+        reason=_text(data, "reason", where),
+        retry=bool(data.get("retry", False)),
+        metadata=_obj(data, "metadata", where),
+        thread_id=_text(data, "thread_id", where),
+        resource_id=_text(data, "resource_id", where),
+        content=data.get("content"),
+        status=_choice(data, "status", where, Log.Status.choices),
+        reviewed_at=_time(data, "reviewed_at", where, optional=True),
+        note=_text(data, "note", where),
+        created_at=_time(data, "created_at", where),
+    )
+
+
+def _attachment(data: Mapping[str, Any], where: str, resource_id: str) -> models.Attachment:
+    message_id = data.get("message_id")
+    if message_id is not None and not isinstance(message_id, str):
+        raise ValidationError(f"{where}.message_id: expected a string or null")
+    return models.Attachment(
+        id=_uuid(data, "id", where),
+        resource_id=resource_id,
+        message_id=message_id,
+        name=_text(data, "name", where)[:255],
+        content_type=_text(data, "content_type", where)[:255],
+        size=int(_number(data, "size", where)),
+        sha256=_text(data, "sha256", where),
+        created_at=_time(data, "created_at", where),
+    )
+
+
+# --- field readers ------------------------------------------------------------------------------------
+
+
+def _object(data: Any, key: str, where: str) -> Mapping[str, Any]:
+    value = data.get(key) if isinstance(data, Mapping) else None
+    if not isinstance(value, Mapping):
+        raise ValidationError(f"{where}: expected an object")
+    return value
+
+
+def _items(data: Mapping[str, Any], key: str, where: str = "") -> list[Mapping[str, Any]]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        raise ValidationError(f"{f'{where}.' if where else ''}{key}: expected a list of objects")
+    return value
+
+
+def _id(data: Mapping[str, Any], key: str, where: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str) or not value or len(value) > 255 or "\x00" in value:
+        raise ValidationError(f"{where}.{key}: expected an id (a string of 1 to 255 characters)")
+    return value
+
+
+def _uuid(data: Mapping[str, Any], key: str, where: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(data.get(key)))
+    except ValueError as exc:
+        raise ValidationError(f"{where}.{key}: expected a UUID") from exc
+
+
+def _text(data: Mapping[str, Any], key: str, where: str) -> str:
+    value = data.get(key, "")
+    if not isinstance(value, str) or "\x00" in value:
+        raise ValidationError(f"{where}.{key}: expected a string")
+    return value
+
+
+def _number(data: Mapping[str, Any], key: str, where: str, *, optional: bool = False) -> Any:
+    value = data.get(key, None if optional else 0)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValidationError(f"{where}.{key}: expected a number >= 0")
+    return value
+
+
+def _obj(data: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ValidationError(f"{where}.{key}: expected an object")
+    return value
+
+
+def _time(data: Mapping[str, Any], key: str, where: str, *, optional: bool = False) -> Any:
+    value = data.get(key)
+    if value is None and optional:
+        return None
+    try:
+        parsed = parse_datetime(value) if isinstance(value, str) else None
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.tzinfo is None:
+        raise ValidationError(f"{where}.{key}: expected an ISO 8601 time with an offset")
+    return parsed
+
+
+def _choice(data: Mapping[str, Any], key: str, where: str, choices: Any) -> str:
+    value = data.get(key)
+    allowed = [c[0] for c in choices]
+    if value not in allowed:
+        raise ValidationError(f"{where}.{key}: expected one of {', '.join(allowed)}")
+    return value
