@@ -12,6 +12,8 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 
+from memproc.selectors import THREAD_ORDERINGS
+
 BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
 
 
@@ -73,9 +75,16 @@ class MessageCursorPagination(MemprocCursorPagination):
 
 
 class ThreadCursorPagination(MemprocCursorPagination):
-    """Threads, most recently active first."""
+    """Threads, most recently active first unless `?ordering=` names another of THREAD_ORDERINGS
+    (anything else is a 400); ties broken by id, so pages are stable."""
 
     ordering = ("-updated_at", "id")
+
+    def get_ordering(self, request: Request, queryset: Any, view: Any) -> tuple[str, ...]:
+        ordering = request.query_params.get("ordering", self.ordering[0])
+        if ordering not in THREAD_ORDERINGS:
+            raise ValidationError({"ordering": [f"Must be one of: {', '.join(THREAD_ORDERINGS)}."]})
+        return (ordering, "id")
 
 
 class TripwireCursorPagination(MemprocCursorPagination):

@@ -20,6 +20,8 @@ ENDPOINTS = {
     "threads/{id}/": {"get", "patch", "delete"},
     "threads/{id}/messages/": {"get"},
     "threads/{id}/clone/": {"post"},
+    "threads/{id}/branch/": {"post"},
+    "resources/{id}/export/": {"get"},
     "threads/{id}/working-memory/": {"get", "put"},
     "resources/{id}/working-memory/": {"get", "put"},
     "tripwires/": {"get"},

@@ -140,6 +140,11 @@ MATRIX: dict[tuple[str, str], tuple[Rule, Call]] = {
     ("thread-detail", "PATCH"): (WRITE, Call(kwargs=thread_kwargs, body=lambda w: {"title": "renamed"})),
     ("thread-detail", "DELETE"): (DELETE, Call(kwargs=thread_kwargs)),
     ("thread-clone", "POST"): (WRITE, Call(kwargs=thread_kwargs, body=lambda w: {"id": "cloned"})),
+    ("thread-branch", "POST"): (
+        WRITE,
+        Call(kwargs=thread_kwargs, body=lambda w: {"message_id": "victim-m1", "id": "branched"}),
+    ),
+    ("resource-export", "GET"): (READ, Call(kwargs=lambda w: {"id": w.victim_resource}, streams=True)),
     ("thread-messages", "GET"): (READ, Call(kwargs=thread_kwargs)),
     ("thread-turns", "GET"): (READ, Call(kwargs=thread_kwargs)),
     ("thread-working-memory", "GET"): (READ, Call(kwargs=thread_kwargs)),

@@ -84,7 +84,7 @@ class ThreadListQuery(BaseFilterBackend):
     """The thread list's `?metadata__<key>=<value>` filters (every key must match; a value also
     matches the JSON number, boolean or null it spells) and `?ordering=` (`updated_at` or
     `created_at`, `-` for newest first; default `-updated_at`; anything else is a 400). The cursor
-    pagination asks `get_ordering`, so pages follow the chosen order."""
+    pagination applies the order, so pages follow it."""
 
     prefix = "metadata__"
 
@@ -96,15 +96,9 @@ class ThreadListQuery(BaseFilterBackend):
             queryset = metadata_filter(queryset, metadata, loose=True)
         except MemprocValidationError as exc:
             raise serializers.ValidationError({"metadata": [str(exc)]}) from exc
-        return queryset.order_by(*self.get_ordering(request, queryset, view))
-
-    def get_ordering(self, request: Request, queryset: Any, view: Any) -> tuple[str, str]:
-        ordering = request.query_params.get("ordering", "-updated_at")
-        if ordering not in THREAD_ORDERINGS:
-            raise serializers.ValidationError(
-                {"ordering": [f"Must be one of: {', '.join(THREAD_ORDERINGS)}."]}
-            )
-        return (ordering, "id")
+        # The order itself is the pagination's (ThreadCursorPagination.get_ordering): a filter backend
+        # with `get_ordering` would also be asked by the other lists of this viewset.
+        return queryset
 
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
         return [
