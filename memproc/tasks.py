@@ -12,6 +12,10 @@ Wire names (never renamed; payloads are ids and small scalars, JSON-serialisable
   Celery beat)
 - ``memproc.outbox_dispatch``     ``{"limit": int}`` (re-sends background jobs that could not be sent
   when their work committed, e.g. while the broker was down; schedule it every minute with Celery beat)
+- ``memproc.compact_thread``      ``{"thread_id": str, "through_sequence": int, "trigger_tokens": int,
+  "keep_tokens": int, "model": "provider/model" | "extractive" | None, "agent_id": str | None,
+  "agent_model": str | None}`` (folds a long thread's older messages into its summary; sent after a
+  turn of an agent with ``Memory(compaction=...)`` found a fold due)
 
 Every task is idempotent: it may run twice (``acks_late`` redelivers after a worker dies) with no
 harm. Transient failures (an embedder or a model provider unavailable or rate-limited, a database
@@ -37,6 +41,7 @@ from memproc import background
 from memproc.agents import get_agent
 from memproc.agents.embedder import agent_embedder, agent_vector_store
 from memproc.exceptions import EmbedderUnavailable, ModelRateLimitError, ModelUnavailableError
+from memproc.services.compaction import thread_compact
 from memproc.services.purge import expired_purge, resource_purge
 from memproc.services.recall import messages_embed
 from memproc.services.reindex import reindex_run
@@ -122,6 +127,40 @@ def outbox_dispatch(limit: int = 500) -> dict[str, int]:
     return background.outbox_dispatch(limit=limit)
 
 
+def compact_thread(
+    thread_id: str,
+    through_sequence: int,
+    trigger_tokens: int,
+    keep_tokens: int,
+    model: str | None = None,
+    agent_id: str | None = None,
+    agent_model: str | None = None,
+) -> int:
+    """Folds the thread's messages after its summary through `through_sequence` into the summary
+    (see `thread_compact`); returns the number of folds. The summarizer is `model` ("provider/model"
+    or "extractive"), else the model of agent `agent_id` when it is registered here, else
+    `agent_model` (the agent's model id, as the turn saw it; None: the DEFAULT_MODEL setting's). A
+    model id that cannot be resolved here is a ConfigurationError (permanent)."""
+    revisions = thread_compact(
+        thread_id=thread_id,
+        through_sequence=through_sequence,
+        trigger_tokens=trigger_tokens,
+        keep_tokens=keep_tokens,
+        model=model or _agent_model(agent_id, agent_model),
+    )
+    return len(revisions)
+
+
+def _agent_model(agent_id: str | None, agent_model: str | None) -> Any:
+    """The agent's model when it is registered here, else its model id (None: the DEFAULT_MODEL)."""
+    if agent_id:
+        try:
+            return get_agent(agent_id).model
+        except LookupError:
+            pass
+    return agent_model
+
+
 TASKS: dict[str, Callable[..., Any]] = {
     "memproc.embed_messages": embed_messages,
     "memproc.generate_title": generate_title,
@@ -129,6 +168,7 @@ TASKS: dict[str, Callable[..., Any]] = {
     "memproc.purge_resource": purge_resource,
     "memproc.purge_expired": purge_expired,
     "memproc.outbox_dispatch": outbox_dispatch,
+    "memproc.compact_thread": compact_thread,
 }
 
 
@@ -211,3 +251,26 @@ if shared_task is not None:
     @shared_task(name="memproc.outbox_dispatch", **RETRY_OPTIONS)
     def outbox_dispatch_task(limit: int = 500) -> Any:
         return run_logged("memproc.outbox_dispatch", {"limit": limit})
+
+    @shared_task(name="memproc.compact_thread", **RETRY_OPTIONS)
+    def compact_thread_task(
+        thread_id: str,
+        through_sequence: int,
+        trigger_tokens: int,
+        keep_tokens: int,
+        model: str | None = None,
+        agent_id: str | None = None,
+        agent_model: str | None = None,
+    ) -> Any:
+        return run_logged(
+            "memproc.compact_thread",
+            {
+                "thread_id": thread_id,
+                "through_sequence": through_sequence,
+                "trigger_tokens": trigger_tokens,
+                "keep_tokens": keep_tokens,
+                "model": model,
+                "agent_id": agent_id,
+                "agent_model": agent_model,
+            },
+        )

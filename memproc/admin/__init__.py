@@ -9,6 +9,7 @@ from memproc.admin import (  # noqa: F401
     attachments,
     embeddings,
     outbox,
+    summaries,
     threads,
     tripwires,
     turns,

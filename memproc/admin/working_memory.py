@@ -17,7 +17,9 @@ from django.utils.translation import gettext_lazy as _
 
 from memproc import models, selectors
 from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_link, changelist_url
+from memproc.agents import all_agents, get_agent
 from memproc.exceptions import MemprocError
+from memproc.processors.working_memory import check_size
 from memproc.services.working_memory import compute_next, parse_json_memory, working_memory_update
 
 HISTORY_LIMIT = 20
@@ -132,8 +134,34 @@ class WorkingMemoryForm(forms.ModelForm):
             return
         try:
             compute_next(current=current, value=text, mode="markdown")
+            check_size(text, max_tokens=working_memory_limit(self.scope, self.instance))
         except MemprocError as exc:
             self.add_error("working_memory_text", str(exc))
+
+
+def working_memory_limit(scope: str, owner: Any) -> int | None:
+    """The `working_memory={"max_tokens": ...}` an edit must respect: the thread's agent's; for a
+    resource, the smallest of the registered agents that keep resource-scoped working memory."""
+    if scope == "thread":
+        try:
+            processors = [get_agent(owner.agent_id).memory.working_memory_processor]
+        except (LookupError, AttributeError):
+            return None
+    else:
+        processors = [a.memory.working_memory_processor for a in all_agents() if a.memory is not None]
+    limits = [p.max_tokens for p in processors if p is not None and p.scope == scope and p.max_tokens]
+    return min(limits, default=None)
+
+
+def working_memory_scope_in_use(thread: Any) -> str | None:
+    """The scope ("thread" or "resource") whose working memory the thread's agent reads and writes;
+    None when the agent is not registered or keeps no working memory."""
+    try:
+        memory = get_agent(thread.agent_id).memory
+    except LookupError:
+        return None
+    processor = memory.working_memory_processor if memory is not None else None
+    return processor.scope if processor is not None else None
 
 
 def _is_json_object(text: str) -> bool:
@@ -162,6 +190,7 @@ class WorkingMemoryAdminMixin:
                 source=Source.ADMIN,
                 actor=request.user,
                 mode="markdown",
+                max_tokens=working_memory_limit(self.working_memory_scope, obj),
             )
 
     def render_change_form(

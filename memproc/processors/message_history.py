@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from memproc.exceptions import ConfigurationError
 from memproc.messages import Message, new_id
 from memproc.processors.base import ProcessorContext
+from memproc.processors.compaction import CompactionOptions, fold_due, summary_message
 from memproc.processors.conversation import echoed_prefix
+from memproc.processors.store import ThreadSummaryValue
+from memproc.processors.token_limiter import tool_call_groups
+from memproc.processors.tokens import TokenCounter, get_token_counter, is_token_counter
 
-__all__ = ["MessageHistory", "savable"]
+__all__ = ["MessageHistory", "newest_within", "savable"]
 
 
 class MessageHistory:
@@ -18,6 +25,17 @@ class MessageHistory:
     the thread's newest messages (rule 17). An id stored in another thread gets a fresh id. What it
     loads is marked as memory, so the conversation object orders it and keeps tool pairs whole.
 
+    With `history_tokens`, the window is also a token budget (counted with `counter`, default the
+    TOKENIZER setting): the newest messages that fit, whole tool call/result pairs only, oldest
+    dropped first; a pair whose result is in the new input is kept, and the new input is never
+    dropped (it is not counted against the budget).
+
+    With `compaction`, the thread's summary (read with the turn's first thread read by the Django
+    store: no query) enters as one system message, and messages it covers are not loaded again.
+    When the messages between the summary and the window are estimated at `trigger_tokens` or more,
+    the turn notes a fold as due (`turn.info["compaction"]`); the compaction service runs it after
+    the turn commits.
+
     Output: records the turn's input and responses for the turn's atomic save, without system
     messages, internal tool calls (working memory) and calls without a result. It never saves when
     `read_only`. Last on output, so it saves what the other
@@ -26,11 +44,38 @@ class MessageHistory:
 
     id = "message-history"
 
-    def __init__(self, last_messages: int = 10, *, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        last_messages: int = 10,
+        *,
+        history_tokens: int | None = None,
+        compaction: CompactionOptions | Mapping[str, Any] | None = None,
+        counter: TokenCounter | str | Mapping[str, Any] | type | None = None,
+        read_only: bool = False,
+    ) -> None:
         if isinstance(last_messages, bool) or not isinstance(last_messages, int) or last_messages < 0:
             raise ConfigurationError("MessageHistory(last_messages=...) must be an integer >= 0")
+        if history_tokens is not None and (
+            isinstance(history_tokens, bool) or not isinstance(history_tokens, int) or history_tokens <= 0
+        ):
+            raise ConfigurationError("MessageHistory(history_tokens=...) must be a positive integer or None")
+        if (
+            counter is not None
+            and not isinstance(counter, (str, Mapping, type))
+            and not is_token_counter(counter)
+        ):
+            raise ConfigurationError(
+                "MessageHistory(counter=...) must be a token counter, a dotted path, or "
+                '{"CLASS": ..., "OPTIONS": {...}}'
+            )
         self.last_messages = last_messages
+        self.history_tokens = history_tokens
+        self.compaction = CompactionOptions.of(compaction)
+        self.counter = counter
         self.read_only = read_only
+
+    def get_counter(self) -> TokenCounter:
+        return get_token_counter(self.counter)
 
     def process_input(self, ctx: ProcessorContext) -> list[Message] | None:
         turn, store = ctx.turn, ctx.store
@@ -38,6 +83,7 @@ class MessageHistory:
             return None
         window = self.last_messages
         new = ctx.new_messages
+        summary = self._summary(ctx) if self.compaction is not None and turn.thread_exists else None
         stored: list[Message] = []
         if turn.thread_exists and (window or len(new) > 1):
             # One query serves the window and the echo check (rule 17), whichever is longer.
@@ -47,6 +93,10 @@ class MessageHistory:
                 last_sequence=turn.thread_last_sequence,
             )
         history = stored[len(stored) - window :] if window else []
+        # A message a guardrail quarantined is read (the echo check below needs it) but never loaded.
+        history = [m for m in history if not _quarantined(m)]
+        if summary is not None:  # what the summary covers is not history any more
+            history = [m for m in history if (m.sequence or 0) > summary.covered_sequence]
         echoed = {m.id for m in new[: echoed_prefix(new, stored)]}
         stored_here = {m.id for m in stored}
         elsewhere: set[str] = set()
@@ -60,13 +110,54 @@ class MessageHistory:
             for m in ctx.messages
             if m.id in ctx.loaded_ids or (m.id not in stored_here and m.id not in echoed)
         ]
+        if self.history_tokens is not None and history:
+            fresh = [m for m in kept if m.id not in ctx.loaded_ids]
+            history = newest_within(history, fresh, budget=self.history_tokens, counter=self.get_counter())
         ctx.mark_loaded(history)
         turn.info["history"] = [{"id": m.id, "role": m.role, "text": m.text} for m in history]
         if echoed:
             turn.info["echoed"] = len(echoed)
-        if not history and len(kept) == len(ctx.messages) and not elsewhere:
+        extra: list[Message] = []
+        if self.compaction is not None:
+            self._note_window(ctx, summary, history, kept)
+            if summary is not None and summary.text.strip():
+                extra = [summary_message(summary)]
+                turn.info["summary"] = {
+                    "covered_sequence": summary.covered_sequence,
+                    "version": summary.version,
+                }
+        if not history and not extra and len(kept) == len(ctx.messages) and not elsewhere:
             return None
-        return history + kept
+        return history + kept + extra
+
+    def _summary(self, ctx: ProcessorContext) -> ThreadSummaryValue | None:
+        read = getattr(ctx.store, "thread_summary", None)  # optional in the store protocol
+        return read(thread_id=ctx.thread_id) if read is not None else None
+
+    def _note_window(
+        self,
+        ctx: ProcessorContext,
+        summary: ThreadSummaryValue | None,
+        history: Sequence[Message],
+        kept: Sequence[Message],
+    ) -> None:
+        """Keeps what the output hook needs to tell whether a fold is due: no query, no count of
+        anything outside the window."""
+        turn = ctx.turn
+        assert turn is not None
+        last = turn.thread_last_sequence
+        if last is None:  # a new thread: nothing lies outside the window
+            return
+        sequences = [m.sequence for m in history if m.sequence is not None]
+        counter = self.get_counter()
+        sample = history or [m for m in kept if m.id not in ctx.loaded_ids]
+        ctx.state["compaction"] = {
+            "covered": summary.covered_sequence if summary is not None else 0,
+            "counted_through": summary.counted_through if summary is not None else 0,
+            "counted_tokens": summary.counted_tokens if summary is not None else 0,
+            "window_start": min(sequences) if sequences else last + 1,
+            "sample_tokens": [counter.count_message(m) for m in sample],
+        }
 
     def process_output_result(self, ctx: ProcessorContext) -> list[Message] | None:
         turn = ctx.turn
@@ -76,7 +167,49 @@ class MessageHistory:
             turn.writes.messages = savable(
                 [*ctx.input_messages, *ctx.messages], internal_tools=turn.internal_tool_names
             )
+            if self.compaction is not None:
+                self._note_due_fold(ctx)
         return None
+
+    def _note_due_fold(self, ctx: ProcessorContext) -> None:
+        """Asks for a fold (run after commit by the compaction service) when one is due."""
+        window = ctx.state.get("compaction")
+        options = self.compaction
+        if not window or options is None or ctx.turn is None:
+            return
+        due = fold_due(
+            covered=window["covered"],
+            window_start=window["window_start"],
+            sample_tokens=window["sample_tokens"],
+            trigger_tokens=options.trigger_tokens,
+            counted_through=window["counted_through"],
+            counted_tokens=window["counted_tokens"],
+        )
+        if due is None:
+            return
+        through, estimate = due
+        ctx.turn.info["compaction"] = {
+            "due": True,
+            "through_sequence": through,
+            "estimated_tokens": estimate,
+            "trigger_tokens": options.trigger_tokens,
+            "keep_tokens": options.keep_tokens,
+            "model": options.model,
+            "agent_model": _model_id(ctx.agent),
+        }
+
+
+def _model_id(agent: Any) -> str | None:
+    """The agent's model as a string a worker can resolve; None for the DEFAULT_MODEL."""
+    model_id = getattr(agent, "model_id", None)
+    return None if model_id in (None, "", "default") else model_id
+
+
+def _quarantined(message: Message) -> bool:
+    """A guardrail's flag on a stored message (memproc.guardrails; `Message.quarantined` in the
+    database says the same): "flagged" or "confirmed" until an operator clears it."""
+    flag = message.metadata.get("quarantine")
+    return isinstance(flag, Mapping) and flag.get("status") in ("flagged", "confirmed")
 
 
 def savable(messages: list[Message], *, internal_tools: set[str]) -> list[Message]:
@@ -96,3 +229,38 @@ def savable(messages: list[Message], *, internal_tools: set[str]) -> list[Messag
             continue
         kept.append(message if parts == message.parts else message.replace(parts=parts))
     return kept
+
+
+def newest_within(
+    history: Sequence[Message], new: Sequence[Message], *, budget: int, counter: TokenCounter
+) -> list[Message]:
+    """The newest messages of `history` within `budget` tokens, in order, as whole tool call groups
+    (a call with its results). A group that reaches into `new` (the turn's input answers a stored
+    call) is kept whatever it costs, and counted first; groups left incomplete by the window's
+    edge are dropped. Stops at the first group that does not fit, so what it keeps is the newest
+    run of history, never a newer and an older part with a gap between them."""
+    messages = [*history, *new]
+    n = len(history)
+    kept: set[int] = set()
+    used = 0
+    candidates: list[list[int]] = []
+    for group in tool_call_groups(messages):
+        if group[-1] >= n:  # touches the new input
+            pinned = [i for i in group if i < n]
+            kept.update(pinned)
+            used += sum(counter.count_message(messages[i]) for i in pinned)
+        elif _whole(messages, group):
+            candidates.append(group)
+    for group in reversed(candidates):  # newest first
+        cost = sum(counter.count_message(messages[i]) for i in group)
+        if used + cost > budget:
+            break
+        used += cost
+        kept.update(group)
+    return [m for i, m in enumerate(history) if i in kept]
+
+
+def _whole(messages: Sequence[Message], group: Sequence[int]) -> bool:
+    calls = {c.tool_call_id for i in group for c in messages[i].tool_calls}
+    results = {r.tool_call_id for i in group for r in messages[i].tool_results}
+    return calls == results

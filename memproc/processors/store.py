@@ -17,7 +17,7 @@ from memproc.messages import Message
 if TYPE_CHECKING:
     from memproc.processors.attachments import AttachmentStore
 
-__all__ = ["InMemoryStore", "MemoryStore", "VectorHit", "WorkingMemoryValue"]
+__all__ = ["InMemoryStore", "MemoryStore", "ThreadSummaryValue", "VectorHit", "WorkingMemoryValue"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,19 @@ class VectorHit:
 class WorkingMemoryValue:
     text: str
     version: int
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadSummaryValue:
+    """A thread's stored summary: `text` tells what the messages up to `covered_sequence` said.
+    `counted_tokens` is what the messages after it through `counted_through` hold, when a job
+    counted them (and found too few to fold); 0 when unknown."""
+
+    text: str
+    covered_sequence: int
+    version: int
+    counted_through: int = 0
+    counted_tokens: int = 0
 
 
 class MemoryStore(Protocol):
@@ -70,6 +83,12 @@ class MemoryStore(Protocol):
 
     def thread_metadata(self, *, thread_id: str) -> dict[str, Any] | None: ...
 
+    def thread_summary(self, *, thread_id: str) -> ThreadSummaryValue | None:
+        """The thread's summary (`Memory(compaction=...)`), or None before the first fold. A store
+        may answer from a read it already made this turn (the Django one does: no query). Optional:
+        MessageHistory treats a store without it as one with no summaries."""
+        ...
+
     def attachment_store(self) -> AttachmentStore:
         """Where AttachmentUploader stores files when it was given no storage of its own."""
         ...
@@ -80,13 +99,15 @@ class InMemoryStore:
     """A `MemoryStore` over plain dicts: threads are lists of messages in order, vectors are exact.
 
     `add(thread_id, messages, embedder=...)` stores messages (and their vectors when an embedder is
-    given); `working_memory[(scope, key)]` holds working-memory text.
+    given); `working_memory[(scope, key)]` holds working-memory text; `summaries[thread_id]` a
+    thread's summary.
     """
 
     threads: dict[str, list[Message]] = field(default_factory=dict)
     vectors: dict[str, tuple[str, str, str, np.ndarray]] = field(default_factory=dict)
     working_memory: dict[tuple[str, str], str] = field(default_factory=dict)
     metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
+    summaries: dict[str, ThreadSummaryValue] = field(default_factory=dict)
     attachments: Any = None
 
     def add(self, thread_id: str, messages: Sequence[Message], *, embedder: Any = None) -> None:
@@ -161,6 +182,9 @@ class InMemoryStore:
 
     def thread_metadata(self, *, thread_id: str) -> dict[str, Any] | None:
         return self.metadata.get(thread_id, {} if thread_id in self.threads else None)
+
+    def thread_summary(self, *, thread_id: str) -> ThreadSummaryValue | None:
+        return self.summaries.get(thread_id)
 
     def attachment_store(self) -> AttachmentStore:
         if self.attachments is None:

@@ -8,19 +8,21 @@ from typing import Any
 from memproc.exceptions import ConfigurationError, ToolError, ValidationError
 from memproc.messages import Message
 from memproc.processors.base import ProcessorContext
+from memproc.processors.tokens import get_token_counter
 from memproc.processors.turn import PendingWorkingMemory
 from memproc.processors.working_memory_values import compute_next
 from memproc.tools import DEFAULT_WORKING_MEMORY_TEMPLATE, WORKING_MEMORY_TOOL, Tool, ToolContext
 
 TOOL_NAME = WORKING_MEMORY_TOOL
 DEFAULT_TEMPLATE = DEFAULT_WORKING_MEMORY_TEMPLATE
+SIZE_LIMIT_MESSAGE = "working memory is limited to {limit} tokens; rewrite it shorter"
 
 MARKDOWN_INSTRUCTIONS = """WORKING MEMORY
 You have a working memory: information about the user and the conversation that persists across \
 messages{scope_note}. Keep it current: when you learn something worth remembering, call the \
 `{tool}` tool with the COMPLETE updated Markdown (it replaces the whole memory). Follow the template. \
 Never erase existing information unless the user asks you to. Do not mention the working memory to \
-the user.{read_only_note}"""
+the user.{limit_note}{read_only_note}"""
 
 SCHEMA_INSTRUCTIONS = """WORKING MEMORY
 You have a working memory stored as JSON that persists across messages{scope_note}. When you learn \
@@ -28,7 +30,7 @@ something worth remembering, call `{tool}` with only the fields that changed: ob
 `null` deletes a field, arrays replace the old array. The JSON schema it must match:
 <working_memory_schema>
 {schema}
-</working_memory_schema>{read_only_note}"""
+</working_memory_schema>{limit_note}{read_only_note}"""
 
 
 class WorkingMemory:
@@ -37,6 +39,10 @@ class WorkingMemory:
     `updateWorkingMemory` tool (not when read-only). The tool validates at once (the model sees a
     refusal as a tool error) and records the change on the turn; the change is written with the turn's
     save, with compare-and-swap, and a revision row. The tool's calls are never saved to history.
+
+    With `max_tokens`, an update whose result is longer (counted with the TOKENIZER setting) is
+    refused: the model gets the tool error "working memory is limited to N tokens; rewrite it
+    shorter" and nothing is stored. The instructions state the limit.
     """
 
     id = "working-memory"
@@ -47,12 +53,18 @@ class WorkingMemory:
         scope: str = "resource",
         template: str | None = None,
         schema: dict[str, Any] | None = None,
+        max_tokens: int | None = None,
         read_only: bool = False,
     ) -> None:
         if scope not in ("resource", "thread"):
             raise ConfigurationError("WorkingMemory(scope=...) must be 'resource' or 'thread'")
         if schema is not None and (not isinstance(schema, dict) or schema.get("type", "object") != "object"):
             raise ConfigurationError("WorkingMemory(schema=...) must be a JSON schema of type object")
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0
+        ):
+            raise ConfigurationError("WorkingMemory(max_tokens=...) must be a positive integer or None")
+        self.max_tokens = max_tokens
         self.scope = scope
         self.schema = schema
         self.template = template if template is not None else ("" if schema else DEFAULT_TEMPLATE)
@@ -86,16 +98,18 @@ class WorkingMemory:
             " with this user, in every conversation" if self.scope == "resource" else " in this conversation"
         )
         read_only_note = "\nThe working memory is read-only in this conversation." if self.read_only else ""
+        limit_note = f" Keep it under {self.max_tokens} tokens." if self.max_tokens else ""
         if self.mode == "schema":
             head = SCHEMA_INSTRUCTIONS.format(
                 scope_note=scope_note,
                 tool=TOOL_NAME,
                 read_only_note=read_only_note,
+                limit_note=limit_note,
                 schema=json.dumps(self.schema, indent=2),
             )
         else:
             head = MARKDOWN_INSTRUCTIONS.format(
-                scope_note=scope_note, tool=TOOL_NAME, read_only_note=read_only_note
+                scope_note=scope_note, tool=TOOL_NAME, read_only_note=read_only_note, limit_note=limit_note
             )
             head += f"\n<working_memory_template>\n{self.template}\n</working_memory_template>"
         data = current or ("{}" if self.mode == "schema" else self.template)
@@ -134,6 +148,7 @@ class WorkingMemory:
                 schema=self.schema,
                 mode=self.mode,
             )
+            check_size(new, max_tokens=self.max_tokens)
         except ValidationError as exc:
             raise ToolError(str(exc)) from exc
         state["current"] = new
@@ -151,3 +166,12 @@ class WorkingMemory:
                 )
             )
         return {"success": True}
+
+
+def check_size(text: str, *, max_tokens: int | None) -> None:
+    """Refuses (ValidationError) a working memory longer than `max_tokens` (TOKENIZER's count)."""
+    if max_tokens is None:
+        return
+    tokens = get_token_counter().count_text(text)
+    if tokens > max_tokens:
+        raise ValidationError(f"{SIZE_LIMIT_MESSAGE.format(limit=max_tokens)} (this one has {tokens})")

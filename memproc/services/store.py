@@ -9,17 +9,37 @@ import numpy as np
 
 from memproc import models, selectors
 from memproc.messages import Message
-from memproc.processors.store import VectorHit, WorkingMemoryValue
+from memproc.processors.store import ThreadSummaryValue, VectorHit, WorkingMemoryValue
 from memproc.services.attachments.files import DjangoAttachmentStore
+from memproc.services.compaction import (
+    compaction_receiver_connect,
+    thread_owner_with_summary,
+    thread_summary_get,
+)
 from memproc.services.recall import query_embed
 from memproc.vectors import get_vector_store
 
 
 class DjangoMemoryStore:
-    """Reads through selectors and the configured vector store. Writes go through the turn."""
+    """Reads through selectors and the configured vector store. Writes go through the turn.
+
+    One per turn: the thread's summary comes with the turn's first read (`thread_owner`) and is
+    kept for `thread_summary`, so compaction costs the turn no query of its own.
+    """
+
+    def __init__(self) -> None:
+        self._summaries: dict[str, ThreadSummaryValue | None] = {}
 
     def thread_owner(self, *, thread_id: str) -> tuple[str, str, int] | None:
-        return selectors.thread_owner(thread_id=thread_id)
+        owner, summary = thread_owner_with_summary(thread_id=thread_id)
+        self._summaries[thread_id] = summary
+        return owner
+
+    def thread_summary(self, *, thread_id: str) -> ThreadSummaryValue | None:
+        compaction_receiver_connect()  # this process uses compaction: folds follow its turns
+        if thread_id not in self._summaries:
+            self._summaries[thread_id] = thread_summary_get(thread_id=thread_id)
+        return self._summaries[thread_id]
 
     def messages_recent(
         self, *, thread_id: str, limit: int, last_sequence: int | None = None

@@ -11,6 +11,7 @@ from django.utils import timezone
 from memproc import models
 from memproc.db import insert_rows
 from memproc.exceptions import MemprocError, ValidationError
+from memproc.processors.working_memory import check_size
 from memproc.processors.working_memory_values import (  # noqa: F401  (re-exported)
     compute_next,
     deep_merge,
@@ -44,8 +45,10 @@ def working_memory_update(
     thread_id: str = "",
     resource_id: str = "",
     agent_id: str = "",
+    max_tokens: int | None = None,
 ) -> tuple[str, int]:
     """Applies an update safely across processes and records a revision. Returns (text, version).
+    A result longer than `max_tokens` (TOKENIZER's count) is a ValidationError; nothing is written.
 
     Each attempt reads the current value and version, computes the next value, and writes it only if
     the version is unchanged (compare-and-swap); a concurrent writer makes it re-read and re-merge.
@@ -67,6 +70,7 @@ def working_memory_update(
         )
         if new == current:
             return current, version
+        check_size(new, max_tokens=max_tokens)
         # No savepoint: losing the race is not a database error, only a reason to read again.
         with transaction.atomic(savepoint=False), connection.cursor() as cursor:
             cursor.execute(

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.contrib.auth.models import Permission
 
 from memproc import Memory, models
 from memproc.processors.working_memory import DEFAULT_TEMPLATE
-from tests.api.conftest import API
+from tests.api.conftest import API, client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -167,9 +168,31 @@ def test_another_users_resource_working_memory_is_a_404(owner_client, other_reso
     assert other_resource.working_memory == "secret"
 
 
-def test_staff_read_any_stored_resource_but_not_a_missing_one(staff_client, other_resource):
+def test_staff_with_view_thread_read_any_stored_resource_but_not_a_missing_one(staff, other_resource):
+    staff.user_permissions.add(Permission.objects.get(codename="view_thread"))
+    staff_client = client_for(staff)
     assert staff_client.get(resource_wm(other_resource.pk)).status_code == 200
     assert staff_client.get(resource_wm("never-stored")).status_code == 404
+    response = staff_client.put(resource_wm(other_resource.pk), {"working_memory": "staff"}, format="json")
+    assert response.status_code == 404
+
+
+def test_staff_need_change_thread_to_write_another_resources_memory(staff, other_resource):
+    models.Resource.objects.filter(pk=other_resource.pk).update(working_memory="theirs")
+    staff_client = client_for(staff)
+    assert staff_client.get(resource_wm(other_resource.pk)).status_code == 404
+    response = staff_client.put(resource_wm(other_resource.pk), {"working_memory": "staff"}, format="json")
+    assert response.status_code == 404
+    other_resource.refresh_from_db()
+    assert other_resource.working_memory == "theirs"
+    staff.user_permissions.add(Permission.objects.get(codename="change_thread"))
+    staff = type(staff).objects.get(pk=staff.pk)  # Django caches a user's permissions on the object
+    response = client_for(staff).put(
+        resource_wm(other_resource.pk), {"working_memory": "staff"}, format="json"
+    )
+    assert response.status_code == 200
+    other_resource.refresh_from_db()
+    assert other_resource.working_memory == "staff"
 
 
 def test_anonymous_working_memory_is_refused(api_client, thread):

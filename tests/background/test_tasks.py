@@ -38,6 +38,7 @@ WIRE_NAMES = {
     "memproc.purge_resource",
     "memproc.purge_expired",
     "memproc.outbox_dispatch",
+    "memproc.compact_thread",
 }
 
 
