@@ -1,9 +1,9 @@
 """Compaction of long threads (`Memory(compaction=...)`): the background job that folds messages into
 a thread's stored summary, edits of the summary, and the reads a turn makes of it.
 
-A turn's MessageHistory notes in `turn.info["compaction"]` that a fold is due; after the turn
-commits, the `turn_completed` receiver here enqueues `memproc.compact_thread` (inline or Celery,
-through the outbox). The job is idempotent and runs one at a time per thread: it claims the
+A turn's MessageHistory notes in `turn.info["compaction"]` that a fold is due; the turn's commit
+enqueues `memproc.compact_thread` in its own transaction (inline or Celery, through the outbox), so
+it runs after commit. The job is idempotent and runs one at a time per thread: it claims the
 thread's summary row with a conditional UPDATE (a lease), and writes each fold with compare-and-swap
 on the row's version, so two jobs (or a job and an operator's edit) never both write a revision for
 one version. Folds are incremental: the new summary is made from the last one and the messages it
@@ -13,7 +13,6 @@ did not cover yet; each is recorded as a `SummaryRevision` with the sequences it
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -41,13 +40,11 @@ from memproc.processors.store import ThreadSummaryValue
 from memproc.processors.token_limiter import truncate_to_tokens
 from memproc.processors.tokens import TokenCounter, get_token_counter
 from memproc.selectors import MESSAGE_FIELDS, message_from_row
-from memproc.signals import turn_completed
 
 __all__ = [
     "ModelSummarizer",
     "SummaryConflict",
     "compaction_enqueue",
-    "compaction_receiver_connect",
     "summarizer_for",
     "thread_compact",
     "thread_owner_with_summary",
@@ -450,26 +447,3 @@ def compaction_enqueue(*, thread_id: str, agent_id: str, request: dict[str, Any]
             "agent_model": request.get("agent_model"),
         },
     )
-
-
-def _compact_after_turn(sender: Any, *, result: Any = None, agent_id: str = "", **kwargs: Any) -> None:
-    """`turn_completed` receiver: enqueues the fold the turn found due. Never fails the turn."""
-    request = (getattr(result, "memory", None) or {}).get("compaction")
-    thread_id = getattr(result, "thread_id", None)
-    if not request or not request.get("due") or not thread_id:
-        return
-    try:
-        compaction_enqueue(thread_id=thread_id, agent_id=agent_id, request=request)
-    except Exception:
-        logger.exception("memproc: could not schedule the compaction of thread %s", thread_id)
-
-
-_connected = threading.Event()
-
-
-def compaction_receiver_connect() -> None:
-    """Connects the receiver that schedules folds after turns; on first use of compaction in a
-    process, so processes without it send no `turn_completed` they did not ask for."""
-    if not _connected.is_set():
-        turn_completed.connect(_compact_after_turn, dispatch_uid="memproc.compaction", weak=False)
-        _connected.set()

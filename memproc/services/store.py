@@ -12,7 +12,6 @@ from memproc.messages import Message
 from memproc.processors.store import ThreadSummaryValue, VectorHit, WorkingMemoryValue
 from memproc.services.attachments.files import DjangoAttachmentStore
 from memproc.services.compaction import (
-    compaction_receiver_connect,
     thread_owner_with_summary,
     thread_summary_get,
 )
@@ -36,7 +35,6 @@ class DjangoMemoryStore:
         return owner
 
     def thread_summary(self, *, thread_id: str) -> ThreadSummaryValue | None:
-        compaction_receiver_connect()  # this process uses compaction: folds follow its turns
         if thread_id not in self._summaries:
             self._summaries[thread_id] = thread_summary_get(thread_id=thread_id)
         return self._summaries[thread_id]

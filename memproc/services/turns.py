@@ -52,6 +52,7 @@ from memproc.services.attachments import (
     attachments_link,
     attachments_resolve,
 )
+from memproc.services.compaction import compaction_enqueue
 from memproc.services.recall import sources_embed, sources_for
 from memproc.services.store import DjangoMemoryStore
 from memproc.services.threads import messages_insert, thread_ensure
@@ -397,7 +398,9 @@ class TurnEngine:
         self.input_chain, self.output_chain = self.agent.processor_chains(turn.memory_options or None)
         # process_tool_result runs on every processor that has it, input side first, each once.
         self.tool_result_chain = list({id(p): p for p in [*self.input_chain, *self.output_chain]}.values())
-        self.has_step_hooks = any(getattr(p, "process_input_step", None) is not None for p in self.input_chain)
+        self.has_step_hooks = any(
+            getattr(p, "process_input_step", None) is not None for p in self.input_chain
+        )
         system = [self.agent.instructions_message()] if self.agent.instructions else []
         self.conversation = Conversation(
             system=[*system, *turn.system_input], messages=turn.input_messages, loaded_ids=turn.loaded_ids
@@ -578,7 +581,9 @@ class TurnEngine:
                     system=[*view.system, *feedback, *step_feedback], messages=view.messages
                 )
             else:  # the conversation as the turn's hooks left it, already in order
-                view = StepView(self.conversation.system, self.conversation.messages, list(turn.tools.values()))
+                view = StepView(
+                    self.conversation.system, self.conversation.messages, list(turn.tools.values())
+                )
                 prompt = self.conversation.request_messages(
                     system=[*view.system, *feedback, *step_feedback], responses=responses
                 )
@@ -833,6 +838,10 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
             )
         if writes.embed:
             _enqueue_embedding(turn)
+        compaction = turn.info.get("compaction")
+        if compaction and compaction.get("due") and writes.messages:
+            # In the turn's transaction, so the outbox keeps it if the broker is down.
+            compaction_enqueue(thread_id=turn.thread_id, agent_id=turn.agent.id, request=compaction)
         if writes.generate_title and writes.messages:
             background.enqueue(
                 "memproc.generate_title", kwargs={"thread_id": turn.thread_id, "agent_id": turn.agent.id}
