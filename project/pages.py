@@ -1,28 +1,129 @@
-"""The demo site's own pages."""
+"""The demo site's own pages: the landing page, the chat page and the `<memproc-chat>` component page.
 
+`/` is the chat for a signed-in user and, for anyone else, the landing page that says why the chat
+needs a login, which login the demo created, and what the demo shows (also at `/about/`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.shortcuts import render
-from django.urls import path
+from django.shortcuts import render, resolve_url
+from django.urls import path, reverse
 from django.views.decorators.csrf import ensure_csrf_cookie
+
+OFFLINE_MODEL = "local/echo"
+
+
+def agent_card(agent: Any) -> dict[str, Any]:
+    """What the pages say about one agent, read from its configuration (never hard-coded): the model,
+    the memory it keeps and in which scope, its token limit and its processors."""
+    from memproc.processors import TokenLimiter
+
+    memory = agent.memory
+    recall = memory.recall_options if memory is not None else None
+    wm = memory.working_memory_processor if memory is not None else None
+    limiter = next((p for p in agent.input_processors if isinstance(p, TokenLimiter)), None)
+    return {
+        "id": agent.id,
+        "name": agent.name,
+        "description": agent.description,
+        "model": agent.model_id,
+        "offline": agent.model_id == OFFLINE_MODEL,
+        "history": memory.last_messages if memory is not None and memory.last_messages is not False else None,
+        "recall": {"top_k": recall["top_k"], "scope": recall["scope"]} if recall else None,
+        "working_memory": {"scope": wm.scope, "mode": wm.mode} if wm is not None else None,
+        "token_limit": limiter.limit if limiter is not None else None,
+        "input_processors": [processor_card(p) for p in agent.input_processors],
+        "output_processors": [processor_card(p) for p in agent.output_processors],
+    }
+
+
+def processor_card(processor: Any) -> dict[str, Any]:
+    strategy = getattr(processor, "strategy", None)
+    return {"id": processor.id, "strategy": strategy if isinstance(strategy, str) else None}
+
+
+def agent_cards() -> list[dict[str, Any]]:
+    from memproc.agents import all_agents
+
+    return [agent_card(agent) for agent in all_agents()]
+
+
+def chosen_agent(cards: list[dict[str, Any]], requested: str | None) -> str:
+    """`?agent=` when it names a registered agent, else the first one ("" when none is registered)."""
+    ids = [card["id"] for card in cards]
+    return requested if requested in ids else (ids[0] if ids else "")
+
+
+def demo_login_shown() -> dict[str, str] | None:
+    """The demo login, to print on the landing page: only on a DEBUG site (never on a deployed one)
+    and only once `demo_setup` has created that user, so the page never offers a login that fails."""
+    from project.management.commands.demo_setup import demo_login
+
+    if not settings.DEBUG:
+        return None
+    username, password = demo_login()
+    if not get_user_model()._default_manager.filter(username=username).exists():
+        return None
+    return {"username": username, "password": password}
+
+
+def login_url(next_url: str) -> str:
+    return f"{resolve_url(settings.LOGIN_URL)}?{urlencode({'next': next_url})}"
+
+
+def landing(request):
+    cards = agent_cards()
+    return render(
+        request,
+        "landing.html",
+        {
+            "agents": cards,
+            "offline": any(card["offline"] for card in cards),
+            "demo_login": demo_login_shown(),
+            "login_url": login_url(reverse("chat")),
+        },
+    )
 
 
 @ensure_csrf_cookie
-@login_required
-def chat(request):
-    from memproc.agents import all_agents
+def home(request):
+    """The chat for a signed-in user; the landing page (which explains the login) for anyone else."""
+    if not request.user.is_authenticated:
+        return landing(request)
+    return chat_page(request)
 
-    return render(request, "chat.html", {"agents": all_agents(), "resource_id": str(request.user.pk)})
+
+def chat_page(request):
+    cards = agent_cards()
+    return render(
+        request,
+        "chat.html",
+        {
+            "agents": cards,
+            "agent": chosen_agent(cards, request.GET.get("agent")),
+            "resource_id": str(request.user.pk),
+        },
+    )
 
 
 @ensure_csrf_cookie
 @login_required
 def widget(request):
     """The `<memproc-chat>` component (memproc/static/memproc/chat.js) on a plain page: `?agent=<id>`."""
-    from memproc.agents import all_agents
+    cards = agent_cards()
+    agent = chosen_agent(cards, request.GET.get("agent"))
+    current = next((card for card in cards if card["id"] == agent), None)
+    return render(request, "widget.html", {"agents": cards, "agent": agent, "current": current})
 
-    agents = all_agents()
-    agent = request.GET.get("agent") or (agents[0].id if agents else "")
-    return render(request, "widget.html", {"agents": agents, "agent": agent})
 
-
-urlpatterns = [path("", chat, name="chat"), path("widget/", widget, name="widget")]
+urlpatterns = [
+    path("", home, name="chat"),
+    path("about/", landing, name="about"),
+    path("widget/", widget, name="widget"),
+]

@@ -20,7 +20,11 @@ from django.utils.translation import gettext_lazy as _
 from memproc import models
 from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_link, admin_url, changelist_url
 from memproc.admin.transcript import message_views, transcript_context
-from memproc.admin.working_memory import WorkingMemoryAdminMixin, WorkingMemoryForm
+from memproc.admin.working_memory import (
+    WorkingMemoryAdminMixin,
+    WorkingMemoryForm,
+    working_memory_scope_in_use,
+)
 from memproc.services.purge import resource_purge
 from memproc.services.threads import messages_delete, thread_delete, thread_update
 
@@ -197,6 +201,28 @@ class ThreadAdmin(WorkingMemoryAdminMixin, admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[models.Thread]:
         return threads_for_admin()
+
+    def get_fieldsets(self, request: HttpRequest, obj: models.Thread | None = None) -> Any:
+        """The working memory the thread's agent uses comes first and open; the other scope's, which
+        the agent never reads, folds away below it."""
+        fieldsets = list(super().get_fieldsets(request, obj))
+        if obj is None or working_memory_scope_in_use(obj) != "resource":
+            return fieldsets
+        at = {f: i for i, (_name, options) in enumerate(fieldsets) for f in options.get("fields", ())}
+        if "working_memory_text" not in at or "resource_working_memory" not in at:
+            return fieldsets
+        thread_at, resource_at = at["working_memory_text"], at["resource_working_memory"]
+        thread_options = fieldsets[thread_at][1]
+        resource_name, resource_options = fieldsets[resource_at]
+        agent = {"agent": obj.agent_id}
+        in_use = _("In use: agent %(agent)s keeps its working memory per resource.") % agent
+        unused = _("Agent %(agent)s never reads this; it uses the resource's working memory.") % agent
+        fieldsets[thread_at] = (resource_name, {**resource_options, "classes": (), "description": in_use})
+        fieldsets[resource_at] = (
+            _("Thread working memory (not used)"),
+            {**thread_options, "classes": ("collapse",), "description": unused},
+        )
+        return fieldsets
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # threads are created by conversations (the API, agents, the memory API)
