@@ -6,7 +6,9 @@ import uuid
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import Case, Q, Value, When
+from django.db.models.fields.json import KT
+from django.db.models.lookups import In
 from django.utils import timezone
 from django.utils.text import get_valid_filename
 from django.utils.translation import gettext_lazy as _
@@ -56,6 +58,10 @@ class Thread(models.Model):
         return self.title or self.id
 
 
+# Quarantine statuses that keep a message out of history and recall ("cleared" lets it back in).
+QUARANTINE_ACTIVE = ("flagged", "confirmed")
+
+
 class Message(models.Model):
     class Role(models.TextChoices):
         SYSTEM = "system", _("System")
@@ -75,6 +81,17 @@ class Message(models.Model):
     token_count = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     sequence = models.BigIntegerField()
+    # Derived by the database from `content["metadata"]["quarantine"]["status"]`, which a guardrail
+    # writes with the message (memproc.guardrails): true while the flag is "flagged" or "confirmed",
+    # false once an operator clears it. History and recall skip quarantined messages in their SQL.
+    quarantined = models.GeneratedField(
+        expression=Case(
+            When(In(KT("content__metadata__quarantine__status"), QUARANTINE_ACTIVE), then=Value(True)),
+            default=Value(False),
+        ),
+        output_field=models.BooleanField(),
+        db_persist=True,
+    )
 
     class Meta:
         ordering = ["thread", "sequence"]
@@ -84,6 +101,10 @@ class Message(models.Model):
         indexes = [
             models.Index(fields=["resource_id", "created_at"], name="memproc_msg_res_created"),
             models.Index(fields=["created_at"], name="memproc_msg_created"),
+            # The admin's queue of flagged messages: a partial index holds only them.
+            models.Index(
+                fields=["-created_at"], condition=Q(quarantined=True), name="memproc_msg_quarantined"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -335,3 +356,74 @@ class IdempotencyRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope} {self.key} ({self.state})"
+
+
+class ThreadSummary(models.Model):
+    """The running summary of a long thread (`Memory(compaction=...)`): what the messages up to
+    `covered_sequence` said, folded in by the compaction job. It enters the prompt as one system
+    message before history, and the messages it covers are not loaded as history again (they stay
+    stored, and in recall). `version` is bumped by every change (compare-and-swap); a compaction job
+    holds the thread with `claim_token` until `claimed_until`, so one job folds a thread at a time.
+    `counted_through`/`counted_tokens`: the uncovered messages through that sequence hold that many
+    tokens (a job counted them and found too few to fold)."""
+
+    thread = models.OneToOneField(Thread, primary_key=True, on_delete=models.CASCADE, related_name="summary")
+    text = models.TextField(blank=True, default="")
+    covered_sequence = models.BigIntegerField(
+        default=0, help_text=_("Messages up to this sequence are folded into the summary.")
+    )
+    token_count = models.PositiveIntegerField(default=0)
+    # A job that found too little to fold notes what it counted, so turns estimate the rest only.
+    counted_through = models.BigIntegerField(default=0, editable=False)
+    counted_tokens = models.PositiveIntegerField(default=0, editable=False)
+    version = models.PositiveIntegerField(default=0, editable=False)
+    claim_token = models.UUIDField(null=True, blank=True, editable=False)
+    claimed_until = models.DateTimeField(null=True, blank=True, editable=False)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        verbose_name_plural = _("thread summaries")
+
+    def __str__(self) -> str:
+        return f"Summary of {self.thread_id} through #{self.covered_sequence} (v{self.version})"
+
+
+class SummaryRevision(models.Model):
+    """Every change of a thread summary: a fold by the compaction job (the messages after
+    `previous_sequence` through `covered_sequence`, the summarizer, its cost) or an edit."""
+
+    class Source(models.TextChoices):
+        COMPACTION = "compaction", _("Compaction")
+        ADMIN = "admin", _("Admin")
+        CODE = "code", _("Code")
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="summary_revisions")
+    version = models.PositiveIntegerField()
+    text = models.TextField(blank=True, default="")
+    previous_sequence = models.BigIntegerField(default=0)
+    covered_sequence = models.BigIntegerField(default=0)
+    token_count = models.PositiveIntegerField(default=0)
+    folded_messages = models.PositiveIntegerField(default=0)
+    folded_tokens = models.PositiveIntegerField(default=0)
+    source = models.CharField(max_length=16, choices=Source.choices)
+    summarizer = models.CharField(max_length=255, blank=True, default="")
+    duration_ms = models.FloatField(default=0.0)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="memproc_summary_revisions",
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["thread", "version"], name="memproc_sumrev_thread_version"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.thread_id} summary v{self.version}"

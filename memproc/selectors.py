@@ -110,7 +110,8 @@ def messages_existing(*, ids: Iterable[str]) -> dict[str, str]:
 
 
 def messages_around(*, message_ids: Sequence[str], before: int, after: int) -> dict[str, list[Message]]:
-    """Each hit with its neighbours from its own thread, grouped by thread in sequence order.
+    """Each hit with its neighbours from its own thread, grouped by thread in sequence order; messages
+    a guardrail quarantined (`Message.quarantined`) are left out.
 
     One query whatever the number of hits: the hits joined to their ranges on the thread+sequence index.
     """
@@ -121,7 +122,7 @@ def messages_around(*, message_ids: Sequence[str], before: int, after: int) -> d
     rows = _fetch(
         f"SELECT DISTINCT {_MESSAGE_COLUMNS} FROM {table} h JOIN {table} m "
         "ON m.thread_id = h.thread_id AND m.sequence BETWEEN h.sequence - %s AND h.sequence + %s "
-        f"WHERE h.id IN ({marks}) ORDER BY m.thread_id, m.sequence",
+        f"WHERE h.id IN ({marks}) AND NOT m.quarantined ORDER BY m.thread_id, m.sequence",
         [before, after, *message_ids],
     )
     grouped: dict[str, list[Message]] = {}

@@ -14,6 +14,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.db.models import Count, Sum
+from django.urls import NoReverseMatch, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
 from memproc import models
 from memproc.admin.common import admin_url, one_line, pretty_json
@@ -62,10 +65,20 @@ class MessageView:
     token_count: int | None = None
     sequence: int | None = None
     turn: TurnView | None = None  # "why the model saw this", under the reply a turn saved
+    # A guardrail's flag (content.metadata.quarantine), the text with the flagged stretches marked,
+    # and what guardrails withheld from the prompt of the turn this message started.
+    quarantine: dict[str, Any] | None = None
+    flag_text: SafeString | None = None
+    withheld: list[dict[str, Any]] = field(default_factory=list)
+    review_url: str | None = None
 
     @property
     def role_label(self) -> str:
         return str(ROLE_LABELS.get(self.role, self.role))
+
+    @property
+    def flag_active(self) -> bool:
+        return bool(self.quarantine) and self.quarantine.get("status") in models.QUARANTINE_ACTIVE
 
 
 def transcript_context(*, thread_id: str, page: Any) -> dict[str, Any]:
@@ -105,7 +118,7 @@ def _message_view(row: Mapping[str, Any]) -> MessageView:
     parts = source.get("parts") or []
     if not isinstance(parts, list):
         parts = [parts]
-    return MessageView(
+    view = MessageView(
         id=str(row.get("id") or ""),
         role=str(row.get("role") or ""),
         parts=[part_view(p) for p in parts],
@@ -113,6 +126,59 @@ def _message_view(row: Mapping[str, Any]) -> MessageView:
         token_count=row.get("token_count"),
         sequence=row.get("sequence"),
     )
+    metadata = source.get("metadata")
+    if isinstance(metadata, Mapping):
+        _attach_flags(view, metadata, stored=row.get("sequence") is not None)
+    return view
+
+
+def _attach_flags(view: MessageView, metadata: Mapping[str, Any], *, stored: bool) -> None:
+    flag = metadata.get("quarantine")
+    if isinstance(flag, Mapping):
+        view.quarantine = dict(flag)
+        text = "".join(p.text for p in view.parts if p.kind == "text")
+        spans = flag.get("spans")
+        view.flag_text = highlighted(text, spans) if spans else None
+        view.review_url = flag_review_url(view.id) if stored else None
+    withheld = metadata.get("withheld")
+    if isinstance(withheld, list):
+        for entry in withheld:
+            if not isinstance(entry, Mapping):
+                continue
+            item = dict(entry)
+            thread_id, message_id = item.get("thread_id"), item.get("message_id")
+            thread_url = admin_url("thread", thread_id) if thread_id else None
+            item["url"] = f"{thread_url}#message-{message_id}" if thread_url and message_id else None
+            item["review_url"] = flag_review_url(message_id) if message_id else None
+            view.withheld.append(item)
+
+
+def flag_review_url(message_id: str) -> str | None:
+    """The admin page where an operator confirms or clears a message's flag (or flags it)."""
+    try:
+        return reverse("admin:memproc_tripwirelog_message_flag", args=[message_id])
+    except NoReverseMatch:
+        return None
+
+
+def highlighted(text: str, spans: Any) -> SafeString:
+    """`text` escaped, with each valid [start, end] span in <mark>."""
+    clean: list[tuple[int, int]] = []
+    for span in spans if isinstance(spans, (list, tuple)) else ():
+        try:
+            start, end = int(span[0]), int(span[1])
+        except (TypeError, ValueError, IndexError):
+            continue
+        if 0 <= start < end <= len(text) and (not clean or start >= clean[-1][1]):
+            clean.append((start, end))
+    pieces: list[tuple[str, str]] = []
+    cursor = 0
+    for start, end in clean:
+        pieces.append(("{}", text[cursor:start]))
+        pieces.append(('<mark class="memproc-flagged">{}</mark>', text[start:end]))
+        cursor = end
+    pieces.append(("{}", text[cursor:]))
+    return format_html_join("", "{}", ((format_html(fmt, value),) for fmt, value in pieces))
 
 
 def part_view(data: Any) -> PartView:

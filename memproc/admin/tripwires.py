@@ -1,4 +1,5 @@
-"""The review queue for blocked turns: read-only logs, reviewed through `tripwire_review`."""
+"""The review queue: blocked turns (read-only logs, reviewed through `tripwire_review`) and the
+messages guardrails quarantined (confirmed or cleared through `message_quarantine_review`)."""
 
 from __future__ import annotations
 
@@ -21,14 +22,29 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from memproc import models
-from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_link, pretty_json
-from memproc.admin.transcript import message_views
+from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_link, admin_url, pretty_json
+from memproc.admin.transcript import flag_review_url, highlighted, message_views
+from memproc.services.quarantine import STATUSES as FLAG_STATUSES
+from memproc.services.quarantine import message_quarantine_review, quarantine_flag
 from memproc.services.tripwires import tripwire_review
 
 Status = models.TripwireLog.Status
 REVIEW_TEMPLATE = "admin/memproc/tripwirelog/review.html"
 # The intermediate page lists this many of the selected logs; the rest are reviewed all the same.
 REVIEW_LIST_LIMIT = 50
+FLAGGED_TEMPLATE = "admin/memproc/tripwirelog/flagged_messages.html"
+FLAG_REVIEW_TEMPLATE = "admin/memproc/tripwirelog/message_flag.html"
+FLAGGED_PAGE_SIZE = 100
+# Which channel a block came from when a guardrail did not say (every hook reads one channel).
+PHASE_CHANNELS = {
+    "input": "input",
+    "input_step": "input",
+    "output_step": "output",
+    "tool_result": "tool_result",
+    "output": "output",
+    "stream": "stream",
+}
+FLAG_LABELS = {"flagged": _("Flagged"), "confirmed": _("Confirmed"), "cleared": _("Cleared")}
 
 
 class ReviewNoteForm(forms.Form):
@@ -46,6 +62,20 @@ class ReviewForm(ReviewNoteForm):
     field_order = ("status", "note")
 
 
+class FlagReviewForm(ReviewNoteForm):
+    status = forms.ChoiceField(
+        label=_("Verdict"),
+        choices=[
+            ("confirmed", _("Confirmed: keep it out of history and recall")),
+            ("cleared", _("Cleared: a false alarm, let it back into memory")),
+            ("flagged", _("Flagged: undecided, keep it out for now")),
+        ],
+        widget=forms.RadioSelect,
+    )
+
+    field_order = ("status", "note")
+
+
 @admin.register(models.TripwireLog)
 class TripwireLogAdmin(ReadOnlyAdmin):
     list_display = (
@@ -54,6 +84,7 @@ class TripwireLogAdmin(ReadOnlyAdmin):
         "agent_id",
         "processor_id",
         "phase",
+        "channel",
         "reason_excerpt",
         "resource_id",
         "thread",
@@ -83,7 +114,7 @@ class TripwireLogAdmin(ReadOnlyAdmin):
                 )
             },
         ),
-        (_("Blocked content"), {"fields": ("blocked_content",)}),
+        (_("Blocked content"), {"fields": ("channel", "flagged_text", "blocked_content")}),
         (_("Metadata"), {"fields": ("metadata_json",)}),
         (_("Review"), {"fields": ("status_badge", "reviewed_by", "reviewed_at", "note")}),
     )
@@ -97,6 +128,8 @@ class TripwireLogAdmin(ReadOnlyAdmin):
         "thread",
         "resource",
         "blocked_content",
+        "channel",
+        "flagged_text",
         "metadata_json",
         "status_badge",
         "reviewed_by",
@@ -122,7 +155,118 @@ class TripwireLogAdmin(ReadOnlyAdmin):
             self.admin_site.admin_view(self.review_view),
             name="{}_{}_review".format(*info),
         )
-        return [review, *super().get_urls()]
+        flagged = path(
+            "flagged-messages/",
+            self.admin_site.admin_view(self.flagged_messages_view),
+            name="{}_{}_flagged_messages".format(*info),
+        )
+        flag = path(
+            "flagged-messages/<path:message_id>/",
+            self.admin_site.admin_view(self.message_flag_view),
+            name="{}_{}_message_flag".format(*info),
+        )
+        return [review, flagged, flag, *super().get_urls()]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        flagged = models.Message.objects.filter(quarantined=True).count()  # the partial index
+        return super().changelist_view(request, {**(extra_context or {}), "flagged_message_count": flagged})
+
+    # --- quarantined messages ---------------------------------------------------------------------
+
+    def _can_read_messages(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request) and request.user.has_perm(
+            f"{self.opts.app_label}.view_thread"
+        )
+
+    def flagged_messages_view(self, request: HttpRequest) -> TemplateResponse:
+        """The messages guardrails flagged: active flags (the partial index), or by status."""
+        if not self._can_read_messages(request):
+            raise PermissionDenied
+        status = request.GET.get("status", "")
+        rows = models.Message.objects.all()
+        if status in FLAG_STATUSES:
+            rows = rows.filter(content__metadata__quarantine__status=status)
+        elif status == "all":
+            rows = rows.filter(content__metadata__has_key="quarantine")
+        else:
+            status, rows = "", rows.filter(quarantined=True)
+        rows = rows.order_by("-created_at").values(
+            "id", "thread_id", "resource_id", "role", "content", "text", "created_at"
+        )
+        entries = [_flag_entry(row) for row in rows[:FLAGGED_PAGE_SIZE]]
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": _("Flagged messages"),
+            "entries": entries,
+            "status": status,
+            "statuses": [("", _("Quarantined")), *FLAG_LABELS.items(), ("all", _("All"))],
+            "page_size": FLAGGED_PAGE_SIZE,
+            "media": self.media,
+        }
+        return TemplateResponse(request, FLAGGED_TEMPLATE, context)
+
+    def message_flag_view(self, request: HttpRequest, message_id: str) -> HttpResponse:
+        """One message: its flag, the text with the flagged stretches marked, and the verdict form."""
+        if not self._can_read_messages(request):
+            raise PermissionDenied
+        message = models.Message.objects.filter(pk=unquote(message_id)).first()
+        if message is None:
+            self.message_user(request, _("That message does not exist (any more)."), messages.WARNING)
+            return HttpResponseRedirect(
+                reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_flagged_messages")
+            )
+        flag = quarantine_flag(message) or {}
+        can_review = self.has_review_permission(request)
+        initial = {
+            "status": "confirmed" if flag.get("status") in (None, "flagged") else flag["status"],
+            "note": flag.get("note", ""),
+        }
+        form = FlagReviewForm(request.POST if request.method == "POST" else None, initial=initial)
+        if request.method == "POST":
+            if not can_review:
+                raise PermissionDenied
+            if form.is_valid():
+                status = form.cleaned_data["status"]
+                message_quarantine_review(
+                    message=message, status=status, reviewer=request.user, note=form.cleaned_data["note"]
+                )
+                self.message_user(
+                    request,
+                    _("Message flag set to %(status)s.") % {"status": FLAG_LABELS[status]},
+                    messages.SUCCESS,
+                )
+                return HttpResponseRedirect(
+                    reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_flagged_messages")
+                )
+        row = {
+            "id": message.pk,
+            "role": message.role,
+            "content": message.content,
+            "created_at": message.created_at,
+            "sequence": message.sequence,
+            "token_count": message.token_count,
+        }
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": _("Review a message flag"),
+            "entry": _flag_entry(
+                {
+                    **row,
+                    "thread_id": message.thread_id,
+                    "resource_id": message.resource_id,
+                    "text": message.text,
+                }
+            ),
+            "entries": message_views([row]),
+            "flag": flag,
+            "form": form if can_review else None,
+            "media": self.media + form.media,
+        }
+        return TemplateResponse(request, FLAG_REVIEW_TEMPLATE, context)
 
     def change_view(
         self,
@@ -249,6 +393,29 @@ class TripwireLogAdmin(ReadOnlyAdmin):
             '<span class="memproc-badge memproc-status-{}">{}</span>', obj.status, obj.get_status_display()
         )
 
+    @admin.display(description=_("Channel"))
+    def channel(self, obj: models.TripwireLog) -> str:
+        """What the guardrail was reading: its own word for it, else the hook's (input, tool result...)."""
+        named = (obj.metadata or {}).get("channel") if isinstance(obj.metadata, dict) else None
+        return str(named or PHASE_CHANNELS.get(obj.phase, obj.phase)).replace("_", " ")
+
+    @admin.display(description=_("Flagged text"))
+    def flagged_text(self, obj: models.TripwireLog) -> SafeString | str:
+        """The blocked message's text with the stretches the guardrail flagged marked, when the
+        metadata says where (`message_id` and `spans`) and the content was stored."""
+        meta = obj.metadata if isinstance(obj.metadata, dict) else {}
+        spans, message_id = meta.get("spans"), meta.get("message_id")
+        rows = obj.content if isinstance(obj.content, list) else []
+        row = next((r for r in rows if isinstance(r, dict) and r.get("id") == message_id), None)
+        if not spans or row is None:
+            return "—"
+        text = "".join(
+            str(p.get("text") or "")
+            for p in row.get("parts") or []
+            if isinstance(p, dict) and p.get("type") == "text"
+        )
+        return format_html('<div class="memproc-text">{}</div>', highlighted(text, spans))
+
     @admin.display(description=_("Reason"))
     def reason_excerpt(self, obj: models.TripwireLog) -> str:
         return obj.reason if len(obj.reason) <= 90 else obj.reason[:89] + "…"
@@ -280,3 +447,25 @@ class TripwireLogAdmin(ReadOnlyAdmin):
     def metadata_json(self, obj: models.TripwireLog) -> SafeString:
         text, truncated = pretty_json(obj.metadata or {})
         return format_html('<pre class="memproc-pre">{}{}</pre>', text, "\n…" if truncated else "")
+
+
+def _flag_entry(row: dict[str, Any]) -> dict[str, Any]:
+    """What the flagged-messages page shows of one message."""
+    flag = ((row.get("content") or {}).get("metadata") or {}).get("quarantine")
+    flag = flag if isinstance(flag, dict) else {}
+    text = row.get("text") or ""
+    spans = flag.get("spans")
+    excerpt = highlighted(text, spans) if spans else (text if len(text) <= 300 else text[:299] + "…")
+    thread_url = admin_url("thread", row.get("thread_id"))
+    return {
+        "id": row["id"],
+        "role": row.get("role"),
+        "created_at": row.get("created_at"),
+        "thread_id": row.get("thread_id"),
+        "resource_id": row.get("resource_id"),
+        "thread_url": f"{thread_url}#message-{row['id']}" if thread_url else None,
+        "flag": flag,
+        "status_label": FLAG_LABELS.get(flag.get("status"), flag.get("status") or "—"),
+        "excerpt": excerpt,
+        "review_url": flag_review_url(row["id"]),
+    }

@@ -1,10 +1,11 @@
 """Finding where a text repeats a protected text (a system prompt) verbatim, in linear time.
 
-Both texts are compared in a canonical form (NFKC, lower case, runs of whitespace as one space,
-curly quotes and dashes made plain, zero-width characters dropped), so a leak cannot hide behind
-case, re-wrapping or invisible characters. A suffix automaton of the protected text gives, for each
-position of the response, the length of the longest piece ending there that also occurs in the
-protected text ("matching statistics"); pieces at least `min_chars` long are leaks.
+Both texts are compared in a canonical form (NFKC, lower case, every run of characters that are not
+letters or digits as one space, zero-width characters dropped), so a leak cannot hide behind case,
+re-wrapping, invisible characters or words joined by hyphens, underscores or dots. A suffix automaton
+of the protected text gives, for each position of the response, the length of the longest piece
+ending there that also occurs in the protected text ("matching statistics"); pieces at least
+`min_chars` long are leaks.
 
 The start of that longest piece never moves left as the response grows, which is what lets a
 stream release everything before the current piece: nothing already released can become part of a
@@ -17,31 +18,27 @@ import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
 
-_PLAIN = str.maketrans({"‘": "'", "’": "'", "“": '"', "”": '"', "–": "-", "—": "-", "\u00a0": " "})
-_DROPPED = frozenset("\u200b\u200c\u200d\u2060\ufeff\u00ad\uffff")
+_DROPPED = frozenset("\u200b\u200c\u200d\u2060\ufeff\u00ad\u034f\u180e\uffff")
 _SEPARATOR = "\uffff"  # joins several protected texts; dropped from every input, so never matched
 
 
 def canonical(text: str) -> tuple[str, list[int]]:
-    """The canonical form of `text`, and for each of its characters the index it came from."""
+    """The canonical form of `text`, and for each of its characters the index it came from: letters
+    and digits NFKC-folded and lower-cased, everything else (spaces, punctuation, hyphens, underscores)
+    one separator, invisible characters dropped. So "You-are-the_Acme.assistant" reads as "you are the
+    acme assistant"."""
     chars: list[str] = []
     origin: list[int] = []
     for index, char in enumerate(text):
         if char in _DROPPED:
             continue
-        if char.isspace():
-            if chars and chars[-1] != " ":
+        for folded in unicodedata.normalize("NFKC", char).lower():
+            if folded.isalnum():
+                chars.append(folded)
+                origin.append(index)
+            elif chars and chars[-1] != " ":
                 chars.append(" ")
                 origin.append(index)
-            continue
-        for folded in unicodedata.normalize("NFKC", char).lower().translate(_PLAIN):
-            if folded.isspace():
-                if chars and chars[-1] != " ":
-                    chars.append(" ")
-                    origin.append(index)
-                continue
-            chars.append(folded)
-            origin.append(index)
     return "".join(chars), origin
 
 

@@ -1,9 +1,13 @@
-"""Offline PII detection: regular expressions, narrowed by checksums where the format has one.
+"""Offline PII detection: regular expressions, narrowed by checksums and by context.
 
-Each detector returns (start, end) spans. Card numbers must pass the Luhn check, IBANs the ISO 13616
-mod-97 check and the country's length, IP addresses the `ipaddress` parser; phone numbers need a
-leading "+" or separators (a bare run of ten digits is too often an order number); SSNs need the
-dashes. `find` resolves overlaps: the longest span wins, then the earlier type in `TYPES`.
+Each detector returns (start, end) spans of the detection copy `find` gives it. Card numbers must pass
+the Luhn check and fit the length of the card network their first digits name (Visa, Mastercard,
+Amex, Discover, JCB, Diners, UnionPay, Maestro); IBANs the ISO 13616 mod-97 check and the country's
+length; IP addresses the `ipaddress` parser; phone numbers one of the national conventions of
+`_pii_phone`; SSNs need the dashes. A number right after an identifier cue ("order", "tracking",
+"version", "Aktenzeichen"; see `_pii_context`) is not a card, a phone number or an IPv4 address.
+`find` maps the spans back onto the original text and resolves overlaps: the longest span wins,
+then the earlier type in `TYPES`.
 """
 
 from __future__ import annotations
@@ -11,8 +15,12 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+
+from memproc.guardrails._normalize import fold
+from memproc.guardrails._pii_context import context
+from memproc.guardrails._pii_phone import phones
 
 Span = tuple[int, int]
 Detector = Callable[[str], Iterator[Span]]
@@ -63,14 +71,7 @@ _EMAIL = re.compile(
     r"@(?:[^\W_](?:[\w-]{0,61}[^\W_])?\.)+[^\W\d_]{2,24}(?![\w-])"
 )
 
-_PHONE = re.compile(
-    r"(?<![\w+])(?<!\d[ .-])"
-    r"(?:\+[1-9]\d{0,2}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]?\d{2,4}){1,4}"  # +44 20 7946 0958
-    r"|(?:\(\d{2,5}\)[ .-]?|\d{2,5}[ .-])\d{3,4}[ .-]\d{4})"  # (555) 123-4567, 020 7946 0958
-    r"(?![\w])(?![ .-]?\d)"
-)
-
-_CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?!\d)")
+_CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){11,18}\d(?!\d)")
 
 _SSN = re.compile(r"(?<![\d-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d-])")
 
@@ -117,16 +118,41 @@ def luhn_valid(digits: str) -> bool:
     return total % 10 == 0
 
 
+def _brand_length_ok(digits: str) -> bool:
+    """The number's length fits the card network its first digits (IIN) name."""
+    n = len(digits)
+    two, three, four = int(digits[:2]), int(digits[:3]), int(digits[:4])
+    if digits[0] == "4":  # Visa
+        return n in (13, 16, 19)
+    if 51 <= two <= 55 or 2221 <= four <= 2720:  # Mastercard
+        return n == 16
+    if two in (34, 37):  # American Express
+        return n == 15
+    if four == 6011 or 644 <= three <= 649 or two == 65:  # Discover
+        return 16 <= n <= 19
+    if two == 35:  # JCB (3528-3589 assigned; the rest of 35 is read as JCB too)
+        return 16 <= n <= 19
+    if 300 <= three <= 305 or two in (36, 38, 39):  # Diners Club
+        return 14 <= n <= 19
+    if two == 62:  # UnionPay
+        return 16 <= n <= 19
+    if two == 50 or 56 <= two <= 69:  # Maestro
+        return 12 <= n <= 19
+    return False
+
+
 def _card_valid(digits: str) -> bool:
-    return 13 <= len(digits) <= 19 and digits[0] in "23456" and luhn_valid(digits)
+    return 12 <= len(digits) <= 19 and _brand_length_ok(digits) and luhn_valid(digits)
 
 
 def _cards(text: str) -> Iterator[Span]:
     for m in _CARD.finditer(text):
+        if context(text, m.start()) == "id":  # "tracking 1234 ...": a card cue is fine here
+            continue
         # The pattern may run on into a following number ("4111 ... 1111 123-45-6789"): try the
         # longest prefix that ends at a digit and passes the checks.
         ends = [m.start() + i + 1 for i, c in enumerate(m.group()) if c.isdigit()]
-        for count in range(min(19, len(ends)), 12, -1):
+        for count in range(min(19, len(ends)), 11, -1):
             end = ends[count - 1]
             if end < len(text) and text[end].isdigit():
                 continue
@@ -165,6 +191,12 @@ def _iban(text: str) -> Iterator[Span]:
                 break
 
 
+def _ipv4(text: str) -> Iterator[Span]:
+    for m in _IPV4.finditer(text):
+        if context(text, m.start()) != "id":  # "version 1.2.3.4", "build 10.0.0.1"
+            yield m.span()
+
+
 def _ipv6(text: str) -> Iterator[Span]:
     for m in _IPV6.finditer(text):
         value = m.group()
@@ -187,10 +219,10 @@ def _chain(*detectors: Detector) -> Detector:
 
 DETECTORS: dict[str, Detector] = {
     "email": _spans(_EMAIL),
-    "phone": _spans(_PHONE, lambda v: 8 <= len(re.sub(r"\D", "", v)) <= 15),
+    "phone": phones,
     "credit_card": _cards,
     "iban": _iban,
-    "ip_address": _chain(_spans(_IPV4), _ipv6),
+    "ip_address": _chain(_ipv4, _ipv6),
     "us_ssn": _spans(_SSN),
     "api_key": _chain(_spans(_API_KEY), _spans(_SECRET_ASSIGNMENT)),
 }
@@ -202,11 +234,25 @@ def custom_detector(pattern: re.Pattern[str]) -> Detector:
 
 
 def find(text: str, detectors: Mapping[str, Detector], extra: Iterable[Match] = ()) -> list[Match]:
-    """Non-overlapping matches in text order."""
-    candidates = [Match(kind, s, e) for kind, detect in detectors.items() for s, e in detect(text) if e > s]
+    """Non-overlapping matches in `text`, in text order. The detectors read a detection copy of the
+    text (`memproc.guardrails._normalize.fold`: fullwidth digits, invisible characters inside a
+    number and non-breaking spaces folded) and their spans are mapped back onto `text`, so a redaction
+    covers what the user typed. `extra` matches (a judge model's) are already in `text` coordinates."""
+    folded = fold(text)
+    candidates = [
+        Match(kind, *folded.source_span(s, e))
+        for kind, detect in detectors.items()
+        for s, e in detect(folded.text)
+        if e > s
+    ]
     candidates.extend(extra)
-    order = {kind: i for i, kind in enumerate(detectors)}
-    candidates.sort(key=lambda m: (-m.length, order.get(m.type, len(order)), m.start))
+    return resolve(candidates, tuple(detectors))
+
+
+def resolve(candidates: Iterable[Match], types: Sequence[str]) -> list[Match]:
+    """Overlaps resolved: the longest span wins, then the type listed first in `types`."""
+    order = {kind: i for i, kind in enumerate(types)}
+    candidates = sorted(candidates, key=lambda m: (-m.length, order.get(m.type, len(order)), m.start))
     kept: list[Match] = []
     for match in candidates:
         if all(match.end <= k.start or match.start >= k.end for k in kept):

@@ -40,6 +40,9 @@ class MaxLength:
     def __init__(self, *, limit: int, on: str | Iterable[str] = "input", retry: bool = False) -> None:
         self.limit = _options.positive_int("MaxLength", "limit", limit)
         self.on = _options.phases("MaxLength", on, allowed=PHASES, name="on")
+        self.channels = frozenset(
+            c for p in self.on for c in (("output", "stream") if p == "output" else (p,))
+        )
         self.retry = _options.boolean("MaxLength", "retry", retry)
 
     def process_input(self, ctx: ProcessorContext) -> list[Message] | None:

@@ -10,10 +10,10 @@ from typing import Any
 
 from memproc.events import StreamEvent
 from memproc.exceptions import ConfigurationError
-from memproc.guardrails import _moderation_lexicon, _options
+from memproc.guardrails import _channels, _moderation_lexicon, _options
 from memproc.guardrails._judge import ask_json, category_scores
 from memproc.guardrails._text import response_targets, user_targets
-from memproc.messages import Message
+from memproc.messages import Message, ToolResultPart
 from memproc.processors.base import ProcessorContext
 
 __all__ = ["ModerationProcessor"]
@@ -22,6 +22,11 @@ logger = logging.getLogger("memproc.guardrails")
 
 STRATEGIES = ("block", "warn")
 PHASES = ("input", "output")
+CHANNELS = ("input", "history", "recall", "tool_result", "output", "stream")
+DEFAULT_CHANNELS = ("input", "output", "stream")
+_PHASE_CHANNELS = {"input": ("input",), "output": ("output", "stream")}
+TOOL_NOTE = "[Tool result withheld: flagged by moderation ({found}).]"
+WITHHELD_NOTE = "[Remembered content withheld: flagged by moderation.]"
 DEFAULT_CATEGORIES = _moderation_lexicon.CATEGORIES
 _ALIASES = {"self_harm": "self-harm", "selfharm": "self-harm", "self harm": "self-harm"}
 
@@ -42,7 +47,13 @@ class ModerationProcessor:
     misses paraphrase and other languages, and flags quotations and fiction. Extend it with
     `lexicon={"violence": [r"\\bpattern\\b", (r"...", 0.6)]}`.
 
-    Changes: nothing. A category scoring at or above `threshold` flags the text: "block" aborts
+    Channels (`channels=`; default input, output and stream; `phases=` is the older spelling):
+    with "tool_result" a flagged tool result is replaced with a note the model reads, and with
+    "history" / "recall" a flagged remembered message is withheld from the prompt (recorded on the
+    turn's saved user message); neither blocks the turn.
+
+    Changes: nothing on input and output. A category scoring at or above `threshold` flags the
+    text: "block" aborts
     with metadata `{"categories", "scores", "threshold", "source"}` (and the judge's "reason");
     "warn" logs it and records it in `ctx.state["flags"]`. `retry=True` asks the model for another
     answer when a response is flagged (input aborts are final). Verdicts are cached per text for the
@@ -64,7 +75,8 @@ class ModerationProcessor:
         categories: Iterable[str] = DEFAULT_CATEGORIES,
         threshold: float = 0.5,
         strategy: str = "block",
-        phases: str | Iterable[str] = PHASES,
+        phases: str | Iterable[str] | None = None,
+        channels: Any = None,
         stream_interval: int = 400,
         lexicon: Mapping[str, Iterable[str | tuple[str, float]]] | None = None,
         retry: bool = False,
@@ -75,7 +87,16 @@ class ModerationProcessor:
         if self.threshold == 0:
             raise ConfigurationError(f"{owner}(threshold=...) must be above 0: 0 would flag everything")
         self.strategy = _options.choice(owner, "strategy", strategy, STRATEGIES)
-        self.phases = _options.phases(owner, phases, allowed=PHASES)
+        if channels is not None and phases is not None:
+            raise ConfigurationError(f"{owner}: give channels=... or the older phases=..., not both")
+        if phases is not None:
+            chosen = _options.phases(owner, phases, allowed=PHASES)
+            self.channels = frozenset(c for p in chosen for c in _PHASE_CHANNELS[p])
+        else:
+            self.channels = _channels.parse(
+                owner, DEFAULT_CHANNELS if channels is None else channels, supported=CHANNELS
+            )
+        self.phases = frozenset(p for p in PHASES if set(_PHASE_CHANNELS[p]) & self.channels)
         self.stream_interval = _options.positive_int(owner, "stream_interval", stream_interval, minimum=20)
         self.retry = _options.boolean(owner, "retry", retry)
         if lexicon is not None and not isinstance(lexicon, Mapping):
@@ -110,17 +131,35 @@ class ModerationProcessor:
     # --- hooks ---------------------------------------------------------------------------------
 
     def process_input(self, ctx: ProcessorContext) -> list[Message] | None:
-        if "input" in self.phases:
+        if "input" in self.channels:
             self._check_messages(ctx, user_targets(ctx), where="input")
-        return None
+        withheld = _channels.Withheld(self.id)
+        for item in _channels.memory_items(ctx, self.channels & {"history", "recall"}):
+            flagged = self.flagged(self._verdict(ctx, item.text))
+            if flagged:
+                self._note(ctx, item.channel, flagged)
+                if self.strategy == "block":
+                    withheld.withhold(item, {"categories": sorted(flagged)})
+        return _channels.apply(ctx, withheld, note=WITHHELD_NOTE)
+
+    def process_tool_result(self, ctx: ProcessorContext, result: ToolResultPart) -> ToolResultPart | None:
+        if "tool_result" not in self.channels:
+            return None
+        flagged = self.flagged(self._verdict(ctx, "\n".join(_channels.result_texts(result))))
+        if not flagged:
+            return None
+        self._note(ctx, "tool_result", flagged)
+        if self.strategy == "warn":
+            return None
+        return _channels.replaced_result(result, TOOL_NOTE.format(found=", ".join(sorted(flagged))))
 
     def process_output_result(self, ctx: ProcessorContext) -> list[Message] | None:
-        if "output" in self.phases:
+        if "output" in self.channels:
             self._check_messages(ctx, response_targets(ctx), where="response")
         return None
 
     def process_output_stream(self, ctx: ProcessorContext, part: StreamEvent) -> StreamEvent | None:
-        if "output" not in self.phases:
+        if "stream" not in self.channels:
             return part
         stream = self._stream_state(ctx)
         if part.type == "text-delta" and part.text:
@@ -140,12 +179,25 @@ class ModerationProcessor:
             if message.text.strip():
                 self._check(ctx, message.text, where=where)
 
-    def _check(self, ctx: ProcessorContext, text: str, *, where: str) -> None:
+    def _verdict(self, ctx: ProcessorContext, text: str) -> dict[str, Any]:
         cache = ctx.state.setdefault("verdicts", {})
         key = hashlib.sha256(text.encode()).hexdigest()
         verdict = cache.get(key)
         if verdict is None:
             verdict = cache[key] = self.moderate(text)
+        return verdict
+
+    def _note(self, ctx: ProcessorContext, channel: str, flagged: dict[str, float]) -> None:
+        record = {"channel": channel, "processor": self.id, "categories": sorted(flagged)}
+        ctx.state.setdefault("flags", []).append({"phase": ctx.phase, **record})
+        if channel == "tool_result" and ctx.turn is not None:
+            ctx.turn.info.setdefault("withheld", []).append(record)
+        logger.warning(
+            "memproc: %s flagged a %s: %s", self.id, channel.replace("_", " "), ", ".join(sorted(flagged))
+        )
+
+    def _check(self, ctx: ProcessorContext, text: str, *, where: str) -> None:
+        verdict = self._verdict(ctx, text)
         flagged = self.flagged(verdict)
         if not flagged:
             return

@@ -10,12 +10,12 @@ from typing import Any
 
 from memproc.events import StreamEvent
 from memproc.exceptions import ConfigurationError
-from memproc.guardrails import _options, _pii_patterns
+from memproc.guardrails import _channels, _options, _pii_options, _pii_patterns
 from memproc.guardrails._judge import ask_json, score
 from memproc.guardrails._pii_patterns import Match
 from memproc.guardrails._stream import repair, stream_part
 from memproc.guardrails._text import input_targets, map_text, merge_counts, plural
-from memproc.messages import Message
+from memproc.messages import Message, ToolResultPart
 from memproc.processors.base import ProcessorContext
 
 __all__ = ["PIIDetector"]
@@ -30,7 +30,11 @@ _TRAILING_SECRET_KEY = re.compile(
     r"(?i)\b(?:api[_-]?key|secret(?:[_-]?key)?|access[_-]?token|auth[_-]?token|client[_-]?secret|password"
     r"|passwd)\b[\"']?\s*[:=]?\s*[\"']?[^\s\"',;]*\Z"
 )
-PHASES = ("input", "output")
+PHASES = _pii_options.PHASES
+CHANNELS = _pii_options.CHANNELS
+DEFAULT_CHANNELS = _pii_options.DEFAULT_CHANNELS
+WITHHELD_NOTE = _pii_options.WITHHELD_NOTE
+TOOL_NOTE = _pii_options.TOOL_NOTE
 
 
 class PIIDetector:
@@ -58,13 +62,24 @@ class PIIDetector:
     and counts and records them in `ctx.state["detections"]`; the text passes unchanged (on the
     stream it is checked once the result is complete).
 
-    Never: puts a detected value in a log line, a reason or metadata; touches history that memory
-    loaded, system messages, tool calls or tool results; mutates what it is given.
+    Channels (`channels=`; default input, tool_result, output and stream; `phases=("input",)` or
+    `("output",)` is the older spelling): "tool_result" redacts what a tool returned before the model
+    reads it, every string of a JSON result ("block" replaces the result with a note the model reads,
+    the turn goes on); "history", "recall" and "working_memory" redact what memory put in this prompt
+    (never what is stored; "block" withholds the item), recording what was found on the turn's saved
+    user message (`metadata["withheld"]`, types and counts only).
 
-    Order: in `input_processors` after UnicodeNormalizer (so look-alike digits are folded first)
-    and before anything that stores or forwards the text; in `output_processors` anywhere (memory
-    processors run after it and save the redacted response). Note that a blocked turn's original
-    input is kept in the TripwireLog unless `MEMPROC["STORE_BLOCKED_CONTENT"]` is False.
+    Detection reads a folded copy of the text (fullwidth digits, zero-width spaces, soft hyphens and
+    non-breaking spaces inside a number folded) and maps each match back onto the original, so
+    UnicodeNormalizer is not needed first and the redaction covers exactly what was typed.
+
+    Never: puts a detected value in a log line, a reason or metadata; touches system messages the
+    agent wrote, or tool calls; mutates what it is given.
+
+    Order: in `input_processors` (its input, memory and tool-result channels run there) before
+    anything that stores or forwards the text; in `output_processors` anywhere (memory processors run
+    after it and save the redacted response). Note that a blocked turn's original input is kept in
+    the TripwireLog unless `MEMPROC["STORE_BLOCKED_CONTENT"]` is False.
     """
 
     id = "pii-detector"
@@ -77,7 +92,8 @@ class PIIDetector:
         types: Iterable[str] = _pii_patterns.DEFAULT_TYPES,
         strategy: str = "redact",
         redaction: str = "[REDACTED:{type}]",
-        phases: str | Iterable[str] = PHASES,
+        phases: str | Iterable[str] | None = None,
+        channels: Any = None,
         patterns: Mapping[str, str | re.Pattern[str]] | None = None,
         model: Any = None,
         threshold: float = 0.6,
@@ -85,11 +101,12 @@ class PIIDetector:
     ) -> None:
         owner = "PIIDetector"
         self.strategy = _options.choice(owner, "strategy", strategy, STRATEGIES)
-        self.phases = _options.phases(owner, phases, allowed=PHASES)
+        self.channels = _pii_options.channels(owner, channels, phases)
+        self.phases = _pii_options.phases_of(self.channels)
         self.model = _options.model(owner, model)
         self.threshold = _options.unit_interval(owner, "threshold", threshold)
         self.retry = _options.boolean(owner, "retry", retry)
-        self.redaction = _check_redaction(redaction)
+        self.redaction = _pii_options.redaction(redaction)
         known = (*_pii_patterns.TYPES, *_pii_patterns.MODEL_ONLY_TYPES)
         chosen = tuple(_pii_patterns.ALIASES.get(t, t) for t in _options.names(owner, "types", types))
         _options.names(owner, "types", chosen, known=known)
@@ -110,7 +127,7 @@ class PIIDetector:
                     f"PIIDetector(patterns=...) needs new type names, not {name!r} (built-in types are "
                     "chosen with types=...)"
                 )
-            self.detectors[name] = _pii_patterns.custom_detector(_compile(name, pattern))
+            self.detectors[name] = _pii_patterns.custom_detector(_pii_options.compiled(name, pattern))
         self.types = (*chosen, *(patterns or {}))
         self.custom_patterns = tuple(patterns or {})
 
@@ -140,12 +157,52 @@ class PIIDetector:
     # --- hooks ---------------------------------------------------------------------------------
 
     def process_input(self, ctx: ProcessorContext) -> list[Message] | None:
-        if "input" not in self.phases:
+        messages = list(ctx.messages)
+        changed = False
+        if "input" in self.channels:
+            scanned = self._scan(ctx, messages, input_targets(ctx), where="input")
+            messages, changed = (scanned, True) if scanned is not None else (messages, changed)
+        if "tool_result" in self.channels:
+            replaced = self._input_tool_results(ctx, messages)
+            messages, changed = (replaced, True) if replaced is not None else (messages, changed)
+        withheld = self._screen_memory(ctx)
+        if withheld:
+            return _channels.apply(ctx, withheld, messages=messages, note=WITHHELD_NOTE)
+        return messages if changed else None
+
+    def process_tool_result(self, ctx: ProcessorContext, result: ToolResultPart) -> ToolResultPart | None:
+        if "tool_result" not in self.channels:
             return None
-        return self._scan(ctx, list(ctx.messages), input_targets(ctx), where="input")
+        counts: dict[str, int] = {}
+
+        def handle(text: str) -> str:
+            matches = self.detect(text)
+            merge_counts(counts, _counts(matches).items())
+            return self.redact(text, matches) if matches and self.strategy == "redact" else text
+
+        redacted = _channels.map_result(result, handle)
+        if not counts:
+            return None
+        self._record(ctx, "tool_result", counts)
+        if ctx.turn is not None:
+            ctx.turn.info.setdefault("withheld", []).append(
+                {
+                    "channel": "tool_result",
+                    "processor": self.id,
+                    "types": sorted(counts),
+                    "tool_name": result.tool_name,
+                    "tool_call_id": result.tool_call_id,
+                }
+            )
+        if self.strategy == "warn":
+            logger.warning("memproc: %s found personal data in a tool result: %s", self.id, plural(counts))
+            return None
+        if self.strategy == "block":
+            return _channels.replaced_result(result, TOOL_NOTE.format(found=plural(counts)))
+        return redacted
 
     def process_output_result(self, ctx: ProcessorContext) -> list[Message] | None:
-        if "output" not in self.phases:
+        if "output" not in self.channels:
             return None
         before = list(ctx.messages)
         messages = repair(self, ctx, before)
@@ -158,7 +215,7 @@ class PIIDetector:
     def process_output_stream(
         self, ctx: ProcessorContext, part: StreamEvent
     ) -> StreamEvent | list[StreamEvent] | None:
-        if "output" not in self.phases or self.strategy == "warn":
+        if "stream" not in self.channels or self.strategy == "warn":
             return part  # warn: the whole response is checked once, in process_output_result
         return stream_part(self, ctx, part)
 
@@ -202,6 +259,50 @@ class PIIDetector:
         self._record(ctx, "stream", counts)
         if self.strategy == "block":
             self._abort(ctx, "response", counts, source="regex")
+
+    # --- channels ------------------------------------------------------------------------------
+
+    def _input_tool_results(self, ctx: ProcessorContext, messages: list[Message]) -> list[Message] | None:
+        """Tool results a client sent in the input, like results of the turn's own tools."""
+        replaced = {}
+        for message in messages:
+            if message.id in ctx.loaded_ids or message.role != "tool":
+                continue
+            parts = tuple(
+                (self.process_tool_result(ctx, p) or p) if isinstance(p, ToolResultPart) else p
+                for p in message.parts
+            )
+            if parts != message.parts:
+                replaced[message.id] = message.replace(parts=parts)
+        return [replaced.get(m.id, m) for m in messages] if replaced else None
+
+    def _screen_memory(self, ctx: ProcessorContext) -> _channels.Withheld:
+        """What memory put in this prompt, redacted in the prompt's copy (or withheld, with "block")."""
+        withheld = _channels.Withheld(self.id)
+        for item in _channels.memory_items(ctx, self.channels & set(_channels.MEMORY_CHANNELS)):
+            matches = self.detect(item.text)
+            if not matches:
+                continue
+            counts = _counts(matches)
+            self._record(ctx, item.channel, counts)
+            if self.strategy == "warn":
+                continue
+            finding = {"types": sorted(counts)}
+            if self.strategy == "block":
+                withheld.withhold(item, finding)
+                continue
+            withheld.rewrite(item, lambda text: self.redact(text, self.detect(text)))
+            withheld.records.append(
+                {
+                    "channel": item.channel,
+                    "message_id": item.message_id,
+                    "thread_id": item.thread_id,
+                    "processor": self.id,
+                    "action": "redacted",
+                    **finding,
+                }
+            )
+        return withheld
 
     # --- internals -----------------------------------------------------------------------------
 
@@ -291,7 +392,10 @@ class PIIDetector:
         )
 
     def __repr__(self) -> str:
-        return f"PIIDetector(types={list(self.types)!r}, strategy={self.strategy!r})"
+        return (
+            f"PIIDetector(types={list(self.types)!r}, strategy={self.strategy!r}, "
+            f"channels={sorted(self.channels)!r})"
+        )
 
 
 def _counts(matches: Iterable[Match]) -> dict[str, int]:
@@ -299,31 +403,3 @@ def _counts(matches: Iterable[Match]) -> dict[str, int]:
     for match in matches:
         counts[match.type] = counts.get(match.type, 0) + 1
     return counts
-
-
-def _check_redaction(redaction: Any) -> str:
-    if not isinstance(redaction, str):
-        raise ConfigurationError(f"PIIDetector(redaction=...) must be a string, not {redaction!r}")
-    if redaction in ("mask", "hash"):
-        return redaction
-    try:
-        redaction.format(type="email")
-    except (KeyError, IndexError, ValueError) as exc:
-        raise ConfigurationError(
-            f"PIIDetector(redaction=...) {redaction!r} is not a valid template: only {{type}} may be "
-            "used (double other braces)"
-        ) from exc
-    return redaction
-
-
-def _compile(name: str, pattern: Any) -> re.Pattern[str]:
-    if isinstance(pattern, re.Pattern):
-        return pattern
-    if not isinstance(pattern, str) or not pattern:
-        raise ConfigurationError(
-            f"PIIDetector(patterns=...) {name!r} needs a regular expression, not {pattern!r}"
-        )
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ConfigurationError(f"PIIDetector(patterns=...) {name!r} is not a valid regex: {exc}") from exc

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
+import re
 from collections.abc import Sequence
 
 from memproc.events import StreamEvent
@@ -24,6 +27,8 @@ STRATEGIES = ("redact", "block", "warn")
 # the user back to themselves.
 MEMORY_MESSAGE_IDS = ("working-memory", "semantic-recall")
 FEEDBACK_PREFIX = "[Processor Feedback]"
+_BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{20,}={0,2}(?![A-Za-z0-9+/=_-])")
+_TRAILING_BASE64 = re.compile(r"[A-Za-z0-9+/_-]{8,}={0,2}\Z")
 
 
 class SystemPromptScrubber:
@@ -33,18 +38,20 @@ class SystemPromptScrubber:
     saw (`ctx.system_messages`; the working-memory and recall messages only with
     `include_memory=True`, as they hold the user's own data), and, on output, the text parts of the
     model's responses and the streamed text deltas. A leak is any stretch of the response that
-    repeats at least `min_overlap_chars` characters of the prompt verbatim, compared without
-    regard to case, whitespace, curly quotes or zero-width characters (a suffix automaton, linear
-    in both lengths, built once per distinct prompt). A prompt shorter than `min_overlap_chars`
-    cannot be detected; a paraphrase is not detected.
+    repeats at least `min_overlap_chars` characters of the prompt, compared without regard to case,
+    whitespace, punctuation (words joined by hyphens, underscores or dots read as words) or
+    zero-width characters (a suffix automaton, linear in both lengths, built once per distinct
+    prompt), and any base64 run that decodes to such a stretch. A prompt shorter than
+    `min_overlap_chars` cannot be detected; a paraphrase or a translation is not detected.
 
     Changes, with "redact" (the default): returns copies of the responses with each leaked stretch
     replaced by `redaction` ("[SYSTEM_PROMPT]"; "" removes it). On the stream it holds back the
-    text that is currently repeating the prompt, however long, and releases it (redacted when it
-    grew to a leak) once the response moves on or the step ends; text that does not match the
-    prompt passes with no delay. With "block" it aborts, with metadata `{"leaked_chars",
-    "longest", "spans"}` (`retry=True` asks the model for another answer); with "warn" it logs and
-    records the leak in `ctx.state["leaks"]`, leaving the text alone.
+    text that is currently repeating the prompt, however long, and a trailing run of base64
+    characters until it ends, and releases it (redacted when it grew to a leak) once the response
+    moves on or the step ends; other text passes with no delay. With "block" it aborts, with
+    metadata `{"leaked_chars", "longest", "spans"}` (`retry=True` asks the model for another
+    answer); with "warn" it logs and records the leak in `ctx.state["leaks"]`, leaving the text
+    alone.
 
     Never: reads the turn's input or history; puts prompt text in a log line or metadata; mutates
     what it is given.
@@ -54,6 +61,7 @@ class SystemPromptScrubber:
     """
 
     id = "system-prompt-scrubber"
+    channels = frozenset({"output", "stream"})
 
     def __init__(
         self,
@@ -94,6 +102,23 @@ class SystemPromptScrubber:
         texts = self.prompt_texts(ctx)
         return protected(texts) if texts else None
 
+    def leaks(self, index: ProtectedText, text: str) -> tuple[list[tuple[int, int]], int, int]:
+        """(spans of `text` that repeat the prompt, merged: verbatim stretches and base64 runs that
+        decode to one; where the still-growing match at the end starts; its canonical length)."""
+        spans, hold, growing = index.leaks(text, self.min_overlap_chars)
+        encoded = [m.span() for m in _BASE64_RUN.finditer(text) if self._decodes_to_leak(index, m.group())]
+        if encoded:
+            spans = _merge([*spans, *encoded])
+        return spans, hold, growing
+
+    def _decodes_to_leak(self, index: ProtectedText, blob: str) -> bool:
+        try:
+            raw = base64.b64decode(blob.replace("-", "+").replace("_", "/") + "=" * (-len(blob) % 4))
+            decoded = raw.decode("utf-8")
+        except (binascii.Error, ValueError):
+            return False
+        return bool(index.leaks(decoded, self.min_overlap_chars)[0])
+
     def scrub(self, text: str, spans: Sequence[tuple[int, int]]) -> str:
         out: list[str] = []
         cursor = 0
@@ -115,7 +140,7 @@ class SystemPromptScrubber:
         found: list[tuple[int, int]] = []
 
         def handle(text: str) -> str:
-            spans, _, _ = index.leaks(text, self.min_overlap_chars)
+            spans, _, _ = self.leaks(index, text)
             found.extend(spans)
             return self.scrub(text, spans) if spans and self.strategy == "redact" else text
 
@@ -145,9 +170,12 @@ class SystemPromptScrubber:
         index = self.index(ctx)
         if index is None:
             return pending, ""
-        spans, hold, growing = index.leaks(pending, self.min_overlap_chars)
+        spans, hold, growing = self.leaks(index, pending)
         if growing >= self.min_overlap_chars and self.strategy == "block":
             self._act(ctx, spans)
+        encoded_tail = _TRAILING_BASE64.search(pending)
+        if encoded_tail:  # it may be an encoded copy of the prompt still arriving
+            hold = min(hold, encoded_tail.start())
         for start, end in spans:
             if start < hold < end:
                 hold = start
@@ -160,7 +188,7 @@ class SystemPromptScrubber:
         index = self.index(ctx)
         if index is None:
             return pending
-        spans, _, _ = index.leaks(pending, self.min_overlap_chars)
+        spans, _, _ = self.leaks(index, pending)
         if spans:
             self._act(ctx, spans)
         return self.scrub(pending, spans)
@@ -186,3 +214,13 @@ class SystemPromptScrubber:
 
     def __repr__(self) -> str:
         return f"SystemPromptScrubber(strategy={self.strategy!r}, min_overlap_chars={self.min_overlap_chars})"
+
+
+def _merge(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[list[int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(s, e) for s, e in merged]

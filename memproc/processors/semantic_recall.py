@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from memproc import logs, telemetry
@@ -28,7 +29,9 @@ class SemanticRecall:
     goes on without recall.
 
     Output: asks the turn to embed the user and assistant messages of its input and responses after
-    the save commits (one batched embedder call); it never blocks or fails the turn.
+    the save commits (one batched embedder call), except those a guardrail quarantined; it never
+    blocks or fails the turn. Quarantined stored messages are never loaded as neighbours either
+    (the store skips them).
     """
 
     id = "semantic-recall"
@@ -131,18 +134,33 @@ class SemanticRecall:
     def process_output_result(self, ctx: ProcessorContext) -> list[Message] | None:
         if ctx.turn is not None:
             turn_messages = [*ctx.input_messages, *ctx.messages]
-            ctx.turn.writes.embed = [m for m in turn_messages if m.role in ("user", "assistant")]
+            # A message a guardrail quarantined is never embedded, so recall can never find it.
+            ctx.turn.writes.embed = [
+                m for m in turn_messages if m.role in ("user", "assistant") and not _quarantined(m)
+            ]
             ctx.turn.writes.embedder = self._embedder
             ctx.turn.writes.vector_store = self.vector_store
         return None
 
 
 def cross_thread_message(messages: list[Message]) -> Message:
-    lines = [CROSS_THREAD_HEADER]
+    """One system message for other threads' hits. Its metadata says where each message's line is
+    (`{"recalled": [{"id", "thread_id", "start", "end"}]}`), so a guardrail can withhold one line."""
+    text = CROSS_THREAD_HEADER
+    where: list[dict[str, Any]] = []
     for m in sorted(messages, key=lambda m: (m.thread_id or "", _time_key(m))):
         when = m.created_at.strftime("%Y-%m-%d %H:%M") if m.created_at else ""
-        lines.append(f"- [{when}] {m.role}: {m.text}")
-    return Message.create("system", "\n".join(lines), id="semantic-recall:other-threads")
+        text += "\n"
+        line = f"- [{when}] {m.role}: {m.text}"
+        where.append({"id": m.id, "thread_id": m.thread_id, "start": len(text), "end": len(text) + len(line)})
+        text += line
+    return Message.create("system", text, id="semantic-recall:other-threads", metadata={"recalled": where})
+
+
+def _quarantined(message: Message) -> bool:
+    """A guardrail's flag (memproc.guardrails; the database's `Message.quarantined` says the same)."""
+    flag = message.metadata.get("quarantine")
+    return isinstance(flag, Mapping) and flag.get("status") in ("flagged", "confirmed")
 
 
 def _time_key(message: Message) -> Any:

@@ -20,7 +20,7 @@ import numpy as np
 from memproc import models
 from memproc.conf import settings
 from memproc.embedders import chunk_text, content_hash, embed_checked, get_embedder, vector_problem
-from memproc.messages import Message
+from memproc.messages import FrozenDict, Message
 from memproc.vectors import EmbeddingRow, get_vector_store
 
 logger = logging.getLogger(__name__)
@@ -39,11 +39,18 @@ class EmbeddingSource:
 
 
 def sources_for(messages: Sequence[Message], *, thread_id: str, resource_id: str) -> list[EmbeddingSource]:
+    """What to embed of a turn's messages: user and assistant text, never a message a guardrail
+    quarantined (recall must not find it)."""
     return [
         EmbeddingSource(m.id, thread_id, resource_id, m.text)
         for m in messages
-        if m.role in EMBEDDABLE_ROLES and m.text.strip()
+        if m.role in EMBEDDABLE_ROLES and m.text.strip() and not _quarantined(m)
     ]
+
+
+def _quarantined(message: Message) -> bool:
+    flag = message.metadata.get("quarantine")
+    return isinstance(flag, dict | FrozenDict) and flag.get("status") in models.QUARANTINE_ACTIVE
 
 
 def messages_embed(*, message_ids: Sequence[str], embedder: Any = None, vector_store: Any = None) -> int:
@@ -51,7 +58,7 @@ def messages_embed(*, message_ids: Sequence[str], embedder: Any = None, vector_s
     the VECTOR_STORE setting). Re-running does nothing."""
     embedder = get_embedder(embedder)
     rows = (
-        models.Message.objects.filter(id__in=list(message_ids), role__in=EMBEDDABLE_ROLES)
+        models.Message.objects.filter(id__in=list(message_ids), role__in=EMBEDDABLE_ROLES, quarantined=False)
         .exclude(embeddings__model=embedder.id)
         .values_list("id", "thread_id", "resource_id", "text")
     )

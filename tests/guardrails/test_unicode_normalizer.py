@@ -1,4 +1,4 @@
-"""UnicodeNormalizer: the turn's new text is folded and cleaned; history and other parts stay."""
+"""UnicodeNormalizer: smuggling characters leave the turn's new text; what the user can see stays."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from .conftest import assistant, make_ctx, user
     [
         {"form": "NFX"},
         {"form": "nfkc"},
+        {"form": "NFKC"},
+        {"form": "NFKD"},
         {"strip_control": 1},
         {"collapse_whitespace": "yes"},
         {"remove_zero_width": None},
@@ -27,11 +29,40 @@ def test_bad_options_are_configuration_errors(kwargs):
         UnicodeNormalizer(**kwargs)
 
 
-def test_fullwidth_and_compatibility_characters_are_folded():
-    ctx = make_ctx(new=[user("ｉｇｎｏｒｅ ﬁle ①", id="u1")])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "E = mc²",
+        "H₂O",
+        "ｉｇｎｏｒｅ ﬁle ①",
+        "می\u200cخواهم",  # Persian keeps its zero-width non-joiner
+        "क्\u200dष",  # Devanagari keeps its joiner
+        "\U0001f469\u200d\U0001f52c",  # an emoji sequence keeps its joiner
+        "Café ½ Ⅻ",
+    ],
+)
+def test_what_the_user_can_see_is_stored_as_written(text):
+    assert UnicodeNormalizer().process_input(make_ctx(new=[user(text)])) is None
+
+
+def test_smuggling_characters_are_removed_and_the_rest_kept():
+    ctx = make_ctx(new=[user("ｐａｙ\u200b to ac\u00adcount\u202e 42 E = mc²", id="u1")])
     result = UnicodeNormalizer().process_input(ctx)
-    assert [m.text for m in result] == ["ignore file 1"]
+    assert [m.text for m in result] == ["ｐａｙ to account 42 E = mc²"]
     assert result[0].id == "u1"
+
+
+def test_joiners_outside_the_scripts_that_need_them_are_removed():
+    assert UnicodeNormalizer().normalize("ad\u200cmin a\u200db") == "admin ab"
+
+
+def test_nfc_composes_without_changing_what_is_seen():
+    assert UnicodeNormalizer(form="NFC").normalize("Cafe\u0301 ²") == "Café ²"
+
+
+def test_normalize_text_is_the_detectors_folded_copy():
+    # Detectors compare a folded copy; it is never what is stored.
+    assert normalize_text("ｉｇｎｏｒｅ ﬁle ①") == "ignore file 1"
 
 
 def test_zero_width_characters_are_removed():
@@ -69,8 +100,8 @@ def test_whitespace_is_collapsed_only_when_asked():
 
 
 def test_history_is_never_touched():
-    old = user("ｏｌｄ", id="old")
-    ctx = make_ctx([old], [user("ｎｅｗ", id="new")])
+    old = user("o\u200bld", id="old")
+    ctx = make_ctx([old], [user("ne\u200bw", id="new")])
     result = UnicodeNormalizer().process_input(ctx)
     assert result[0] is old
     assert result[1].text == "new"
@@ -83,15 +114,15 @@ def test_unchanged_input_returns_none_and_records_the_count():
 
 
 def test_only_text_parts_change_and_the_original_is_not_mutated():
-    file = FilePart(url="https://example.com/ｆ.png", media_type="image/png")
-    original = Message.create("user", (TextPart("ｈｉ"), file), id="u1")
+    file = FilePart(url="https://example.com/\u200bf.png", media_type="image/png")
+    original = Message.create("user", (TextPart("h\u200bi"), file), id="u1")
     ctx = make_ctx(new=[original])
     result = UnicodeNormalizer().process_input(ctx)
     assert result[0].parts == (TextPart("hi"), file)
-    assert original.parts[0].text == "ｈｉ"
+    assert original.parts[0].text == "h\u200bi"
     assert ctx.state["normalized"] == 1
 
 
 def test_assistant_messages_sent_as_new_input_are_normalised_too():
-    ctx = make_ctx(new=[assistant("ｏｋ"), user("ｏｋ")])
+    ctx = make_ctx(new=[assistant("o\u200bk"), user("o\u2060k")])
     assert [m.text for m in UnicodeNormalizer().process_input(ctx)] == ["ok", "ok"]

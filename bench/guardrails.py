@@ -1,0 +1,432 @@
+"""Measures the offline guardrails on the project's own labelled sets (bench/guardrail_sets/).
+
+    python bench/guardrails.py                                  # this checkout, both splits, tables
+    python bench/guardrails.py --out /tmp/after.json
+    git worktree add /tmp/guard-base <commit>                   # the code to compare with
+    python bench/guardrails.py --code /tmp/guard-base --out /tmp/before.json
+    python bench/guardrails.py --compare /tmp/before.json       # before/after tables (Markdown)
+
+`--code PATH` imports `memproc` from another checkout (the sets always come from this one), so the
+same items score the old and the new detectors. Nothing is downloaded; the sets are generated from
+fixed seeds, so every run scores the same items.
+
+What is measured:
+- PIIDetector (types email, phone, credit_card, iban, ip_address; the default strategy): a predicted
+  span counts when it overlaps a gold span of the same type (each gold span is matched once);
+  "exact" is the share of those whose boundaries are the gold ones. Precision over predicted spans,
+  recall over gold spans, FPR over the hard-negative items (an item with any span is a false alarm).
+- PromptInjectionDetector (default threshold): one verdict per item; recall per family
+  (direct, indirect in a tool result, obfuscated, multilingual); FPR over the benign hard negatives.
+- SystemPromptScrubber ("warn", default min_overlap_chars): a response is flagged when it records a leak.
+- UnicodeNormalizer (defaults): the share of legitimate texts stored unchanged and of smuggling texts
+  cleaned to the expected string.
+items/s is the detector's own time over the split (single thread, no warm-up beyond the first item).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import platform
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.guardrail_sets import SPLITS, fidelity_items, injection_items, leak_items, pii_items  # noqa: E402
+from bench.guardrail_sets.pii import TYPES as PII_TYPES  # noqa: E402
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 4) if b else None
+
+
+def _f1(p: float | None, r: float | None) -> float | None:
+    if not p or not r:
+        return 0.0 if p is not None and r is not None else None
+    return round(2 * p * r / (p + r), 4)
+
+
+def _forget_texts() -> None:
+    """Empties the caches the detectors keep of texts they saw (history repeats turn after turn), so
+    a repeated item of a set costs what a new one does."""
+    for module, name in (
+        ("memproc.guardrails._normalize", "_fold"),
+        ("memproc.guardrails._injection_rules", "_score_cached"),
+    ):
+        try:
+            cached = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if cached is not None and hasattr(cached, "cache_clear"):
+            cached.cache_clear()
+
+
+# --- PII ------------------------------------------------------------------------------------------
+
+
+def measure_pii(items: list[dict[str, Any]]) -> dict[str, Any]:
+    from memproc.guardrails import PIIDetector
+
+    detector = PIIDetector(types=list(PII_TYPES))
+    tp: dict[str, int] = defaultdict(int)
+    exact: dict[str, int] = defaultdict(int)
+    gold_n: dict[str, int] = defaultdict(int)
+    pred_n: dict[str, int] = defaultdict(int)
+    by_variant: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    by_phone_locale: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    negatives = false_alarms = 0
+    misses: list[dict[str, Any]] = []
+    seconds = 0.0
+    for item in items:
+        text = item["text"]
+        _forget_texts()
+        start = time.perf_counter()
+        found = detector.detect(text)
+        seconds += time.perf_counter() - start
+        predicted = [(m.start, m.end, m.type) for m in found if m.type in PII_TYPES]
+        if item["negative"]:
+            negatives += 1
+            false_alarms += bool(predicted)
+        used: set[int] = set()
+        for g_start, g_end, g_type in item["spans"]:
+            gold_n[g_type] += 1
+            hit = next(
+                (
+                    i
+                    for i, (s, e, t) in enumerate(predicted)
+                    if i not in used and t == g_type and s < g_end and e > g_start
+                ),
+                None,
+            )
+            by_variant[item["variant"]][1] += 1
+            if g_type == "phone":
+                by_phone_locale[item["locale"]][1] += 1
+            if hit is None:
+                if len(misses) < 400:
+                    misses.append({"text": text, "gold": text[g_start:g_end], "type": g_type})
+                continue
+            used.add(hit)
+            tp[g_type] += 1
+            by_variant[item["variant"]][0] += 1
+            if g_type == "phone":
+                by_phone_locale[item["locale"]][0] += 1
+            exact[g_type] += predicted[hit][:2] == (g_start, g_end)
+        for i, (_, _, t) in enumerate(predicted):
+            pred_n[t] += 1
+            if i not in used and len(misses) < 400:
+                misses.append(
+                    {"text": text, "false_positive": text[predicted[i][0] : predicted[i][1]], "type": t}
+                )
+    per_type = {}
+    for kind in PII_TYPES:
+        p, r = _ratio(tp[kind], pred_n[kind]), _ratio(tp[kind], gold_n[kind])
+        per_type[kind] = {
+            "precision": p,
+            "recall": r,
+            "f1": _f1(p, r),
+            "gold": gold_n[kind],
+            "predicted": pred_n[kind],
+            "exact": _ratio(exact[kind], tp[kind]),
+        }
+    total_tp, total_pred, total_gold = sum(tp.values()), sum(pred_n.values()), sum(gold_n.values())
+    p, r = _ratio(total_tp, total_pred), _ratio(total_tp, total_gold)
+    return {
+        "detector": "PIIDetector",
+        "items": len(items),
+        "precision": p,
+        "recall": r,
+        "f1": _f1(p, r),
+        "fpr": _ratio(false_alarms, negatives),
+        "items_per_s": round(len(items) / seconds) if seconds else None,
+        "per_type": per_type,
+        "recall_by_variant": {k: _ratio(*v) for k, v in sorted(by_variant.items())},
+        "phone_recall_by_locale": {k: _ratio(*v) for k, v in sorted(by_phone_locale.items())},
+        "examples": misses,
+    }
+
+
+# --- prompt injection -----------------------------------------------------------------------------
+
+
+def measure_injection(items: list[dict[str, Any]]) -> dict[str, Any]:
+    from memproc.guardrails import PromptInjectionDetector
+
+    detector = PromptInjectionDetector()
+    tp = fp = fn = tn = 0
+    by_family: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    by_obfuscation: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    errors: list[dict[str, Any]] = []
+    seconds = 0.0
+    for item in items:
+        _forget_texts()
+        start = time.perf_counter()
+        verdict = detector.score(item["text"])
+        seconds += time.perf_counter() - start
+        flagged = verdict["score"] >= detector.threshold
+        by_family[item["family"]][0] += flagged
+        by_family[item["family"]][1] += 1
+        if item["family"] == "obfuscated":
+            by_obfuscation[item["obfuscation"]][0] += flagged
+            by_obfuscation[item["obfuscation"]][1] += 1
+        if item["label"]:
+            tp, fn = tp + flagged, fn + (not flagged)
+        else:
+            fp, tn = fp + flagged, tn + (not flagged)
+        if flagged != bool(item["label"]) and len(errors) < 400:
+            errors.append({"family": item["family"], "score": verdict["score"], "text": item["text"][:300]})
+    p, r = _ratio(tp, tp + fp), _ratio(tp, tp + fn)
+    return {
+        "detector": "PromptInjectionDetector",
+        "items": len(items),
+        "precision": p,
+        "recall": r,
+        "f1": _f1(p, r),
+        "fpr": _ratio(fp, fp + tn),
+        "items_per_s": round(len(items) / seconds) if seconds else None,
+        "flag_rate_by_family": {k: _ratio(*v) for k, v in sorted(by_family.items())},
+        "recall_by_obfuscation": {k: _ratio(*v) for k, v in sorted(by_obfuscation.items())},
+        "examples": errors,
+    }
+
+
+# --- system prompt leaks --------------------------------------------------------------------------
+
+
+def measure_leaks(items: list[dict[str, Any]]) -> dict[str, Any]:
+    from memproc.guardrails import SystemPromptScrubber
+    from memproc.messages import Message
+    from memproc.processors.base import ProcessorContext
+
+    scrubber = SystemPromptScrubber(strategy="warn")
+    tp = fp = fn = tn = 0
+    by_variant: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    seconds = 0.0
+    for item in items:
+        ctx = ProcessorContext(
+            processor_id=scrubber.id,
+            messages=(Message.create("assistant", item["text"]),),
+            phase="output",
+            agent=SimpleNamespace(id="bench", instructions=item["prompt"]),
+            state={},
+        )
+        start = time.perf_counter()
+        scrubber.process_output_result(ctx)
+        seconds += time.perf_counter() - start
+        flagged = bool(ctx.state.get("leaks"))
+        by_variant[item["variant"]][0] += flagged
+        by_variant[item["variant"]][1] += 1
+        if item["label"]:
+            tp, fn = tp + flagged, fn + (not flagged)
+        else:
+            fp, tn = fp + flagged, tn + (not flagged)
+    p, r = _ratio(tp, tp + fp), _ratio(tp, tp + fn)
+    return {
+        "detector": "SystemPromptScrubber",
+        "items": len(items),
+        "precision": p,
+        "recall": r,
+        "f1": _f1(p, r),
+        "fpr": _ratio(fp, fp + tn),
+        "items_per_s": round(len(items) / seconds) if seconds else None,
+        "flag_rate_by_variant": {k: _ratio(*v) for k, v in sorted(by_variant.items())},
+    }
+
+
+# --- normalizer fidelity --------------------------------------------------------------------------
+
+
+def measure_fidelity(items: list[dict[str, Any]]) -> dict[str, Any]:
+    from memproc.guardrails import UnicodeNormalizer
+
+    normalizer = UnicodeNormalizer()
+    kept = cleaned = legit = smuggled = 0
+    wrong: list[dict[str, str]] = []
+    for item in items:
+        out = normalizer.normalize(item["text"])
+        ok = out == item["expected"]
+        if item["kind"] == "legitimate":
+            legit += 1
+            kept += ok
+        else:
+            smuggled += 1
+            cleaned += ok
+        if not ok:
+            wrong.append({"text": item["text"], "stored": out, "expected": item["expected"]})
+    return {
+        "detector": "UnicodeNormalizer",
+        "items": len(items),
+        "legitimate_kept": _ratio(kept, legit),
+        "smuggling_removed": _ratio(cleaned, smuggled),
+        "examples": wrong,
+    }
+
+
+# --- running and reporting ------------------------------------------------------------------------
+
+
+def run(code: str | None) -> dict[str, Any]:
+    logging.getLogger("memproc.guardrails").setLevel(logging.ERROR)
+    if code:
+        sys.path.insert(0, str(Path(code).resolve()))
+    import memproc
+
+    results: dict[str, Any] = {
+        "code": str(Path(memproc.__file__).resolve().parents[1]),
+        "python": platform.python_version(),
+        "when": time.strftime("%Y-%m-%d %H:%M"),
+        "splits": {},
+    }
+    for split in SPLITS:
+        results["splits"][split] = {
+            "pii": measure_pii(pii_items(split)),
+            "injection": measure_injection(injection_items(split)),
+            "leaks": measure_leaks(leak_items(split)),
+        }
+    results["fidelity"] = measure_fidelity(fidelity_items())
+    return results
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.2f}" if value <= 1 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _pair(before: Any, after: Any) -> str:
+    return f"{_fmt(before)} → **{_fmt(after)}**" if before is not None else _fmt(after)
+
+
+def markdown(after: dict[str, Any], before: dict[str, Any] | None = None) -> str:
+    """Before → after tables for RESULTS.md."""
+    b = before or {"splits": {s: {} for s in SPLITS}, "fidelity": {}}
+    lines: list[str] = []
+    lines.append("| detector | split | items | precision | recall | F1 | FPR | items/s |")
+    lines.append("|---|---|---|---|---|---|---|---|")
+    for name in ("pii", "injection", "leaks"):
+        for split in SPLITS:
+            new = after["splits"][split][name]
+            old = b["splits"][split].get(name, {})
+            lines.append(
+                f"| {new['detector']} | {split} | {new['items']:,} | "
+                + " | ".join(
+                    _pair(old.get(k), new[k]) for k in ("precision", "recall", "f1", "fpr", "items_per_s")
+                )
+                + " |"
+            )
+    lines.append("")
+    lines.append(
+        "PII per structured type (precision / recall; exact = share of hits with the gold boundaries):"
+    )
+    lines.append("")
+    lines.append("| type | split | precision | recall | F1 | exact |")
+    lines.append("|---|---|---|---|---|---|")
+    for kind in PII_TYPES:
+        for split in SPLITS:
+            new = after["splits"][split]["pii"]["per_type"][kind]
+            old = b["splits"][split].get("pii", {}).get("per_type", {}).get(kind, {})
+            lines.append(
+                f"| {kind} | {split} | "
+                + " | ".join(_pair(old.get(k), new[k]) for k in ("precision", "recall", "f1", "exact"))
+                + " |"
+            )
+    for split in SPLITS:
+        lines.append("")
+        new = after["splits"][split]
+        old = b["splits"][split]
+        lines.append(f"{split}: injection flag rate by family (benign families: the false-alarm rate)")
+        lines.append("")
+        fams = new["injection"]["flag_rate_by_family"]
+        lines.append("| " + " | ".join(fams) + " |")
+        lines.append("|" + "---|" * len(fams))
+        lines.append(
+            "| "
+            + " | ".join(
+                _pair(old.get("injection", {}).get("flag_rate_by_family", {}).get(k), v)
+                for k, v in fams.items()
+            )
+            + " |"
+        )
+        lines.append("")
+        lines.append(f"{split}: injection recall by obfuscation")
+        lines.append("")
+        obf = new["injection"]["recall_by_obfuscation"]
+        lines.append("| " + " | ".join(obf) + " |")
+        lines.append("|" + "---|" * len(obf))
+        lines.append(
+            "| "
+            + " | ".join(
+                _pair(old.get("injection", {}).get("recall_by_obfuscation", {}).get(k), v)
+                for k, v in obf.items()
+            )
+            + " |"
+        )
+        lines.append("")
+        lines.append(f"{split}: PII recall by spelling of the entity, and phone recall by locale")
+        lines.append("")
+        var = {
+            **new["pii"]["recall_by_variant"],
+            **{f"phone {k}": v for k, v in new["pii"]["phone_recall_by_locale"].items()},
+        }
+        old_var = {
+            **old.get("pii", {}).get("recall_by_variant", {}),
+            **{f"phone {k}": v for k, v in old.get("pii", {}).get("phone_recall_by_locale", {}).items()},
+        }
+        lines.append("| " + " | ".join(var) + " |")
+        lines.append("|" + "---|" * len(var))
+        lines.append("| " + " | ".join(_pair(old_var.get(k), v) for k, v in var.items()) + " |")
+        lines.append("")
+        lines.append(
+            f"{split}: SystemPromptScrubber flag rate by spelling of the leak (benign: false alarms)"
+        )
+        lines.append("")
+        leak = new["leaks"]["flag_rate_by_variant"]
+        lines.append("| " + " | ".join(leak) + " |")
+        lines.append("|" + "---|" * len(leak))
+        lines.append(
+            "| "
+            + " | ".join(
+                _pair(old.get("leaks", {}).get("flag_rate_by_variant", {}).get(k), v) for k, v in leak.items()
+            )
+            + " |"
+        )
+    lines.append("")
+    fid, old_fid = after["fidelity"], b.get("fidelity", {})
+    lines.append("| UnicodeNormalizer | legitimate text stored unchanged | smuggling characters removed |")
+    lines.append("|---|---|---|")
+    lines.append(
+        f"| {fid['items']} texts | {_pair(old_fid.get('legitimate_kept'), fid['legitimate_kept'])} | "
+        f"{_pair(old_fid.get('smuggling_removed'), fid['smuggling_removed'])} |"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--code", help="import memproc from this checkout instead of this one")
+    parser.add_argument("--out", help="write the full results (with error examples) as JSON here")
+    parser.add_argument("--compare", help="a JSON file from an earlier run: print before/after tables")
+    args = parser.parse_args(argv)
+    results = run(args.code)
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1, ensure_ascii=False))
+    before = json.loads(Path(args.compare).read_text()) if args.compare else None
+    print(markdown(results, before))
+
+
+if __name__ == "__main__":
+    main()
