@@ -20,6 +20,7 @@ from memproc.models import (
     MessageEmbedding,
     Resource,
     Thread,
+    ThreadSummary,
     TripwireLog,
     TurnRecord,
     WorkingMemoryRevision,
@@ -74,6 +75,9 @@ def stored(make_agent, model, committing):
         )
     TripwireLogFactory(
         resource_id=R, thread_id="plans", status="confirmed", reviewed_by=reviewer, reviewed_at=timezone.now()
+    )
+    ThreadSummary.objects.create(
+        thread_id="plans", text="Ana plans a trip to Porto by train.", covered_sequence=2, token_count=9
     )
     model.add("other answer")
     agent.generate("someone else's secret", thread_id="others", resource_id="another")
@@ -148,6 +152,12 @@ def test_export_purge_import_export_gives_the_same_document(stored, committing):
     }
     assert report.missing_files == [] and report.unknown_users == []
     assert stable(stored.export(resource_id=R)) == stable(before)
+    summaries = {t["id"]: t["summary"] for t in before["threads"]}
+    assert summaries == {
+        "plans": {"text": "Ana plans a trip to Porto by train.", "covered_sequence": 2, "token_count": 9},
+        "recipes": None,
+    }
+    assert ThreadSummary.objects.get(thread_id="plans").covered_sequence == 2
     restored = Attachment.objects.get()
     assert restored.file.read() == b"itinerary bytes"
     assert TurnRecord.objects.filter(resource_id=R).count() == 2

@@ -103,7 +103,7 @@ def _threads(threads: QuerySet[models.Thread]) -> Iterator[dict[str, Any]]:
     )
     groups = _grouped(messages)
     pending = next(groups, None)
-    for thread in threads.order_by("id").iterator():
+    for thread in threads.order_by("id").select_related("summary").iterator():
         own: list[dict[str, Any]] = []
         if pending is not None and pending[0] == thread.pk:
             own = pending[1]
@@ -135,9 +135,25 @@ def _resource(r: models.Resource) -> dict[str, Any]:
     }
 
 
+def _summary(t: models.Thread) -> dict[str, Any] | None:
+    """The compaction summary (`Memory(compaction=...)`), if the thread has one with text."""
+    try:
+        summary = t.summary
+    except models.ThreadSummary.DoesNotExist:
+        return None
+    if not summary.text:
+        return None
+    return {
+        "text": summary.text,
+        "covered_sequence": summary.covered_sequence,
+        "token_count": summary.token_count,
+    }
+
+
 def _thread(t: models.Thread) -> dict[str, Any]:
     return {
         "id": t.pk,
+        "summary": _summary(t),
         "title": t.title,
         "agent_id": t.agent_id,
         "metadata": t.metadata,

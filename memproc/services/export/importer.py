@@ -101,6 +101,9 @@ class _Import:
         self.resource_write()
         models.Thread.objects.bulk_create(threads, batch_size=500)
         models.Message.objects.bulk_create(messages, batch_size=1000)
+        # A summary comes with its thread: only new threads get one (an existing thread keeps its own).
+        new_ids = {t.pk for t in threads}
+        models.ThreadSummary.objects.bulk_create([s for s in rows.summaries if s.thread_id in new_ids])
         self.sequences_settle({m.thread_id for m in messages} - {t.pk for t in threads})
         written = self.attachments_write(attachments, files, saved_files)
         users = _Users(self.report)

@@ -31,6 +31,7 @@ class Rows:
     turns: list[models.TurnRecord] = field(default_factory=list)
     tripwires: list[models.TripwireLog] = field(default_factory=list)
     attachments: list[models.Attachment] = field(default_factory=list)
+    summaries: list[models.ThreadSummary] = field(default_factory=list)
     actors: dict[uuid.UUID, str] = field(default_factory=dict)
     reviewers: dict[uuid.UUID, str] = field(default_factory=dict)
     files: dict[uuid.UUID, str] = field(default_factory=dict)
@@ -48,6 +49,10 @@ def document_rows(document: Mapping[str, Any]) -> Rows:
     for i, item in enumerate(_items(document, "threads")):
         thread = _thread(item, f"threads[{i}]", rows.resource.pk)
         rows.threads.append(thread)
+        if item.get("summary") is not None:
+            rows.summaries.append(
+                _summary(_object(item, "summary", f"threads[{i}]"), f"threads[{i}].summary", thread)
+            )
         for j, raw in enumerate(_items(item, "messages", f"threads[{i}]")):
             rows.messages.append(_message(raw, f"threads[{i}].messages[{j}]", thread))
     for i, item in enumerate(_items(document, "working_memory_revisions")):
@@ -94,6 +99,15 @@ def _thread(data: Mapping[str, Any], where: str, resource_id: str) -> models.Thr
         last_sequence=_number(data, "last_sequence", where),
         created_at=_time(data, "created_at", where),
         updated_at=_time(data, "updated_at", where),
+    )
+
+
+def _summary(data: Mapping[str, Any], where: str, thread: models.Thread) -> models.ThreadSummary:
+    return models.ThreadSummary(
+        thread_id=thread.pk,
+        text=_text(data, "text", where),
+        covered_sequence=_number(data, "covered_sequence", where),
+        token_count=_number(data, "token_count", where),
     )
 
 
