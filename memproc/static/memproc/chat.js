@@ -313,8 +313,9 @@
         this.showBanner("error", "<memproc-chat> needs an agent attribute.");
         return;
       }
-      this.threadId = this.getAttribute("thread") || this.stored() || this.remember(newId());
-      this.load();
+      const known = this.getAttribute("thread") || this.stored();
+      this.threadId = known || this.remember(newId());
+      if (known) this.load(); // a new id has nothing stored yet
     }
 
     disconnectedCallback() {
@@ -358,14 +359,19 @@
 
     async load() {
       this.list.replaceChildren();
-      let url = this.api + "threads/" + encodeURIComponent(this.threadId) + "/messages/?limit=200";
+      const loading = this.threadId;
+      let url = this.api + "threads/" + encodeURIComponent(loading) + "/messages/?limit=200";
       const messages = [];
       try {
         while (url) {
           const response = await fetch(url, { credentials: "same-origin", headers: this.headers() });
           if (response.status === 404) {
             // Not stored (yet), or not this user's: a fixed thread is kept, a remembered one replaced.
-            if (!this.getAttribute("thread") && messages.length === 0) this.threadId = this.remember(newId());
+            // Only if nothing was sent meanwhile: a turn started on this id has made it ours.
+            const untouched = this.threadId === loading && !this.controller && !this.list.children.length;
+            if (!this.getAttribute("thread") && messages.length === 0 && untouched) {
+              this.threadId = this.remember(newId());
+            }
             return;
           }
           if (!response.ok) throw new Error(await errorText(response));
