@@ -141,7 +141,11 @@ def check_agent_models(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
 
 @register(Tags.database)
 def check_vector_search(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Semantic recall without pgvector still works, through exact in-process search: say so."""
+    """Semantic recall without pgvector still works, through exact in-process search: say so. Only
+    with `check --database` (as Django's own database checks): Django before 6.0 runs database-tagged
+    checks on every `check` and leaves it to them."""
+    if not databases or "default" not in databases:
+        return []
     if not any(agent.memory is not None and agent.memory.uses_semantic_recall for agent in all_agents()):
         return []
     configured = user_settings()

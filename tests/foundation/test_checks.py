@@ -456,10 +456,11 @@ def test_default_model_without_key_warns(no_openai_env):
 @pytest.mark.django_db
 def test_semantic_recall_without_pgvector_warns(on_postgres, agent):
     agent(memory=Memory(semantic_recall=True))
-    warnings = check_vector_search()
+    assert check_vector_search() == []  # only with `check --database default`
+    warnings = check_vector_search(databases=["default"])
     if on_postgres:
         assert warnings == []
     else:
         assert ids(warnings) == ["memproc.W001"] and "pgvector" in warnings[0].hint
     with override_settings(MEMPROC={"VECTOR_STORE": "numpy"}):
-        assert check_vector_search() == []  # chosen, not fallen back to
+        assert check_vector_search(databases=["default"]) == []  # chosen, not fallen back to
