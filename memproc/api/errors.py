@@ -16,6 +16,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, UnreadablePostError
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -28,6 +29,7 @@ from memproc.services.working_memory import WorkingMemoryConflict
 logger = logging.getLogger(__name__)
 
 NOT_FOUND = "Not found."
+DATABASE_UNAVAILABLE = "The database is unavailable; try again in a moment."
 MISCONFIGURED = "memproc is not configured correctly on this server; its log says why."
 ATTACHMENT_TOO_LARGE_CODES = frozenset({"too_large"})
 BODY_TOO_LARGE = (
@@ -85,6 +87,14 @@ def memproc_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         status_code, body = memproc_status(exc)
         set_rollback()
         return Response(body, status=status_code)
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        # The database refused or dropped the connection (too many clients, a restart): a back end
+        # that is down, so a 503 the client may retry, never an HTML 500.
+        logger.warning("memproc: answered 503 for a database error: %s", exc)
+        set_rollback()
+        response = Response(error_body(DATABASE_UNAVAILABLE, "database_unavailable"), status=503)
+        response["Retry-After"] = "1"
+        return response
     if isinstance(exc, RecursionError):  # JSON nested deeper than Python parses or walks
         return Response(error_body("The request body is nested too deeply.", "parse_error"), status=400)
     refused = request_body_refusal(exc)

@@ -17,6 +17,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.db import connections
 from django.http import StreamingHttpResponse
 
+from memproc.api.admission import admission_release
 from memproc.api.sse import async_sse_frames, primed, sse_frames, sse_response
 from memproc.events import GenerateResult, StreamEvent
 from memproc.services.turns import turn_begin
@@ -34,6 +35,7 @@ def release_connections() -> None:
     for connection in connections.all(initialized_only=True):
         if not connection.in_atomic_block:
             connection.close()
+    admission_release()
 
 
 def turn_generate(request: Any, agent: Any, messages: Any, **options: Any) -> GenerateResult:

@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import ThreadSensitiveContext, async_to_sync
 from django.db import connections
 from django.test import AsyncClient
 
@@ -174,3 +174,109 @@ def test_client_that_goes_away_cancels_the_turn_and_saves_nothing(user, make_age
     assert models.Message.objects.count() == 0
     assert any("cancelled" in r.getMessage() and r.levelno == logging.INFO for r in caplog.records)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_requests_that_use_the_database_at_once_are_bounded_under_asgi(
+    user, make_agent, resource, monkeypatch, settings
+):
+    """Each ASGI request's sync code runs in a thread of its own with its own connection: memproc
+    admits ASYNC_THREADS of them at once to the part that uses the database, and a turn leaves before
+    its model wait, so many turns in flight hold few connections and none is refused."""
+    from memproc.api import admission
+
+    settings.MEMPROC = {**settings.MEMPROC, "ASYNC_THREADS": 2}
+    monkeypatch.setattr(admission, "_permits", None)
+    inside, peak = [0], [0]
+    real_acquire, real_release = admission.admission_acquire, admission.admission_release
+
+    def acquire() -> None:
+        real_acquire()
+        inside[0] += 1
+        peak[0] = max(peak[0], inside[0])
+
+    def release() -> None:
+        if getattr(admission._held, "permit", None) is not None:
+            inside[0] -= 1
+        real_release()
+
+    monkeypatch.setattr("memproc.api.views.base.admission_acquire", acquire)
+    monkeypatch.setattr("memproc.api.views.base.admission_release", release)
+    monkeypatch.setattr("memproc.api.turn_runner.admission_release", release)
+    from memproc.api.views import base
+
+    real_thread_get = base.thread_get
+
+    def slow_thread_get(**kwargs):
+        time.sleep(0.1)  # a slow read before the model: requests would pile up in it
+        return real_thread_get(**kwargs)
+
+    monkeypatch.setattr(base, "thread_get", slow_thread_get)
+    make_agent(model=SlowStreamingModel())
+    client = async_client(user)
+
+    async def many():
+        async def one(i: int) -> int:
+            # A thread of its own for the request's sync code, as Django's ASGIHandler gives each one.
+            async with ThreadSensitiveContext():
+                response = await client.post(
+                    STREAM, {"messages": f"hi {i}", "thread_id": f"t{i}"}, content_type="application/json"
+                )
+                async for _ in response.streaming_content:
+                    pass
+                return response.status_code
+
+        started = time.perf_counter()
+        statuses = await asyncio.gather(*(one(i) for i in range(8)))
+        return statuses, time.perf_counter() - started
+
+    statuses, elapsed = run(many)
+    assert statuses == [200] * 8
+    assert 1 <= peak[0] <= 2 and inside[0] == 0  # taken by every request, and given back
+    assert elapsed < 8 * 3 * GAP  # the turns still overlap: only their database part waits
+    assert models.Message.objects.filter(thread__id__startswith="t").count() == 16
+
+
+def test_admission_bounds_the_threads_that_hold_a_permit(monkeypatch, settings):
+    import threading
+
+    from memproc.api import admission
+
+    settings.MEMPROC = {**settings.MEMPROC, "ASYNC_THREADS": 3}
+    monkeypatch.setattr(admission, "_permits", None)
+    inside, peak, lock = [0], [0], threading.Lock()
+
+    def request() -> None:
+        admission.admission_acquire()
+        admission.admission_acquire()  # a second take by the same thread holds one permit
+        with lock:
+            inside[0] += 1
+            peak[0] = max(peak[0], inside[0])
+        time.sleep(0.05)
+        with lock:
+            inside[0] -= 1
+        admission.admission_release()
+        admission.admission_release()  # nothing held: nothing given back twice
+
+    threads = [threading.Thread(target=request) for _ in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert peak[0] == 3
+    assert admission._semaphore()._value == 3  # every permit back
+
+
+def test_a_database_that_refuses_connections_is_a_json_503(owner_client, agent, model, resource, monkeypatch):
+    from django.db import OperationalError
+
+    def refuse(**kwargs):
+        raise OperationalError("connection failed: FATAL:  sorry, too many clients already")
+
+    monkeypatch.setattr("memproc.api.views.base.thread_get", refuse)
+    response = owner_client.post(GENERATE, {"messages": "hi", "thread_id": "t1"}, format="json")
+    assert response.status_code == 503 and response["Content-Type"] == "application/json"
+    assert response.json() == {
+        "detail": "The database is unavailable; try again in a moment.",
+        "code": "database_unavailable",
+    }
+    assert response["Retry-After"] == "1" and "too many clients" not in response.content.decode()

@@ -12,11 +12,13 @@ from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
+from memproc.api.admission import admission_acquire, admission_release
 from memproc.api.errors import memproc_exception_handler
 from memproc.api.parsers import MemprocJSONParser
 from memproc.api.permissions import HasResources, default_resource, resolve_resources
 from memproc.api.serializers import ErrorSerializer
 from memproc.api.throttling import MemprocUserThrottle
+from memproc.api.turn_runner import is_asgi
 from memproc.selectors import thread_get
 
 ERROR_DESCRIPTIONS = {
@@ -73,6 +75,15 @@ class MemprocViewMixin:
 
     def get_exception_handler(self) -> Callable[..., Any]:
         return memproc_exception_handler
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        if is_asgi(request):
+            admission_acquire()  # before authentication: its query is the request's first
+        super().initial(request, *args, **kwargs)  # type: ignore[misc]
+
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        admission_release()
+        return super().finalize_response(request, response, *args, **kwargs)  # type: ignore[misc]
 
     def allowed_resources(self) -> list[str] | None:
         """Resource ids the caller may use; None means all (staff with the model permission the
