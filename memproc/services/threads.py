@@ -35,6 +35,7 @@ from memproc.services.attachments import (
 )
 from memproc.services.attachments.files import parse_uuid
 from memproc.signals import messages_saved, send_after_commit, thread_created, thread_deleted
+from memproc.vectors.base import EMBEDDING_COLUMNS
 
 
 def resource_ensure(*, resource_id: str) -> models.Resource:
@@ -214,17 +215,7 @@ def _embeddings_copy(*, id_map: dict[str, str], thread_id: str, resource_id: str
             cursor.execute(sql, params)
 
 
-EMBEDDING_COPY_COLUMNS = (
-    "message",
-    "thread_id",
-    "resource_id",
-    "chunk",
-    "model",
-    "dimensions",
-    "content_hash",
-    "vector",
-    "created_at",
-)
+EMBEDDING_COPY_COLUMNS = EMBEDDING_COLUMNS
 
 
 def _working_memory_copy(*, clone: models.Thread, text: str) -> None:

@@ -22,7 +22,7 @@ from memproc import Agent, Memory, models
 from memproc.agents import register, unregister
 from memproc.api.serializers import ID_RULES
 from memproc.testing import ScriptedModel
-from tests.factories import MessageFactory, ResourceFactory, ThreadFactory, UserFactory
+from tests.factories import MessageFactory, ThreadFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -55,23 +55,11 @@ GOOD_IDS = ["support-1", "a.b", "...", "x" * 255, "über:Ω 1", "a b"]
 
 
 @pytest.fixture
-def model() -> ScriptedModel:
-    return ScriptedModel([f"answer {i}" for i in range(20)])
-
-
-@pytest.fixture
 def agent(model: ScriptedModel) -> Iterator[Agent]:
     agent = Agent(id=AGENT, instructions="You help.", model=model, memory=Memory(last_messages=10))
     register(agent, replace=True)
     yield agent
     unregister(AGENT)
-
-
-@pytest.fixture
-def user(db: None) -> Any:
-    user = UserFactory()
-    ResourceFactory(id=str(user.pk))
-    return user
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from memproc.api.parsers import MemprocJSONParser
 from memproc.exceptions import RequestTooLarge
 from memproc.services.attachments import attachment_body_limit
 from memproc.testing import ScriptedModel
-from tests.factories import ResourceFactory, ThreadFactory, UserFactory
+from tests.factories import ResourceFactory, ThreadFactory
 
 API = "/api/memproc/"
 AGENT = "body-limits"
@@ -40,23 +40,11 @@ THREE_MB = 3_000_000
 
 
 @pytest.fixture
-def model() -> ScriptedModel:
-    return ScriptedModel([f"answer {i}" for i in range(20)])
-
-
-@pytest.fixture
 def agent(model: ScriptedModel) -> Iterator[Agent]:
     agent = Agent(id=AGENT, instructions="You read files.", model=model, memory=Memory(last_messages=5))
     register(agent, replace=True)
     yield agent
     unregister(AGENT)
-
-
-@pytest.fixture
-def user(db: None) -> Any:
-    user = UserFactory()
-    ResourceFactory(id=str(user.pk))
-    return user
 
 
 @pytest.fixture
