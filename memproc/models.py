@@ -159,6 +159,10 @@ class MessageEmbedding(models.Model):
     content_hash = models.CharField(max_length=64)
     vector = VectorField()
     created_at = models.DateTimeField(default=timezone.now)
+    # PostgreSQL: in the embedder's partial HNSW index. The pgvector store writes False (no graph
+    # insertion on the turn) and the background index merge marks them; searches scan the unmarked
+    # tail exactly. Other writers get True: their rows enter the graph on insert, as they always did.
+    indexed = models.BooleanField(default=True, db_default=True)
 
     class Meta:
         constraints = [

@@ -16,6 +16,9 @@ Wire names (never renamed; payloads are ids and small scalars, JSON-serialisable
   "keep_tokens": int, "model": "provider/model" | "extractive" | None, "agent_id": str | None,
   "agent_model": str | None}`` (folds a long thread's older messages into its summary; sent after a
   turn of an agent with ``Memory(compaction=...)`` found a fold due)
+- ``memproc.index_merge``         ``{"embedder_id": str | None, "dimensions": int | None,
+  "using": str | None}`` (PostgreSQL: moves embeddings written outside the HNSW graph into it; sent
+  by the pgvector store once a process has written enough of them)
 
 Every task is idempotent: it may run twice (``acks_late`` redelivers after a worker dies) with no
 harm. Transient failures (an embedder or a model provider unavailable or rate-limited, a database
@@ -44,7 +47,7 @@ from memproc.exceptions import EmbedderUnavailable, ModelRateLimitError, ModelUn
 from memproc.services.compaction import thread_compact
 from memproc.services.purge import expired_purge, resource_purge
 from memproc.services.recall import messages_embed
-from memproc.services.reindex import reindex_run
+from memproc.services.reindex import embedding_index_merge, reindex_run
 from memproc.services.titles import thread_title_generate
 
 logger = logging.getLogger(__name__)
@@ -151,6 +154,14 @@ def compact_thread(
     return len(revisions)
 
 
+def index_merge(
+    embedder_id: str | None = None, dimensions: int | None = None, using: str | None = None
+) -> int:
+    """Marks the embedder's unindexed embeddings (all embedders' when None) as indexed, in batches
+    (see `embedding_index_merge`); returns the number of rows marked."""
+    return embedding_index_merge(embedder_id=embedder_id, dimensions=dimensions, using=using)
+
+
 def _agent_model(agent_id: str | None, agent_model: str | None) -> Any:
     """The agent's model when it is registered here, else its model id (None: the DEFAULT_MODEL)."""
     if agent_id:
@@ -169,6 +180,7 @@ TASKS: dict[str, Callable[..., Any]] = {
     "memproc.purge_expired": purge_expired,
     "memproc.outbox_dispatch": outbox_dispatch,
     "memproc.compact_thread": compact_thread,
+    "memproc.index_merge": index_merge,
 }
 
 
@@ -273,4 +285,12 @@ if shared_task is not None:
                 "agent_id": agent_id,
                 "agent_model": agent_model,
             },
+        )
+
+    @shared_task(name="memproc.index_merge", **RETRY_OPTIONS)
+    def index_merge_task(
+        embedder_id: str | None = None, dimensions: int | None = None, using: str | None = None
+    ) -> Any:
+        return run_logged(
+            "memproc.index_merge", {"embedder_id": embedder_id, "dimensions": dimensions, "using": using}
         )

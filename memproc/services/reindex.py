@@ -4,15 +4,20 @@ Work goes in batches of messages ordered by `(created_at, id)`. Only messages th
 the chosen embedder yet are embedded, so a run can stop anywhere and start again: each batch reports a
 `ReindexPosition` (its last message), and passing it back as `after=` continues behind it. Messages
 stored while a run goes on come later in that order, so a long run picks them up too.
+
+`embedding_index_merge` is the other maintenance job, PostgreSQL only: it moves an embedder's tail
+(rows written with `indexed = false`, outside its HNSW graph) into the graph, in batches.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.db import connections, router, transaction
 from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_datetime
 
@@ -22,6 +27,7 @@ from memproc.exceptions import ValidationError
 from memproc.services.recall import EMBEDDABLE_ROLES, EmbeddingSource, sources_embed
 
 DEFAULT_BATCH_SIZE = 100
+MERGE_BATCH_SIZE = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,3 +152,77 @@ def _pending(
             Q(created_at__gt=after.created_at) | Q(created_at=after.created_at, id__gt=after.message_id)
         )
     return qs.exclude(embeddings__model=embedder_id)
+
+
+def embedding_index_merge(
+    *,
+    embedder_id: str | None = None,
+    dimensions: int | None = None,
+    batch_size: int = MERGE_BATCH_SIZE,
+    using: str | None = None,
+) -> int:
+    """Marks the unmarked embeddings of one embedder (and size), or of all, as indexed, in batches;
+    returns how many rows it marked. PostgreSQL only (elsewhere nothing is indexed: returns 0).
+
+    Marking a row updates it, and the new row version enters the partial HNSW index: the graph
+    insertion a turn used to pay, here in a background job. Called outside a transaction, each batch
+    commits on its own, so searches see the tail shrink as the graph grows and a stopped merge loses
+    nothing (inside one, the batches are savepoints that commit with it). One merge
+    per embedder runs at a time (a session advisory lock; a second merge of it returns at once),
+    and rows locked by a writer are skipped until the next merge, so running it again or
+    concurrently is harmless.
+    """
+    if batch_size <= 0:
+        raise ValidationError("batch_size must be positive")
+    alias = using or router.db_for_write(models.MessageEmbedding)
+    connection = connections[alias]
+    if connection.vendor != "postgresql":
+        return 0
+    marked = 0
+    for model, size in _tails(connection, embedder_id, dimensions):
+        marked += _merge_tail(connection, model, size, batch_size)
+    return marked
+
+
+def _tails(connection: Any, embedder_id: str | None, dimensions: int | None) -> list[tuple[str, int]]:
+    if embedder_id is not None and dimensions is not None:
+        return [(embedder_id, int(dimensions))]
+    tail = models.MessageEmbedding.objects.using(connection.alias).filter(indexed=False)
+    if embedder_id is not None:
+        tail = tail.filter(model=embedder_id)
+    if dimensions is not None:
+        tail = tail.filter(dimensions=dimensions)
+    return list(tail.order_by().values_list("model", "dimensions").distinct())
+
+
+def _merge_tail(connection: Any, model: str, dimensions: int, batch_size: int) -> int:
+    qn = connection.ops.quote_name
+    table = qn(models.MessageEmbedding._meta.db_table)
+    lock = _merge_lock(model, dimensions)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [lock])
+        if not cursor.fetchone()[0]:
+            return 0  # another merge of this embedder is at work
+    marked = 0
+    try:
+        while True:
+            with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+                cursor.execute(
+                    f"UPDATE {table} SET indexed = true WHERE id IN (SELECT id FROM {table} "
+                    "WHERE model = %s AND dimensions = %s AND NOT indexed "
+                    "ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED)",
+                    [model, int(dimensions), batch_size],
+                )
+                count = cursor.rowcount
+            marked += count
+            if count < batch_size:
+                return marked
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [lock])
+
+
+def _merge_lock(model: str, dimensions: int) -> int:
+    """The advisory lock key (signed 64-bit) a merge of this embedder holds."""
+    digest = hashlib.sha256(f"memproc.index_merge\x00{model}\x00{dimensions}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)

