@@ -165,8 +165,10 @@ def thread_clone(
     )
     id_map: dict[str, str] = {}
     rows = []
+    copied_sequences: list[int] = []
     for i, m in enumerate(source.iterator(), start=1):
         id_map[m.id] = new_id()
+        copied_sequences.append(m.sequence)
         rows.append(
             models.Message(
                 id=id_map[m.id],
@@ -186,7 +188,22 @@ def thread_clone(
     clone.last_sequence = len(rows)
     if thread.working_memory:
         _working_memory_copy(clone=clone, text=thread.working_memory)
+    _summary_copy(source=thread, clone=clone, copied_sequences=copied_sequences)
     return clone
+
+
+def _summary_copy(*, source: models.Thread, clone: models.Thread, copied_sequences: list[int]) -> None:
+    """The compaction summary goes with a copy that holds every message it covers (renumbered to the
+    copy's sequences); a branch cut before its end does not get it, which would leak later content."""
+    summary = models.ThreadSummary.objects.filter(thread=source).exclude(text="").first()
+    if summary is None or not copied_sequences or copied_sequences[-1] < summary.covered_sequence:
+        return
+    models.ThreadSummary.objects.create(
+        thread=clone,
+        text=summary.text,
+        covered_sequence=sum(1 for sequence in copied_sequences if sequence <= summary.covered_sequence),
+        token_count=summary.token_count,
+    )
 
 
 def _embeddings_copy(*, id_map: dict[str, str], thread_id: str, resource_id: str) -> None:

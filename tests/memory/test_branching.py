@@ -113,6 +113,24 @@ def test_a_message_of_another_thread_cannot_be_a_branch_point(recall_memory, con
     assert not Thread.objects.filter(pk="bad").exists()
 
 
+def test_the_summary_goes_with_a_copy_that_holds_all_it_covers(recall_memory, conversation):
+    from memproc.models import ThreadSummary
+
+    MessageRow.objects.filter(thread_id="trip", sequence=1).delete()  # a gap: copies renumber
+    ThreadSummary.objects.create(
+        thread_id="trip", text="Ana plans a trip.", covered_sequence=3, token_count=4
+    )
+    after = recall_memory.clone_thread(
+        thread_id="trip", new_thread_id="late", up_to_message_id=conversation[3].id
+    )
+    before = recall_memory.clone_thread(
+        thread_id="trip", new_thread_id="early", up_to_message_id=conversation[1].id
+    )
+    summary = ThreadSummary.objects.get(thread_id=after.id)
+    assert (summary.text, summary.covered_sequence) == ("Ana plans a trip.", 2)  # old 2 and 3 are new 1 and 2
+    assert not ThreadSummary.objects.filter(thread_id=before.id).exists()  # would tell what came after
+
+
 def test_a_whole_clone_still_copies_everything(recall_memory, conversation):
     clone = recall_memory.clone_thread("trip", new_thread_id="copy")
     assert stored_texts("copy") == [m.text for m in conversation]
