@@ -424,10 +424,33 @@ def messages_delete(*, message_ids: Sequence[str], thread_id: str | None = None)
     qs = models.Message.objects.filter(id__in=list(message_ids))
     if thread_id is not None:
         qs = qs.filter(thread_id=thread_id)
-    ids = list(qs.values_list("id", flat=True))
-    attachments_release(message_ids=ids)
-    _, by_model = models.Message.objects.filter(id__in=ids).delete()
+    rows = list(qs.values_list("id", "thread_id", "sequence"))
+    ids = [row[0] for row in rows]
+    with transaction.atomic():
+        attachments_release(message_ids=ids)
+        _summaries_forget(rows)
+        _, by_model = models.Message.objects.filter(id__in=ids).delete()
     return by_model.get(models.Message._meta.label, 0)  # not the embeddings that went with them
+
+
+def _summaries_forget(rows: Sequence[tuple[str, str, int]]) -> None:
+    """A compaction summary that covers a deleted message still says what it said: it goes, with its
+    revisions, and the thread's next fold starts over from the messages that remain."""
+    first_deleted: dict[str, int] = {}
+    for _, thread_id, sequence in rows:
+        first_deleted[thread_id] = min(sequence, first_deleted.get(thread_id, sequence))
+    if not first_deleted:
+        return
+    covering = [
+        thread_id
+        for thread_id, covered in models.ThreadSummary.objects.filter(
+            thread_id__in=list(first_deleted)
+        ).values_list("thread_id", "covered_sequence")
+        if covered >= first_deleted[thread_id]
+    ]
+    if covering:
+        models.SummaryRevision.objects.filter(thread_id__in=covering).delete()
+        models.ThreadSummary.objects.filter(thread_id__in=covering).delete()
 
 
 def messages_save_with_files(

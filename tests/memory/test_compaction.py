@@ -639,3 +639,27 @@ def test_quarantined_messages_never_reach_the_summary():
     [revision] = thread_compact(thread_id=T, through_sequence=32, trigger_tokens=300, keep_tokens=1000)
     assert revision.covered_sequence == 32 and "Ada Lovelace" in revision.text
     assert "swordfish" not in revision.text
+
+
+def test_deleting_a_covered_message_drops_the_summary_that_repeats_it():
+    """Retention or an operator deletes a message: the summary must not keep saying what it said."""
+    from memproc.services.threads import messages_delete
+
+    memory = Memory(last_messages=4)
+    saved = memory.save_messages(
+        [Message.create("user" if i % 2 == 0 else "assistant", f"fact number {i}") for i in range(6)],
+        thread_id=T,
+        resource_id=R,
+    )
+    summary = ThreadSummary.objects.create(
+        thread_id=T, text="fact number 0 ...", covered_sequence=2, token_count=5
+    )
+    SummaryRevision.objects.create(
+        thread_id=T, version=1, text=summary.text, covered_sequence=2, source="code"
+    )
+
+    messages_delete(message_ids=[saved[4].id])  # after what the summary covers: it stays
+    assert ThreadSummary.objects.filter(thread_id=T).exists()
+    messages_delete(message_ids=[saved[1].id])  # covered: it goes, with its revisions
+    assert not ThreadSummary.objects.filter(thread_id=T).exists()
+    assert not SummaryRevision.objects.filter(thread_id=T).exists()
