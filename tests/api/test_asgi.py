@@ -266,6 +266,41 @@ def test_admission_bounds_the_threads_that_hold_a_permit(monkeypatch, settings):
     assert admission._semaphore()._value == 3  # every permit back
 
 
+def test_a_request_that_fails_unanswered_gives_its_permit_back(
+    user, make_agent, resource, monkeypatch, settings
+):
+    """An exception no handler answers (a 500) must not keep the request's permit: a few of those
+    would otherwise leave every later request of the process waiting forever."""
+    from memproc.api import admission
+
+    settings.MEMPROC = {**settings.MEMPROC, "ASYNC_THREADS": 1}
+    monkeypatch.setattr(admission, "_permits", None)
+
+    def explode(**kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("memproc.api.views.base.thread_get", explode)
+    make_agent(model=SlowStreamingModel())
+    client = async_client(user)
+    client.raise_request_exception = False
+
+    async def twice():
+        statuses = []
+        for _ in range(2):
+            async with ThreadSensitiveContext():
+                response = await asyncio.wait_for(
+                    client.post(
+                        GENERATE, {"messages": "hi", "thread_id": "t1"}, content_type="application/json"
+                    ),
+                    timeout=5,
+                )
+                statuses.append(response.status_code)
+        return statuses
+
+    assert run(twice) == [500, 500]  # the second one got the only permit back, and did not hang
+    assert admission._semaphore()._value == 1
+
+
 def test_a_database_that_refuses_connections_is_a_json_503(owner_client, agent, model, resource, monkeypatch):
     from django.db import OperationalError
 

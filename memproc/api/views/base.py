@@ -81,9 +81,11 @@ class MemprocViewMixin:
             admission_acquire()  # before authentication: its query is the request's first
         super().initial(request, *args, **kwargs)  # type: ignore[misc]
 
-    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
-        admission_release()
-        return super().finalize_response(request, response, *args, **kwargs)  # type: ignore[misc]
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().dispatch(request, *args, **kwargs)  # type: ignore[misc]
+        finally:
+            admission_release()  # whatever happened, even an exception no handler answered
 
     def allowed_resources(self) -> list[str] | None:
         """Resource ids the caller may use; None means all (staff with the model permission the
