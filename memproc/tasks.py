@@ -34,6 +34,7 @@ what they need (the agent, its embedder).
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -210,87 +211,29 @@ try:
 except ImportError:  # Celery is an optional extra; inline mode needs only TASKS.
     shared_task = None
 
+
+def _celery_task(task_name: str) -> Any:
+    """The Celery task for `task_name`: its plain body through `run_logged`, with the body's own
+    signature (Celery checks a call's arguments against it before the task is sent or run)."""
+    body = TASKS[task_name]
+
+    def task(*args: Any, **kwargs: Any) -> Any:
+        bound = inspect.signature(body).bind(*args, **kwargs)
+        return run_logged(task_name, dict(bound.arguments))
+
+    task.__name__ = task.__qualname__ = f"{body.__name__}_task"
+    task.__module__ = __name__
+    task.__doc__ = body.__doc__
+    task.__signature__ = inspect.signature(body)  # type: ignore[attr-defined]
+    return shared_task(name=task_name, **RETRY_OPTIONS)(task)
+
+
 if shared_task is not None:
-
-    @shared_task(name="memproc.embed_messages", **RETRY_OPTIONS)
-    def embed_messages_task(
-        message_ids: list[str],
-        agent_id: str | None = None,
-        embedder: str | None = None,
-        vector_store: str | None = None,
-    ) -> Any:
-        return run_logged(
-            "memproc.embed_messages",
-            {
-                "message_ids": message_ids,
-                "agent_id": agent_id,
-                "embedder": embedder,
-                "vector_store": vector_store,
-            },
-        )
-
-    @shared_task(name="memproc.generate_title", **RETRY_OPTIONS)
-    def generate_title_task(thread_id: str, agent_id: str) -> Any:
-        return run_logged("memproc.generate_title", {"thread_id": thread_id, "agent_id": agent_id})
-
-    @shared_task(name="memproc.backfill_embeddings", **RETRY_OPTIONS)
-    def backfill_embeddings_task(
-        embedder: str | None = None,
-        agent_id: str | None = None,
-        batch_size: int = 100,
-        resource_id: str | None = None,
-        thread_id: str | None = None,
-    ) -> Any:
-        return run_logged(
-            "memproc.backfill_embeddings",
-            {
-                "embedder": embedder,
-                "agent_id": agent_id,
-                "batch_size": batch_size,
-                "resource_id": resource_id,
-                "thread_id": thread_id,
-            },
-        )
-
-    @shared_task(name="memproc.purge_resource", **RETRY_OPTIONS)
-    def purge_resource_task(resource_id: str) -> Any:
-        return run_logged("memproc.purge_resource", {"resource_id": resource_id})
-
-    @shared_task(name="memproc.purge_expired", **RETRY_OPTIONS)
-    def purge_expired_task() -> Any:
-        return run_logged("memproc.purge_expired", {})
-
-    @shared_task(name="memproc.outbox_dispatch", **RETRY_OPTIONS)
-    def outbox_dispatch_task(limit: int = 500) -> Any:
-        return run_logged("memproc.outbox_dispatch", {"limit": limit})
-
-    @shared_task(name="memproc.compact_thread", **RETRY_OPTIONS)
-    def compact_thread_task(
-        thread_id: str,
-        through_sequence: int,
-        trigger_tokens: int,
-        keep_tokens: int,
-        model: str | None = None,
-        agent_id: str | None = None,
-        agent_model: str | None = None,
-    ) -> Any:
-        return run_logged(
-            "memproc.compact_thread",
-            {
-                "thread_id": thread_id,
-                "through_sequence": through_sequence,
-                "trigger_tokens": trigger_tokens,
-                "keep_tokens": keep_tokens,
-                "model": model,
-                "agent_id": agent_id,
-                "agent_model": agent_model,
-            },
-        )
-
-    @shared_task(name="memproc.index_merge", **RETRY_OPTIONS)
-    def index_merge_task(
-        embedder_id: str | None = None, dimensions: int | None = None, using: str | None = None
-    ) -> Any:
-        return run_logged(
-            "memproc.index_merge", {"embedder_id": embedder_id, "dimensions": dimensions, "using": using}
-        )
+    embed_messages_task = _celery_task("memproc.embed_messages")
+    generate_title_task = _celery_task("memproc.generate_title")
+    backfill_embeddings_task = _celery_task("memproc.backfill_embeddings")
+    purge_resource_task = _celery_task("memproc.purge_resource")
+    purge_expired_task = _celery_task("memproc.purge_expired")
+    outbox_dispatch_task = _celery_task("memproc.outbox_dispatch")
+    compact_thread_task = _celery_task("memproc.compact_thread")
+    index_merge_task = _celery_task("memproc.index_merge")

@@ -7,10 +7,14 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
+from django.db.models import Exists, OuterRef
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
+
+from memproc.models import Thread
 
 # Tool arguments and results can be huge; the admin shows the head and says it cut the rest.
 JSON_DISPLAY_CHARS = 20_000
@@ -67,3 +71,20 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class StoredThreadMixin:
+    """For rows that name a thread by a plain id (turn records, tripwire logs): a blocked first turn
+    never stored its thread, so the thread is linked only where it exists (one EXISTS per list)."""
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        thread_exists = Exists(Thread.objects.filter(pk=OuterRef("thread_id")))
+        return super().get_queryset(request).annotate(thread_exists=thread_exists)  # type: ignore[misc]
+
+    @admin.display(description=_("Thread"), ordering="thread_id")
+    def thread(self, obj: Any) -> Any:
+        if not obj.thread_id:
+            return "—"
+        if getattr(obj, "thread_exists", False):
+            return admin_link("thread", obj.thread_id)
+        return format_html('{} <span class="memproc-quiet">({})</span>', obj.thread_id, _("not stored"))

@@ -11,7 +11,7 @@ from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
@@ -22,7 +22,14 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from memproc import models
-from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_link, admin_url, pretty_json
+from memproc.admin.common import (
+    ADMIN_MEDIA_CSS,
+    ReadOnlyAdmin,
+    StoredThreadMixin,
+    admin_link,
+    admin_url,
+    pretty_json,
+)
 from memproc.admin.transcript import flag_review_url, highlighted, message_views
 from memproc.services.quarantine import STATUSES as FLAG_STATUSES
 from memproc.services.quarantine import message_quarantine_review, quarantine_flag
@@ -77,7 +84,7 @@ class FlagReviewForm(ReviewNoteForm):
 
 
 @admin.register(models.TripwireLog)
-class TripwireLogAdmin(ReadOnlyAdmin):
+class TripwireLogAdmin(StoredThreadMixin, ReadOnlyAdmin):
     list_display = (
         "created_at",
         "status_badge",
@@ -139,11 +146,6 @@ class TripwireLogAdmin(ReadOnlyAdmin):
 
     class Media:
         css = ADMIN_MEDIA_CSS
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[models.TripwireLog]:
-        # A blocked first turn never stored its thread: link to it only where it exists.
-        thread_exists = Exists(models.Thread.objects.filter(pk=OuterRef("thread_id")))
-        return super().get_queryset(request).annotate(thread_exists=thread_exists)
 
     def has_review_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(f"{self.opts.app_label}.change_{self.opts.model_name}")
@@ -419,14 +421,6 @@ class TripwireLogAdmin(ReadOnlyAdmin):
     @admin.display(description=_("Reason"))
     def reason_excerpt(self, obj: models.TripwireLog) -> str:
         return obj.reason if len(obj.reason) <= 90 else obj.reason[:89] + "…"
-
-    @admin.display(description=_("Thread"), ordering="thread_id")
-    def thread(self, obj: models.TripwireLog) -> Any:
-        if not obj.thread_id:
-            return "—"
-        if getattr(obj, "thread_exists", False):
-            return admin_link("thread", obj.thread_id)
-        return format_html('{} <span class="memproc-quiet">({})</span>', obj.thread_id, _("not stored"))
 
     @admin.display(description=_("Resource"))
     def resource(self, obj: models.TripwireLog) -> Any:

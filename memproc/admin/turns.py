@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -15,7 +15,14 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from memproc import models, selectors
-from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_link, admin_url, pretty_json
+from memproc.admin.common import (
+    ADMIN_MEDIA_CSS,
+    ReadOnlyAdmin,
+    StoredThreadMixin,
+    admin_link,
+    admin_url,
+    pretty_json,
+)
 from memproc.admin.dashboard import TURN_DURATION_SAMPLE, percentile
 from memproc.admin.turn_panels import record_view, usage_tokens
 from memproc.templatetags.memproc_admin import memproc_duration
@@ -49,7 +56,7 @@ class SlowTurnsFilter(admin.SimpleListFilter):
 
 
 @admin.register(models.TurnRecord)
-class TurnRecordAdmin(ReadOnlyAdmin):
+class TurnRecordAdmin(StoredThreadMixin, ReadOnlyAdmin):
     list_display = (
         "started",
         "status_badge",
@@ -103,11 +110,6 @@ class TurnRecordAdmin(ReadOnlyAdmin):
     class Media:
         css = ADMIN_MEDIA_CSS
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet[models.TurnRecord]:
-        # A blocked first turn never stored its thread: link to it only where it exists.
-        thread_exists = Exists(models.Thread.objects.filter(pk=OuterRef("thread_id")))
-        return super().get_queryset(request).annotate(thread_exists=thread_exists)
-
     # --- display ----------------------------------------------------------------------------------
 
     @admin.display(description=_("Started"), ordering="started_at")
@@ -128,14 +130,6 @@ class TurnRecordAdmin(ReadOnlyAdmin):
     def tokens(self, obj: models.TurnRecord) -> Any:
         tokens = usage_tokens(obj.usage)
         return "—" if tokens is None else tokens
-
-    @admin.display(description=_("Thread"), ordering="thread_id")
-    def thread(self, obj: models.TurnRecord) -> Any:
-        if not obj.thread_id:
-            return "—"
-        if getattr(obj, "thread_exists", False):
-            return admin_link("thread", obj.thread_id)
-        return format_html('{} <span class="memproc-quiet">({})</span>', obj.thread_id, _("not stored"))
 
     @admin.display(description=_("Resource"), ordering="resource_id")
     def resource(self, obj: models.TurnRecord) -> Any:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import Any, Protocol
 
 from django.http import StreamingHttpResponse
 from rest_framework.utils.encoders import JSONEncoder
@@ -56,42 +56,87 @@ def error_data(exc: BaseException) -> dict[str, str]:
     return {"detail": "The turn failed unexpectedly; nothing was saved.", "code": "server_error"}
 
 
-def sse_frames(
-    events: Iterator[StreamEvent], render_result: Callable[[Any], dict[str, Any]]
-) -> Iterator[bytes]:
-    """Frames for `events`, ending after `finish` or `tripwire`, or with one `error` frame."""
+class Encoder(Protocol):
+    """Turns a turn's stream events into one protocol's frames (SSE here, the OpenAI and AI SDK
+    protocols in `memproc.api.protocols`)."""
+
+    def begin(self) -> list[bytes]: ...
+
+    def event(self, event: StreamEvent) -> list[bytes]: ...
+
+    def error(self, exc: BaseException) -> list[bytes]: ...
+
+    def end(self) -> list[bytes]: ...
+
+
+class SSEEncoder:
+    """memproc's own SSE: one `event: <type>` frame per event, one `error` frame for a failure."""
+
+    def __init__(self, render_result: Callable[[Any], dict[str, Any]]) -> None:
+        self.render_result = render_result
+
+    def begin(self) -> list[bytes]:
+        return []
+
+    def event(self, event: StreamEvent) -> list[bytes]:
+        return [frame(event.type, event_data(event, self.render_result))]
+
+    def error(self, exc: BaseException) -> list[bytes]:
+        return [frame("error", error_data(exc))]
+
+    def end(self) -> list[bytes]:
+        return []
+
+
+def encoded(events: Iterator[StreamEvent], encoder: Encoder) -> Iterator[bytes]:
+    """`events` as frames, ending after `finish` or `tripwire`, or with the encoder's error frames. A
+    client that goes away closes `events`, which stops the turn before it saves."""
+    yield from _joined(encoder.begin())
     try:
         for event in events:
-            yield frame(event.type, event_data(event, render_result))
+            yield from _joined(encoder.event(event))
             if event.type in FINAL_EVENTS:
                 break
     except Exception as exc:
-        if not isinstance(exc, MemprocError):
-            logger.exception("memproc: a streamed turn failed")
-        yield frame("error", error_data(exc))
+        _log(exc)
+        yield from _joined(encoder.error(exc))
     finally:
         close = getattr(events, "close", None)
         if close is not None:
-            close()  # a client that disconnects stops the turn before it saves
+            close()
+    yield from _joined(encoder.end())
 
 
-async def async_sse_frames(
-    events: AsyncIterator[StreamEvent], render_result: Callable[[Any], dict[str, Any]]
-) -> AsyncIterator[bytes]:
-    """`sse_frames` for an async stream (ASGI): Django sends each frame as soon as it is yielded."""
+async def aencoded(events: AsyncIterator[StreamEvent], encoder: Encoder) -> AsyncIterator[bytes]:
+    """`encoded` for an async stream (ASGI): Django sends each frame as soon as it is yielded."""
+    for chunk in _joined(encoder.begin()):
+        yield chunk
     try:
         async for event in events:
-            yield frame(event.type, event_data(event, render_result))
+            for chunk in _joined(encoder.event(event)):
+                yield chunk
             if event.type in FINAL_EVENTS:
                 break
     except Exception as exc:
-        if not isinstance(exc, MemprocError):
-            logger.exception("memproc: a streamed turn failed")
-        yield frame("error", error_data(exc))
+        _log(exc)
+        for chunk in _joined(encoder.error(exc)):
+            yield chunk
     finally:
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
-            await aclose()  # a client that disconnects stops the turn before it saves
+            await aclose()
+    for chunk in _joined(encoder.end()):
+        yield chunk
+
+
+def _joined(frames: list[bytes]) -> list[bytes]:
+    """One chunk for an event's frames, none for no frames."""
+    return [b"".join(frames)] if frames else []
+
+
+def _log(exc: BaseException) -> None:
+    if not isinstance(exc, MemprocError):
+        logger.exception("memproc: a streamed turn failed", exc_info=exc)
 
 
 def primed(events: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
@@ -111,8 +156,23 @@ def _prepend(first: StreamEvent, rest: Iterator[StreamEvent]) -> Iterator[Stream
             close()
 
 
-def sse_response(frames: Iterator[bytes] | AsyncIterator[bytes]) -> StreamingHttpResponse:
+def sse_response(
+    frames: Iterator[bytes] | AsyncIterator[bytes], headers: Mapping[str, str] | None = None
+) -> StreamingHttpResponse:
     response = StreamingHttpResponse(frames, content_type=f"{CONTENT_TYPE}; charset=utf-8")
     response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
+    response["X-Accel-Buffering"] = "no"  # nginx: do not buffer the frames
+    for name, value in (headers or {}).items():
+        response[name] = value
     return response
+
+
+def stream_response(
+    events: Iterator[StreamEvent] | AsyncIterator[StreamEvent],
+    encoder: Encoder,
+    headers: Mapping[str, str] | None = None,
+) -> StreamingHttpResponse:
+    """A turn's events through `encoder` as a streaming response: async when `events` is (ASGI)."""
+    if hasattr(events, "__anext__"):
+        return sse_response(aencoded(events, encoder), headers)  # type: ignore[arg-type]
+    return sse_response(encoded(events, encoder), headers)  # type: ignore[arg-type]

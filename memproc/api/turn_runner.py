@@ -9,7 +9,7 @@ cancels the turn before it saves.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -18,12 +18,12 @@ from django.db import connections
 from django.http import StreamingHttpResponse
 
 from memproc.api.admission import admission_release
-from memproc.api.sse import async_sse_frames, primed, sse_frames, sse_response
+from memproc.api.sse import SSEEncoder, primed, stream_response
 from memproc.events import GenerateResult, StreamEvent
 from memproc.services.turns import turn_begin
 from memproc.services.turns_async import turn_continue_async
 
-__all__ = ["is_asgi", "turn_generate", "turn_stream_response"]
+__all__ = ["is_asgi", "turn_events", "turn_generate", "turn_stream_response"]
 
 
 def is_asgi(request: Any) -> bool:
@@ -53,13 +53,20 @@ async def _finish(started: Any) -> GenerateResult:
     return box[0]
 
 
+def turn_events(
+    request: Any, agent: Any, messages: Any, **options: Any
+) -> Iterator[StreamEvent] | AsyncIterator[StreamEvent]:
+    """A streamed turn: under WSGI a sync iterator already run to its first event (an error before it
+    answers a normal status); under ASGI an async iterator whose turn ran here up to its first model
+    call, with the connection released before that call."""
+    if not is_asgi(request):
+        return primed(agent.stream(messages, **options))
+    started = turn_begin(agent, messages, streaming=True, **options)
+    release_connections()
+    return turn_continue_async(started)
+
+
 def turn_stream_response(
     request: Any, agent: Any, messages: Any, render_result: Callable[[Any], dict[str, Any]], **options: Any
 ) -> StreamingHttpResponse:
-    if not is_asgi(request):
-        events = primed(agent.stream(messages, **options))
-        return sse_response(sse_frames(events, render_result))
-    started = turn_begin(agent, messages, streaming=True, **options)
-    release_connections()
-    stream: AsyncIterator[StreamEvent] = turn_continue_async(started)
-    return sse_response(async_sse_frames(stream, render_result))
+    return stream_response(turn_events(request, agent, messages, **options), SSEEncoder(render_result))

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.core.cache import cache
+from django.db import connections
 from rest_framework.test import APIClient
 
 from memproc import Agent, Memory
@@ -143,3 +148,62 @@ def make_agent(model: ScriptedModel) -> Iterator[Callable[..., Agent]]:
 @pytest.fixture
 def agent(make_agent: Callable[..., Agent]) -> Agent:
     return make_agent(input_processors=[BlockWord()], output_processors=[BlockStreamWord()])
+
+
+def stream_and_leave(
+    user: Any, path: str, payload: Any, headers: tuple[tuple[bytes, bytes], ...] = ()
+) -> list:
+    """POSTs `payload` to a stream endpoint through Django's own ASGI handler, as `user` with Basic
+    auth, and disconnects after the first frame of the body; returns the ASGI messages sent back."""
+    from django.core.asgi import get_asgi_application
+
+    user.set_password("pw")
+    user.save()
+    credentials = base64.b64encode(f"{user.get_username()}:pw".encode())
+    body = json.dumps(payload).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"testserver"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"authorization", b"Basic " + credentials),
+            *headers,
+        ],
+        "client": ("127.0.0.1", 5000),
+        "server": ("testserver", 80),
+    }
+
+    async def converse() -> list[dict[str, Any]]:
+        first_body = asyncio.Event()
+        sent: list[dict[str, Any]] = []
+        requested = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal requested
+            if not requested:
+                requested = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await first_body.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+            if message["type"] == "http.response.body" and message.get("body"):
+                first_body.set()
+
+        await asyncio.wait_for(get_asgi_application()(scope, receive, send), 10)
+        return sent
+
+    try:
+        return async_to_sync(converse)()
+    finally:
+        connections.close_all()

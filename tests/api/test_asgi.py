@@ -5,7 +5,6 @@ cancels the turn (nothing saved)."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import time
@@ -19,7 +18,7 @@ from django.test import AsyncClient
 from memproc import models
 from memproc.events import StreamEvent
 from memproc.llm.types import ModelRequest, ModelResponse
-from tests.api.conftest import API
+from tests.api.conftest import API, stream_and_leave
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -118,56 +117,9 @@ def test_bad_input_under_asgi_is_still_a_json_400(user, make_agent, resource):
 
 def test_client_that_goes_away_cancels_the_turn_and_saves_nothing(user, make_agent, resource, caplog):
     """Through Django's own ASGI handler: the client disconnects after the first frame."""
-    from django.core.asgi import get_asgi_application
-
     make_agent(model=SlowStreamingModel())
-    user.set_password("pw")
-    user.save()
-    credentials = base64.b64encode(f"{user.get_username()}:pw".encode())
-    body = json.dumps({"messages": "hi"}).encode()
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": STREAM,
-        "raw_path": STREAM.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [
-            (b"host", b"testserver"),
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"authorization", b"Basic " + credentials),
-        ],
-        "client": ("127.0.0.1", 5000),
-        "server": ("testserver", 80),
-    }
-
-    async def converse():
-        first_body = asyncio.Event()
-        sent: list[dict] = []
-        requested = False
-
-        async def receive():
-            nonlocal requested
-            if not requested:
-                requested = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await first_body.wait()
-            return {"type": "http.disconnect"}
-
-        async def send(message):
-            sent.append(message)
-            if message["type"] == "http.response.body" and message.get("body"):
-                first_body.set()
-
-        await asyncio.wait_for(get_asgi_application()(scope, receive, send), 10)
-        return sent
-
     with caplog.at_level(logging.INFO, logger="memproc"):
-        sent = run(converse)
+        sent = stream_and_leave(user, STREAM, {"messages": "hi"})
     assert sent[0]["status"] == 200
     frames = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     assert b"event: text-delta" in frames and b"event: finish" not in frames

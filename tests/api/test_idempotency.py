@@ -5,7 +5,6 @@ endpoint, expire, and a failed turn releases its key. Under WSGI and ASGI, on SQ
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -27,7 +26,7 @@ from memproc.llm.types import ModelRequest, ModelResponse, ToolCall
 from memproc.services.purge import expired_purge
 from memproc.testing import ScriptedModel
 from memproc.tools import tool
-from tests.api.conftest import API, client_for
+from tests.api.conftest import API, client_for, stream_and_leave
 
 GENERATE = API + "agents/api-test/generate/"
 STREAM = API + "agents/api-test/stream/"
@@ -480,7 +479,6 @@ def test_under_asgi_a_generate_repeat_replays(user, make_agent, resource):
 @pytest.mark.django_db(transaction=True)
 def test_under_asgi_a_stream_the_client_leaves_releases_its_key(user, make_agent, resource):
     """Through Django's own ASGI handler: the client disconnects after the first frame."""
-    from django.core.asgi import get_asgi_application
 
     class Slow(AsyncModel):
         async def astream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
@@ -489,53 +487,7 @@ def test_under_asgi_a_stream_the_client_leaves_releases_its_key(user, make_agent
             yield StreamEvent(type="finish", usage={}, finish_reason="stop")
 
     make_agent(model=Slow())
-    user.set_password("pw")
-    user.save()
-    credentials = base64.b64encode(f"{user.get_username()}:pw".encode())
-    body = json.dumps({"messages": "hi"}).encode()
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": STREAM,
-        "raw_path": STREAM.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [
-            (b"host", b"testserver"),
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"authorization", b"Basic " + credentials),
-            (b"idempotency-key", b"leave-1"),
-        ],
-        "client": ("127.0.0.1", 5000),
-        "server": ("testserver", 80),
-    }
-
-    async def converse() -> list[dict[str, Any]]:
-        first_body = asyncio.Event()
-        sent: list[dict[str, Any]] = []
-        requested = False
-
-        async def receive() -> dict[str, Any]:
-            nonlocal requested
-            if not requested:
-                requested = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await first_body.wait()
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-            if message["type"] == "http.response.body" and message.get("body"):
-                first_body.set()
-
-        await asyncio.wait_for(get_asgi_application()(scope, receive, send), 10)
-        return sent
-
-    sent = run(converse)
+    sent = stream_and_leave(user, STREAM, {"messages": "hi"}, headers=((b"idempotency-key", b"leave-1"),))
     assert sent[0]["status"] == 200
     assert not models.Message.objects.exists()
     assert not models.IdempotencyRecord.objects.exists()

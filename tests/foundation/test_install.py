@@ -123,7 +123,7 @@ def test_the_docs_page_renders_offline_under_a_strict_content_security_policy(li
     """Swagger UI draws every operation with no other host reachable and no 'unsafe-inline'."""
     from playwright.sync_api import sync_playwright
 
-    from tests.integration.test_chat_page import CHROMIUM, LAUNCH_ARGS
+    from tests.browser import CHROMIUM, LAUNCH_ARGS
 
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's loop runs in this thread
     elsewhere: list[str] = []

@@ -18,21 +18,11 @@ from memproc.agents import register, unregister
 from memproc.events import StreamEvent
 from memproc.exceptions import ModelUnavailableError
 from memproc.llm.types import ModelRequest, ModelResponse
+from tests.browser import CHROMIUM, LAUNCH_ARGS
 
-CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(
     os.environ.get("MEMPROC_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts")
 )
-LAUNCH_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 MARKDOWN = (
     "Here is **bold**, `code` and a [link](https://example.com/docs).\n\n"
     "- one\n- two\n\n"

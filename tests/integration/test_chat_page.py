@@ -9,20 +9,11 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-CHROMIUM = "/usr/bin/chromium"
+from tests.browser import CHROMIUM, LAUNCH_ARGS
+
 ARTIFACTS = Path(
     os.environ.get("MEMPROC_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts")
 )
-LAUNCH_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 pytestmark = [
     pytest.mark.browser,

@@ -23,18 +23,8 @@ from memproc.agents import get_agent, register, unregister
 from memproc.processors import TokenLimiter
 from memproc.testing import ScriptedModel
 from project.pages import agent_card, chosen_agent
+from tests.browser import CHROMIUM, LAUNCH_ARGS
 
-CHROMIUM = "/usr/bin/chromium"
-LAUNCH_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SCREENSHOTS = Path(
     os.environ.get("MEMPROC_SCREENSHOTS", Path(__file__).resolve().parents[2] / "docs" / "screenshots")
 )

@@ -37,19 +37,17 @@ from memproc.api.parsers import MemprocJSONParser
 from memproc.api.protocols.auth import ProtocolAuthMixin
 from memproc.api.protocols.common import (
     THREAD_HEADER,
-    answerable,
     drop_blocked,
     internal_tools,
     new_part,
     replace_from,
-    stream_response,
-    turn_stream,
+    turn_input_check,
     without_system,
 )
-from memproc.api.serializers import IdField, MessagesField
-from memproc.api.sse import error_data
+from memproc.api.serializers import IdField
+from memproc.api.sse import error_data, stream_response
+from memproc.api.turn_runner import turn_events
 from memproc.api.views.base import MemprocViewMixin
-from memproc.api.views.checks import attachments_check
 from memproc.events import GenerateResult, StreamEvent
 from memproc.messages import new_id, thaw
 from memproc.selectors import messages_existing
@@ -336,19 +334,15 @@ class ChatView(ChatViewMixin, views.APIView):
         if thread is not None:
             self.replace_answered(thread_id, ui_part, data)
         part, _ = without_system([m for ui in ui_part for m in memproc_messages(ui)])
-        if not answerable(part):
-            raise serializers.ValidationError(
-                {"messages": ["The chat must end with a new user message for the agent to answer."]}
-            )
-        try:
-            MessagesField().run_validation(part)
-        except serializers.ValidationError as exc:
-            raise serializers.ValidationError({"messages": exc.detail}) from exc
-        attachments_check(part, resource_id=resource_id)
+        turn_input_check(
+            part,
+            resource_id=resource_id,
+            unanswerable="The chat must end with a new user message for the agent to answer.",
+        )
         encoder = UIMessageStreamEncoder(
             message_id=new_id(), thread_id=thread_id, hidden_tools=internal_tools(agent)
         )
-        events = turn_stream(request, agent, part, thread_id=thread_id, resource_id=resource_id)
+        events = turn_events(request, agent, part, thread_id=thread_id, resource_id=resource_id)
         return stream_response(events, encoder, {STREAM_HEADER: "v1", THREAD_HEADER: thread_id})
 
     def replace_answered(self, thread_id: str, ui_part: list[Any], data: Mapping[str, Any]) -> None:

@@ -1,34 +1,25 @@
 """What both protocols share: which of a resent conversation is new (and whether its tool results
-answer calls), system messages from clients, and running a turn as a stream of protocol frames under
-WSGI (sync) or ASGI (async)."""
+answer calls), system messages from clients. Their frames are produced by `memproc.api.sse`'s
+`stream_response` with each protocol's encoder, as memproc's own SSE is."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from django.http import StreamingHttpResponse
 from rest_framework import serializers
 
-from memproc.api.serializers import message_errors
-from memproc.api.sse import primed
-from memproc.api.turn_runner import is_asgi, release_connections
+from memproc.api.serializers import MessagesField, message_errors
+from memproc.api.views.checks import attachments_check
 from memproc.conf import settings as memproc_settings
-from memproc.events import StreamEvent
 from memproc.exceptions import MemprocError
 from memproc.messages import to_messages
 from memproc.selectors import thread_messages
 from memproc.services.threads import messages_delete
-from memproc.services.turns import turn_begin
-from memproc.services.turns_async import turn_continue_async
 from memproc.tools import WORKING_MEMORY_TOOL
-
-logger = logging.getLogger(__name__)
 
 THREAD_HEADER = "X-Memproc-Thread-Id"
 SYSTEM_ROLES = frozenset({"system", "developer"})
-FINAL_EVENTS = frozenset({"finish", "tripwire"})
 
 
 # --- the conversation a client resends -----------------------------------------------------------------
@@ -143,83 +134,14 @@ def internal_tools(agent: Any) -> set[str]:
 # --- streaming -------------------------------------------------------------------------------------
 
 
-class Encoder(Protocol):
-    """Turns a turn's stream events into one protocol's frames."""
-
-    def begin(self) -> list[bytes]: ...
-
-    def event(self, event: StreamEvent) -> list[bytes]: ...
-
-    def error(self, exc: BaseException) -> list[bytes]: ...
-
-    def end(self) -> list[bytes]: ...
-
-
-def turn_stream(
-    request: Any, agent: Any, messages: Any, **options: Any
-) -> Iterator[StreamEvent] | AsyncIterator[StreamEvent]:
-    """A streamed turn, as `memproc.api.turn_runner` runs one: under WSGI a sync iterator already run
-    to its first event (an error before it answers a normal status); under ASGI an async iterator
-    whose turn ran here up to its first model call, with the connection released before that call."""
-    if not is_asgi(request):
-        return primed(agent.stream(messages, **options))
-    started = turn_begin(agent, messages, streaming=True, **options)
-    release_connections()
-    return turn_continue_async(started)
-
-
-def _log(exc: BaseException) -> None:
-    if not isinstance(exc, MemprocError):
-        logger.exception("memproc: a streamed turn failed", exc_info=exc)
-
-
-def encoded(events: Iterator[StreamEvent], encoder: Encoder) -> Iterator[bytes]:
-    """Frames for a sync stream; a client that goes away closes the turn before it saves."""
-    yield b"".join(encoder.begin())
+def turn_input_check(part: list[Any], *, resource_id: str, unanswerable: str) -> None:
+    """The new part of a resent conversation, checked as a turn's input: it ends with a message the
+    agent can answer (`unanswerable` says otherwise, in the protocol's words), every message passes
+    the API's message rules, and its files are acceptable for `resource_id`."""
+    if not answerable(part):
+        raise serializers.ValidationError({"messages": [unanswerable]})
     try:
-        for event in events:
-            frames = encoder.event(event)
-            if frames:
-                yield b"".join(frames)
-            if event.type in FINAL_EVENTS:
-                break
-    except Exception as exc:
-        _log(exc)
-        yield b"".join(encoder.error(exc))
-    finally:
-        close = getattr(events, "close", None)
-        if close is not None:
-            close()
-    yield b"".join(encoder.end())
-
-
-async def aencoded(events: AsyncIterator[StreamEvent], encoder: Encoder) -> AsyncIterator[bytes]:
-    """`encoded` for an async stream (ASGI): each frame leaves as soon as it is made."""
-    yield b"".join(encoder.begin())
-    try:
-        async for event in events:
-            frames = encoder.event(event)
-            if frames:
-                yield b"".join(frames)
-            if event.type in FINAL_EVENTS:
-                break
-    except Exception as exc:
-        _log(exc)
-        yield b"".join(encoder.error(exc))
-    finally:
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            await aclose()
-    yield b"".join(encoder.end())
-
-
-def stream_response(
-    events: Iterator[StreamEvent] | AsyncIterator[StreamEvent], encoder: Encoder, headers: Mapping[str, str]
-) -> StreamingHttpResponse:
-    frames = aencoded(events, encoder) if hasattr(events, "__anext__") else encoded(events, encoder)  # type: ignore[arg-type]
-    response = StreamingHttpResponse(frames, content_type="text/event-stream; charset=utf-8")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    for name, value in headers.items():
-        response[name] = value
-    return response
+        MessagesField().run_validation(part)
+    except serializers.ValidationError as exc:
+        raise serializers.ValidationError({"messages": exc.detail}) from exc
+    attachments_check(part, resource_id=resource_id)

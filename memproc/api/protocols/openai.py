@@ -37,18 +37,15 @@ from memproc.api.errors import memproc_exception_handler, memproc_status
 from memproc.api.protocols.auth import ProtocolAuthMixin
 from memproc.api.protocols.common import (
     THREAD_HEADER,
-    answerable,
     drop_blocked,
     new_part,
-    stream_response,
-    turn_stream,
+    turn_input_check,
     without_system,
 )
-from memproc.api.serializers import IdField, MessagesField
-from memproc.api.sse import error_data
-from memproc.api.turn_runner import turn_generate
+from memproc.api.serializers import IdField
+from memproc.api.sse import error_data, stream_response
+from memproc.api.turn_runner import turn_events, turn_generate
 from memproc.api.views.base import MemprocViewMixin
-from memproc.api.views.checks import attachments_check
 from memproc.events import GenerateResult, StreamEvent
 from memproc.exceptions import MemprocError
 from memproc.messages import new_id
@@ -393,15 +390,11 @@ class ChatCompletionsView(OpenAIViewMixin, views.APIView):
         conversation = drop_blocked(data["messages"], is_refusal)
         converted, ignored = without_system([memproc_message(m) for m in conversation])
         part = new_part(converted, thread_exists=thread is not None, agent=agent)
-        if not answerable(part):
-            raise serializers.ValidationError(
-                {"messages": ["The conversation must end with a new user message for the agent to answer."]}
-            )
-        try:
-            MessagesField().run_validation(part)
-        except serializers.ValidationError as exc:
-            raise serializers.ValidationError({"messages": exc.detail}) from exc
-        attachments_check(part, resource_id=resource_id)
+        turn_input_check(
+            part,
+            resource_id=resource_id,
+            unanswerable="The conversation must end with a new user message for the agent to answer.",
+        )
         headers = {IGNORED_SYSTEM_HEADER: str(ignored)} if ignored else {}
         if thread_id:
             headers[THREAD_HEADER] = thread_id
@@ -416,7 +409,7 @@ class ChatCompletionsView(OpenAIViewMixin, views.APIView):
                 thread_id=thread_id,
                 include_usage=bool(stream_options.get("include_usage")),
             )
-            return stream_response(turn_stream(request, agent, part, **options), encoder, headers)
+            return stream_response(turn_events(request, agent, part, **options), encoder, headers)
         result = turn_generate(request, agent, part, **options)
         body = completion_body(
             result, completion_id=completion_id, created=created, model=agent.id, thread_id=thread_id
