@@ -145,17 +145,18 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], dict]:
             )
 
     blocks = [block_stats(rows[s : s + args.block], s) for s in range(0, len(rows), args.block)]
+    KEY = models.thread_key(RESOURCE, THREAD)  # noqa: N806  (rows point at the thread's stored key)
     revisions = list(
-        models.SummaryRevision.objects.filter(thread_id=THREAD).values(
+        models.SummaryRevision.objects.filter(thread_id=KEY).values(
             "duration_ms", "folded_messages", "folded_tokens", "token_count", "covered_sequence"
         )
     )
-    stored = models.ThreadSummary.objects.get(pk=THREAD) if revisions else None
+    stored = models.ThreadSummary.objects.get(pk=KEY) if revisions else None
     budget = args.keep_tokens + args.history_tokens
     summary = {
         "turns": args.turns,
         "compaction": not args.no_compaction,
-        "messages": models.Message.objects.filter(thread_id=THREAD).count(),
+        "messages": models.Message.objects.filter(thread_id=KEY).count(),
         "folds": len(revisions),
         "summarizer_ms_p50": round(statistics.median(r["duration_ms"] for r in revisions), 2)
         if revisions

@@ -323,6 +323,11 @@ def thread_text(r: np.ndarray, t: np.ndarray) -> np.ndarray:
     return fixed_text(b"r", (r, 5), b"-t", (t, 4))
 
 
+def thread_key_text(r: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """The stored key of a thread (memproc.models.thread_key): resource id, \x1f, thread id."""
+    return fixed_text(b"r", (r, 5), b"\x1fr", (r, 5), b"-t", (t, 4))
+
+
 def message_text(i: np.ndarray) -> np.ndarray:
     return fixed_text(b"m", (i, 8))
 
@@ -349,6 +354,7 @@ def load(pg, args: argparse.Namespace, layout: Layout, clusters: Clusters, truth
         "memproc_thread",
         [
             "id",
+            "public_id",
             "resource_id",
             "title",
             "agent_id",
@@ -360,6 +366,7 @@ def load(pg, args: argparse.Namespace, layout: Layout, clusters: Clusters, truth
             "updated_at",
         ],
         [
+            thread_key_text(thread_r, thread_t),
             thread_text(thread_r, thread_t),
             resource_text(thread_r),
             empty,
@@ -385,7 +392,8 @@ def load(pg, args: argparse.Namespace, layout: Layout, clusters: Clusters, truth
         for truth in truths.values():
             truth.add(ids, vectors, res)
         message = message_text(ids)
-        thread = thread_text(res, layout.thread[ids])
+        thread = thread_text(res, layout.thread[ids])  # embeddings hold the thread id
+        thread_key = thread_key_text(res, layout.thread[ids])  # messages point at the key
         resource_ = resource_text(res)
         created = timestamps(ids)
         packed = np.empty(k, dtype=vector_dtype)
@@ -407,7 +415,7 @@ def load(pg, args: argparse.Namespace, layout: Layout, clusters: Clusters, truth
             ],
             [
                 message,
-                thread,
+                thread_key,
                 resource_,
                 const(b"user", k),
                 fixed_text(b'\x01{"text": "bench ', (ids, 8), b'"}'),

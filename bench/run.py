@@ -314,6 +314,7 @@ def wait_drained(workload: str, thread_id: str, worker: Worker) -> None:
     import redis
 
     from bench.celery_app import app
+    from bench.workload import RESOURCE
     from memproc import models
     from memproc.services.recall import EMBEDDABLE_ROLES
 
@@ -325,7 +326,9 @@ def wait_drained(workload: str, thread_id: str, worker: Worker) -> None:
             pending = client.llen(queue) + client.hlen("unacked")  # kombu's Redis transport keys
             missing = (
                 models.Message.objects.filter(
-                    thread_id=thread_id, role__in=EMBEDDABLE_ROLES, embeddings__isnull=True
+                    thread_id=models.thread_key(RESOURCE, thread_id),
+                    role__in=EMBEDDABLE_ROLES,
+                    embeddings__isnull=True,
                 ).count()
                 if workload == "W2"
                 else 0
@@ -460,7 +463,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict:
     thread_id = MAIN_THREAD[args.workload]
     # The prefill does not create the live thread (W2, W3); creating it here keeps that work out of
     # the first measured turn, so every measured turn issues the same SQL.
-    if not memory.get_thread(thread_id):
+    if not memory.get_thread(thread_id, resource_id=RESOURCE):
         memory.create_thread(resource_id=RESOURCE, thread_id=thread_id)
     if args.background == "celery":
         with celery_worker(tmp) as worker:

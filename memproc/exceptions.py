@@ -30,9 +30,16 @@ class MessageConflict(ValidationError):
 
 
 class ThreadOwnershipError(MemprocError, PermissionError):
-    """A thread exists but belongs to another resource."""
+    """A thread exists but belongs to another resource. Kept for code that catches it: since thread
+    ids are per resource (a thread id names a thread within its resource), memproc raises it no more."""
 
     code = "thread_owner_mismatch"
+
+
+class ThreadNotFoundError(MemprocError, LookupError):
+    """No thread has the id (a thread id names a thread within its resource)."""
+
+    code = "thread_not_found"
 
 
 class TripWire(MemprocError):

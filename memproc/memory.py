@@ -17,7 +17,7 @@ from django.db import transaction
 
 from memproc.conf import settings
 from memproc.embedders import get_embedder
-from memproc.exceptions import ConfigurationError, ValidationError
+from memproc.exceptions import ConfigurationError, ThreadNotFoundError, ValidationError
 from memproc.messages import Message, MessageInput, to_messages
 from memproc.processors.attachments import AttachmentUploader
 from memproc.processors.base import ProcessorContext
@@ -156,10 +156,17 @@ class Memory:
 
         return thread_create(resource_id=resource_id, thread_id=thread_id, title=title, metadata=metadata)
 
-    def get_thread(self, thread_id: str) -> Any:
-        from memproc.selectors import thread_get
+    def get_thread(self, thread_id: str, *, resource_id: str | None = None) -> Any:
+        """The resource's thread `thread_id`, or None. A thread id names a thread within its resource:
+        without `resource_id`, the one thread of that id (several is a ValidationError)."""
+        from memproc.selectors import thread_get, threads_named
 
-        return thread_get(thread_id=thread_id)
+        if resource_id is not None:
+            return thread_get(thread_id=thread_id, resource_id=resource_id)
+        found = threads_named(thread_id=thread_id)
+        if len(found) > 1:
+            raise ValidationError(f"Several resources have a thread {thread_id!r}; pass resource_id")
+        return found[0] if found else None
 
     def list_threads(
         self,
@@ -184,21 +191,27 @@ class Memory:
         )
 
     def update_thread(
-        self, thread_id: str, *, title: str | None = None, metadata: dict[str, Any] | None = None
+        self,
+        thread_id: str,
+        *,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        resource_id: str | None = None,
     ) -> Any:
         from memproc.services.threads import thread_update
 
-        return thread_update(thread=self._thread(thread_id), title=title, metadata=metadata)
+        return thread_update(thread=self._thread(thread_id, resource_id), title=title, metadata=metadata)
 
-    def delete_thread(self, thread_id: str) -> None:
+    def delete_thread(self, thread_id: str, *, resource_id: str | None = None) -> None:
         from memproc.services.threads import thread_delete
 
-        thread_delete(thread=self._thread(thread_id))
+        thread_delete(thread=self._thread(thread_id, resource_id))
 
     def clone_thread(
         self,
         thread_id: str,
         *,
+        resource_id: str | None = None,
         new_thread_id: str | None = None,
         title: str | None = None,
         up_to_message_id: str | None = None,
@@ -208,16 +221,16 @@ class Memory:
         from memproc.services.threads import thread_clone
 
         return thread_clone(
-            thread=self._thread(thread_id),
+            thread=self._thread(thread_id, resource_id),
             new_thread_id=new_thread_id,
             title=title,
             up_to_message_id=up_to_message_id,
         )
 
-    def _thread(self, thread_id: str) -> Any:
-        thread = self.get_thread(thread_id)
+    def _thread(self, thread_id: str, resource_id: str | None) -> Any:
+        thread = self.get_thread(thread_id, resource_id=resource_id)
         if thread is None:
-            raise LookupError(f"No thread with id {thread_id!r}")
+            raise ThreadNotFoundError(f"No thread with id {thread_id!r}")
         return thread
 
     # --- messages --------------------------------------------------------------------------------
@@ -325,10 +338,11 @@ class Memory:
         from memproc.services.store import DjangoMemoryStore
 
         limit = int((self.last_messages if last_messages is None else last_messages) or 0)
+        key, resource_id = self._key(thread_id, resource_id)
         # The thread's last sequence bounds the window to `limit` rows whatever the planner's statistics
         # say (after a bulk load PostgreSQL otherwise scanned and sorted the whole thread: 12 ms at 10k).
-        owner = thread_owner(thread_id=thread_id) if limit else None
-        history = messages_recent(thread_id=thread_id, limit=limit, last_sequence=owner[2] if owner else None)
+        owner = thread_owner(thread_key=key) if limit else None
+        history = messages_recent(thread_key=key, limit=limit, last_sequence=owner[2] if owner else None)
         if not query or not self.recall_options:
             return history
         recall = self._processors["semantic-recall"]
@@ -364,8 +378,9 @@ class Memory:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise ValidationError("recall(limit=...) must be a positive integer")
         search_filter = SearchFilter.of(date_range=date_range, thread_metadata=metadata)
+        key, resource_id = self._key(thread_id, resource_id)
         history = messages_recent_filtered(
-            thread_id=thread_id,
+            thread_key=key,
             limit=int((self.last_messages if last_messages is None else last_messages) or 0),
             start=search_filter.start,
             end=search_filter.end,
@@ -459,6 +474,8 @@ class Memory:
     # --- working memory --------------------------------------------------------------------------
 
     def get_working_memory(self, *, thread_id: str | None = None, resource_id: str | None = None) -> str:
+        """The thread's (with `thread_id`, of `resource_id`) or the resource's working memory, by the
+        working-memory scope of this Memory."""
         from memproc.selectors import working_memory_get
 
         scope, key = self._working_memory_key(thread_id, resource_id)
@@ -496,29 +513,44 @@ class Memory:
 
     # --- thread summaries (compaction) --------------------------------------------------------------
 
-    def get_summary(self, *, thread_id: str) -> Any:
+    def get_summary(self, *, thread_id: str, resource_id: str | None = None) -> Any:
         """The thread's summary (`compaction`): a ThreadSummaryValue (`text`, `covered_sequence`,
         `version`), or None before the first fold."""
         from memproc.services.compaction import thread_summary_get
 
-        summary = thread_summary_get(thread_id=thread_id)
+        summary = thread_summary_get(thread_key=self._key(thread_id, resource_id)[0])
         return summary if summary is not None and (summary.text or summary.covered_sequence) else None
 
-    def update_summary(self, text: str, *, thread_id: str, actor: Any = None) -> Any:
+    def update_summary(
+        self, text: str, *, thread_id: str, resource_id: str | None = None, actor: Any = None
+    ) -> Any:
         """Replaces the thread's summary text (a correction), recorded as a revision; later folds
         build on it."""
         from memproc.services.compaction import thread_summary_update
 
-        summary = thread_summary_update(thread_id=thread_id, text=text, actor=actor)
-        return self.get_summary(thread_id=summary.thread_id)
+        key, resource_id = self._key(thread_id, resource_id)
+        thread_summary_update(thread_key=key, text=text, actor=actor)
+        return self.get_summary(thread_id=thread_id, resource_id=resource_id)
+
+    def _key(self, thread_id: str, resource_id: str | None) -> tuple[str, str]:
+        """(the thread's stored key, its resource id): a thread id names a thread within its resource;
+        without `resource_id`, the one thread of that id."""
+        from memproc.models import split_thread_key
+        from memproc.selectors import thread_key_for
+
+        key = thread_key_for(thread_id=thread_id, resource_id=resource_id)
+        return key, split_thread_key(key)[0]
 
     def _working_memory_key(self, thread_id: str | None, resource_id: str | None) -> tuple[str, str]:
         wm = self.working_memory_processor
         scope = wm.scope if wm is not None else ("thread" if thread_id else "resource")
-        key = thread_id if scope == "thread" else resource_id
-        if not key:
-            raise ValidationError(f"Working memory of scope {scope!r} needs a {scope}_id")
-        return scope, key
+        if scope == "thread":
+            if not thread_id:
+                raise ValidationError("Working memory of scope 'thread' needs a thread_id")
+            return scope, self._key(thread_id, resource_id)[0]
+        if not resource_id:
+            raise ValidationError("Working memory of scope 'resource' needs a resource_id")
+        return scope, resource_id
 
 
 class _FilteredSearchStore:

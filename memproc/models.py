@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -13,6 +14,7 @@ from django.utils import timezone
 from django.utils.text import get_valid_filename
 from django.utils.translation import gettext_lazy as _
 
+from memproc.exceptions import ValidationError
 from memproc.fields import VectorField
 from memproc.storage import attachment_storage
 
@@ -34,8 +36,38 @@ class Resource(models.Model):
         return self.id
 
 
+# A thread id names a thread within its resource (DESIGN §5): two resources may each have a thread
+# "support-1". In the database a thread is named by its key, the resource id and the thread id joined
+# by a character no resource id may hold, so the key is unique, derived without a query, and says
+# whose thread it is. Python values and the API speak (resource id, thread id); columns hold keys.
+THREAD_KEY_SEPARATOR = "\x1f"
+THREAD_KEY_MAX_LENGTH = 511
+
+
+def thread_key(resource_id: str, thread_id: str) -> str:
+    """The stored key of `resource_id`'s thread `thread_id` ("" for no thread)."""
+    if not thread_id:
+        return ""
+    if THREAD_KEY_SEPARATOR in resource_id:
+        raise ValidationError("a resource id cannot hold control characters")
+    return f"{resource_id}{THREAD_KEY_SEPARATOR}{thread_id}"
+
+
+def split_thread_key(key: str) -> tuple[str, str]:
+    """(resource id, thread id) of a stored key; a key from before keys existed is its own id."""
+    resource_id, separator, thread_id = key.partition(THREAD_KEY_SEPARATOR)
+    return (resource_id, thread_id) if separator else ("", key)
+
+
+def public_thread_id(key: str) -> str:
+    """The thread id a caller knows, of a stored key."""
+    return split_thread_key(key)[1]
+
+
 class Thread(models.Model):
-    id = models.CharField(primary_key=True, max_length=255)
+    # The key (see `thread_key`); `public_id` is the thread id callers use.
+    id = models.CharField(primary_key=True, max_length=THREAD_KEY_MAX_LENGTH, editable=False)
+    public_id = models.CharField(_("thread id"), max_length=255)
     resource = models.ForeignKey(Resource, on_delete=models.CASCADE, related_name="threads")
     title = models.CharField(max_length=255, blank=True, default="")
     agent_id = models.CharField(max_length=255, blank=True, default="", db_index=True)
@@ -49,13 +81,24 @@ class Thread(models.Model):
 
     class Meta:
         ordering = ["-updated_at"]
+        constraints = [
+            # Leading with the thread id, its index also serves a lookup by thread id alone (staff
+            # and Python callers who name no resource).
+            models.UniqueConstraint(fields=["public_id", "resource"], name="memproc_thread_public_id"),
+        ]
         indexes = [
             models.Index(fields=["resource", "-updated_at"], name="memproc_thread_res_upd"),
             models.Index(fields=["created_at"], name="memproc_thread_created"),
         ]
 
     def __str__(self) -> str:
-        return self.title or self.id
+        return self.title or self.public_id
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self.public_id:
+            raise ValueError("a thread needs its public_id (the id callers use)")
+        self.id = thread_key(self.resource_id, self.public_id)
+        super().save(*args, **kwargs)
 
 
 # Quarantine statuses that keep a message out of history and recall ("cleared" lets it back in).
@@ -124,7 +167,10 @@ class WorkingMemoryRevision(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     scope = models.CharField(max_length=16, choices=Scope.choices)
-    key = models.CharField(max_length=255, help_text=_("The thread id or resource id."))
+    key = models.CharField(
+        max_length=THREAD_KEY_MAX_LENGTH,
+        help_text=_("The thread's key (see `thread_key`) or the resource id."),
+    )
     old = models.TextField(blank=True, default="")
     new = models.TextField(blank=True, default="")
     version = models.PositiveIntegerField()
@@ -136,7 +182,7 @@ class WorkingMemoryRevision(models.Model):
         on_delete=models.SET_NULL,
         related_name="memproc_working_memory_revisions",
     )
-    thread_id = models.CharField(max_length=255, blank=True, default="")
+    thread_id = models.CharField(max_length=THREAD_KEY_MAX_LENGTH, blank=True, default="")  # a key
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -144,13 +190,15 @@ class WorkingMemoryRevision(models.Model):
         indexes = [models.Index(fields=["scope", "key", "-created_at"], name="memproc_wmrev_key")]
 
     def __str__(self) -> str:
-        return f"{self.scope} {self.key} v{self.version}"
+        key = public_thread_id(self.key) if self.scope == self.Scope.THREAD else self.key
+        return f"{self.scope} {key} v{self.version}"
 
 
 class MessageEmbedding(models.Model):
     id = models.BigAutoField(primary_key=True)
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="embeddings")
-    # Denormalised so a scoped search filters this table alone.
+    # Denormalised so a scoped search filters this table alone: the thread id callers use, so a thread
+    # scope always filters resource_id too.
     thread_id = models.CharField(max_length=255)
     resource_id = models.CharField(max_length=255)
     chunk = models.PositiveIntegerField(default=0)
@@ -200,7 +248,7 @@ class TripwireLog(models.Model):
     retry = models.BooleanField(default=False)
     metadata = models.JSONField(default=dict, blank=True)
     # Plain ids, not FKs: a blocked first turn has no stored thread, and a log outlives deletions.
-    thread_id = models.CharField(max_length=255, blank=True, default="")
+    thread_id = models.CharField(max_length=255, blank=True, default="")  # beside resource_id
     resource_id = models.CharField(max_length=255, blank=True, default="")
     content = models.JSONField(null=True, blank=True, help_text=_("The blocked messages, if stored."))
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
@@ -245,7 +293,7 @@ class TurnRecord(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agent_id = models.CharField(max_length=255, blank=True, default="")
-    thread_id = models.CharField(max_length=255, blank=True, default="")
+    thread_id = models.CharField(max_length=255, blank=True, default="")  # beside resource_id
     resource_id = models.CharField(max_length=255, blank=True, default="")
     status = models.CharField(max_length=16, choices=Status.choices)
     model = models.CharField(max_length=255, blank=True, default="")
@@ -390,7 +438,8 @@ class ThreadSummary(models.Model):
         verbose_name_plural = _("thread summaries")
 
     def __str__(self) -> str:
-        return f"Summary of {self.thread_id} through #{self.covered_sequence} (v{self.version})"
+        thread = public_thread_id(self.thread_id)
+        return f"Summary of {thread} through #{self.covered_sequence} (v{self.version})"
 
 
 class SummaryRevision(models.Model):
@@ -430,4 +479,4 @@ class SummaryRevision(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.thread_id} summary v{self.version}"
+        return f"{public_thread_id(self.thread_id)} summary v{self.version}"

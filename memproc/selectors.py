@@ -17,8 +17,9 @@ from django.db.models.functions import Cast, Coalesce, Substr
 from django.utils.dateparse import parse_datetime
 
 from memproc import models
-from memproc.exceptions import ValidationError
+from memproc.exceptions import ThreadNotFoundError, ValidationError
 from memproc.messages import Message, message_from_content
+from memproc.models import public_thread_id, split_thread_key, thread_key
 
 MESSAGE_FIELDS = ("id", "thread_id", "resource_id", "role", "content", "created_at", "sequence")
 
@@ -54,7 +55,7 @@ def _message_from_raw(row: Sequence[Any]) -> Message:
         content = json.loads(content)
     return message_from_content(
         id=row[0],
-        thread_id=row[1],
+        thread_id=public_thread_id(row[1]),
         resource_id=row[2],
         role=row[3],
         content=content or {},
@@ -69,13 +70,13 @@ def message_from_row(row: dict[str, Any]) -> Message:
         role=row["role"],
         content=row["content"] or {},
         created_at=row["created_at"],
-        thread_id=row["thread_id"],
+        thread_id=public_thread_id(row["thread_id"]),
         resource_id=row["resource_id"],
         sequence=row.get("sequence"),
     )
 
 
-def messages_recent(*, thread_id: str, limit: int, last_sequence: int | None = None) -> list[Message]:
+def messages_recent(*, thread_key: str, limit: int, last_sequence: int | None = None) -> list[Message]:
     """The newest `limit` messages of a thread, oldest first. One query on the thread+sequence index.
 
     With the thread's `last_sequence` (the turn already read it) the query is a bounded range that
@@ -90,23 +91,25 @@ def messages_recent(*, thread_id: str, limit: int, last_sequence: int | None = N
         rows = _fetch(
             f"SELECT {_MESSAGE_COLUMNS} FROM {table} m WHERE m.thread_id = %s AND m.sequence > %s "
             "ORDER BY m.sequence",
-            [thread_id, last_sequence - limit],
+            [thread_key, last_sequence - limit],
         )
         if len(rows) >= min(limit, last_sequence):
             return [_message_from_raw(r) for r in rows[-limit:]]
     rows = _fetch(
         f"SELECT {_MESSAGE_COLUMNS} FROM {table} m WHERE m.thread_id = %s ORDER BY m.sequence DESC LIMIT %s",
-        [thread_id, limit],
+        [thread_key, limit],
     )
     return [_message_from_raw(r) for r in reversed(rows)]
 
 
-def messages_existing(*, ids: Iterable[str]) -> dict[str, str]:
+def messages_existing(*, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """{message id: (resource id, thread id) of its thread} of the ids that are stored."""
     ids = list(ids)
     if not ids:
         return {}
     marks = ", ".join(["%s"] * len(ids))
-    return dict(_fetch(f"SELECT id, thread_id FROM {_table(models.Message)} WHERE id IN ({marks})", ids))
+    rows = _fetch(f"SELECT id, thread_id FROM {_table(models.Message)} WHERE id IN ({marks})", ids)
+    return {message_id: split_thread_key(key) for message_id, key in rows}
 
 
 def messages_around(*, message_ids: Sequence[str], before: int, after: int) -> dict[str, list[Message]]:
@@ -127,24 +130,48 @@ def messages_around(*, message_ids: Sequence[str], before: int, after: int) -> d
     )
     grouped: dict[str, list[Message]] = {}
     for row in rows:
-        grouped.setdefault(row[1], []).append(_message_from_raw(row))
+        message = _message_from_raw(row)
+        grouped.setdefault(message.thread_id or "", []).append(message)
     return grouped
 
 
-def thread_owner(*, thread_id: str) -> tuple[str, str, int] | None:
+def thread_owner(*, thread_key: str) -> tuple[str, str, int] | None:
     """(resource id, title, last sequence) of a thread, or None. One query."""
     rows = _fetch(
-        f"SELECT resource_id, title, last_sequence FROM {_table(models.Thread)} WHERE id = %s", [thread_id]
+        f"SELECT resource_id, title, last_sequence FROM {_table(models.Thread)} WHERE id = %s", [thread_key]
     )
     return (rows[0][0], rows[0][1], int(rows[0][2])) if rows else None
 
 
-def thread_get(*, thread_id: str) -> models.Thread | None:
-    return models.Thread.objects.filter(pk=thread_id).first()
+def thread_get(*, thread_id: str, resource_id: str) -> models.Thread | None:
+    return models.Thread.objects.filter(pk=thread_key(resource_id, thread_id)).first()
 
 
-def thread_messages(*, thread_id: str) -> QuerySet[models.Message]:
-    return models.Message.objects.filter(thread_id=thread_id).order_by("sequence")
+def threads_named(*, thread_id: str, resource_ids: Iterable[str] | None = None) -> list[models.Thread]:
+    """The threads called `thread_id` in `resource_ids` (None: in every resource), at most two: enough
+    to tell a caller who named no resource that the id is ambiguous."""
+    qs = models.Thread.objects.filter(public_id=thread_id)
+    if resource_ids is not None:
+        qs = qs.filter(resource_id__in=list(resource_ids))
+    return list(qs.order_by("id")[:2])
+
+
+def thread_key_for(*, thread_id: str, resource_id: str | None = None) -> str:
+    """The key of `resource_id`'s thread `thread_id` (no query). Without a resource, the key of the one
+    thread with that id (one query): a ThreadNotFoundError when there is none, a ValidationError
+    when several resources use the id."""
+    if resource_id is not None:
+        return thread_key(resource_id, thread_id)
+    found = threads_named(thread_id=thread_id)
+    if not found:
+        raise ThreadNotFoundError(f"No thread {thread_id!r}")
+    if len(found) > 1:
+        raise ValidationError(f"Several resources have a thread {thread_id!r}; name the resource_id")
+    return found[0].pk
+
+
+def thread_messages(*, thread_key: str) -> QuerySet[models.Message]:
+    return models.Message.objects.filter(thread_id=thread_key).order_by("sequence")
 
 
 def threads_for_resources(*, resource_ids: Iterable[str] | None) -> QuerySet[models.Thread]:
@@ -175,15 +202,21 @@ def tripwires_pending_count() -> int:
 # --- turn records ------------------------------------------------------------------------------------
 
 
-def thread_turns(*, thread_id: str) -> QuerySet[models.TurnRecord]:
+def thread_turns(*, thread_id: str, resource_id: str) -> QuerySet[models.TurnRecord]:
     """A thread's turn records, newest first (the `memproc_turn_thread` index)."""
-    return models.TurnRecord.objects.filter(thread_id=thread_id).order_by("-started_at", "id")
+    return models.TurnRecord.objects.filter(thread_id=thread_id, resource_id=resource_id).order_by(
+        "-started_at", "id"
+    )
 
 
-def thread_turns_until(*, thread_id: str, until: datetime | None, limit: int) -> list[models.TurnRecord]:
+def thread_turns_until(
+    *, thread_id: str, resource_id: str, until: datetime | None, limit: int
+) -> list[models.TurnRecord]:
     """The newest `limit` completed turns of a thread that started at or before `until` (None: any
     time), newest first. One query. Only completed turns saved messages for a transcript to show."""
-    records = thread_turns(thread_id=thread_id).filter(status=models.TurnRecord.Status.COMPLETED)
+    records = thread_turns(thread_id=thread_id, resource_id=resource_id).filter(
+        status=models.TurnRecord.Status.COMPLETED
+    )
     if until is not None:
         records = records.filter(started_at__lte=until)
     return list(records[:limit])
@@ -364,7 +397,7 @@ def _thread_cursor_decode(cursor: str, order_by: str) -> tuple[datetime, str]:
 
 def messages_filtered(
     *,
-    thread_id: str | None = None,
+    thread_key: str | None = None,
     resource_id: str | None = None,
     start: datetime | None = None,
     end: datetime | None = None,
@@ -374,8 +407,8 @@ def messages_filtered(
     optional) in threads whose metadata holds `thread_metadata`. The (resource, created_at) index
     serves a resource's date range."""
     qs = models.Message.objects.all()
-    if thread_id is not None:
-        qs = qs.filter(thread_id=thread_id)
+    if thread_key is not None:
+        qs = qs.filter(thread_id=thread_key)
     if resource_id is not None:
         qs = qs.filter(resource_id=resource_id)
     if start is not None:
@@ -387,7 +420,7 @@ def messages_filtered(
 
 def messages_recent_filtered(
     *,
-    thread_id: str,
+    thread_key: str,
     limit: int,
     start: datetime | None = None,
     end: datetime | None = None,
@@ -397,7 +430,7 @@ def messages_recent_filtered(
     first. One query."""
     if limit <= 0:
         return []
-    qs = messages_filtered(thread_id=thread_id, start=start, end=end, thread_metadata=thread_metadata)
+    qs = messages_filtered(thread_key=thread_key, start=start, end=end, thread_metadata=thread_metadata)
     rows = qs.order_by("-sequence").values(*MESSAGE_FIELDS)[:limit]
     return [message_from_row(row) for row in reversed(list(rows))]
 
@@ -408,10 +441,10 @@ def messages_by_id(*, ids: Iterable[str]) -> dict[str, Message]:
     return {row["id"]: message_from_row(row) for row in rows}
 
 
-def message_sequence(*, thread_id: str, message_id: str) -> int | None:
+def message_sequence(*, thread_key: str, message_id: str) -> int | None:
     """The position of a message in its thread, or None when the thread holds no such message."""
     return (
-        models.Message.objects.filter(pk=message_id, thread_id=thread_id)
+        models.Message.objects.filter(pk=message_id, thread_id=thread_key)
         .values_list("sequence", flat=True)
         .first()
     )
@@ -423,8 +456,9 @@ def resource_rows(*, resource_id: str) -> dict[str, QuerySet[Any]]:
     Rows are found by the resource's id and also through its threads (a revision, turn record or
     tripwire log names a thread; a message or attachment may carry a stale resource id).
     """
-    thread_ids = models.Thread.objects.filter(resource_id=resource_id).values("id")
-    messages = models.Message.objects.filter(Q(resource_id=resource_id) | Q(thread_id__in=thread_ids))
+    thread_keys = models.Thread.objects.filter(resource_id=resource_id).values("id")
+    thread_ids = models.Thread.objects.filter(resource_id=resource_id).values("public_id")
+    messages = models.Message.objects.filter(Q(resource_id=resource_id) | Q(thread_id__in=thread_keys))
     return {
         "threads": models.Thread.objects.filter(resource_id=resource_id),
         "messages": messages,
@@ -433,17 +467,19 @@ def resource_rows(*, resource_id: str) -> dict[str, QuerySet[Any]]:
         ),
         "working_memory_revisions": models.WorkingMemoryRevision.objects.filter(
             Q(scope=models.WorkingMemoryRevision.Scope.RESOURCE, key=resource_id)
-            | Q(scope=models.WorkingMemoryRevision.Scope.THREAD, key__in=thread_ids)
-            | Q(thread_id__in=thread_ids)
+            | Q(scope=models.WorkingMemoryRevision.Scope.THREAD, key__in=thread_keys)
+            | Q(thread_id__in=thread_keys)
         ),
         "attachments": models.Attachment.objects.filter(
             Q(resource_id=resource_id) | Q(message_id__in=messages.values("id"))
         ),
+        # A record or log written before its resource was known (resource_id "") names the thread by
+        # its id alone: it goes with any resource that has a thread of that id (a purge errs on deleting).
         "turn_records": models.TurnRecord.objects.filter(
-            Q(resource_id=resource_id) | Q(thread_id__in=thread_ids)
+            Q(resource_id=resource_id) | Q(resource_id="", thread_id__in=thread_ids)
         ),
         "tripwire_logs": models.TripwireLog.objects.filter(
-            Q(resource_id=resource_id) | Q(thread_id__in=thread_ids)
+            Q(resource_id=resource_id) | Q(resource_id="", thread_id__in=thread_ids)
         ),
         "resource": models.Resource.objects.filter(pk=resource_id),
     }

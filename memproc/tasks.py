@@ -4,7 +4,8 @@ Wire names (never renamed; payloads are ids and small scalars, JSON-serialisable
 
 - ``memproc.embed_messages``      ``{"message_ids": [...], "agent_id": str | None,
   "embedder": dotted path | None, "vector_store": dotted path | None}``
-- ``memproc.generate_title``      ``{"thread_id": str, "agent_id": str}``
+- ``memproc.generate_title``      ``{"thread_id": str, "agent_id": str, "resource_id": str}``
+  (a thread id names a thread within its resource; jobs sent before 0.2 carry no resource_id)
 - ``memproc.backfill_embeddings`` ``{"embedder": dotted path | None, "agent_id": str | None,
   "batch_size": int, "resource_id": str | None, "thread_id": str | None}``
 - ``memproc.purge_resource``      ``{"resource_id": str}``
@@ -12,10 +13,10 @@ Wire names (never renamed; payloads are ids and small scalars, JSON-serialisable
   Celery beat)
 - ``memproc.outbox_dispatch``     ``{"limit": int}`` (re-sends background jobs that could not be sent
   when their work committed, e.g. while the broker was down; schedule it every minute with Celery beat)
-- ``memproc.compact_thread``      ``{"thread_id": str, "through_sequence": int, "trigger_tokens": int,
-  "keep_tokens": int, "model": "provider/model" | "extractive" | None, "agent_id": str | None,
-  "agent_model": str | None}`` (folds a long thread's older messages into its summary; sent after a
-  turn of an agent with ``Memory(compaction=...)`` found a fold due)
+- ``memproc.compact_thread``      ``{"thread_id": str, "resource_id": str, "through_sequence": int,
+  "trigger_tokens": int, "keep_tokens": int, "model": "provider/model" | "extractive" | None,
+  "agent_id": str | None, "agent_model": str | None}`` (folds a long thread's older messages into
+  its summary; sent after a turn of an agent with ``Memory(compaction=...)`` found a fold due)
 - ``memproc.index_merge``         ``{"embedder_id": str | None, "dimensions": int | None,
   "using": str | None}`` (PostgreSQL: moves embeddings written outside the HNSW graph into it; sent
   by the pgvector store once a process has written enough of them)
@@ -45,6 +46,7 @@ from memproc import background
 from memproc.agents import get_agent
 from memproc.agents.embedder import agent_embedder, agent_vector_store
 from memproc.exceptions import EmbedderUnavailable, ModelRateLimitError, ModelUnavailableError
+from memproc.selectors import thread_key_for
 from memproc.services.compaction import thread_compact
 from memproc.services.purge import expired_purge, resource_purge
 from memproc.services.recall import messages_embed
@@ -91,10 +93,11 @@ def embed_messages(
     )
 
 
-def generate_title(thread_id: str, agent_id: str) -> str | None:
+def generate_title(thread_id: str, agent_id: str, resource_id: str | None = None) -> str | None:
     """Titles an untitled thread from its first user message with the agent's model (LookupError,
     permanent, if no agent `agent_id` is registered in this process)."""
-    return thread_title_generate(thread_id=thread_id, agent=get_agent(agent_id))
+    key = thread_key_for(thread_id=thread_id, resource_id=resource_id)
+    return thread_title_generate(thread_key=key, agent=get_agent(agent_id))
 
 
 def backfill_embeddings(
@@ -139,6 +142,7 @@ def compact_thread(
     model: str | None = None,
     agent_id: str | None = None,
     agent_model: str | None = None,
+    resource_id: str | None = None,
 ) -> int:
     """Folds the thread's messages after its summary through `through_sequence` into the summary
     (see `thread_compact`); returns the number of folds. The summarizer is `model` ("provider/model"
@@ -146,7 +150,7 @@ def compact_thread(
     `agent_model` (the agent's model id, as the turn saw it; None: the DEFAULT_MODEL setting's). A
     model id that cannot be resolved here is a ConfigurationError (permanent)."""
     revisions = thread_compact(
-        thread_id=thread_id,
+        thread_key=thread_key_for(thread_id=thread_id, resource_id=resource_id),
         through_sequence=through_sequence,
         trigger_tokens=trigger_tokens,
         keep_tokens=keep_tokens,

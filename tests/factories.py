@@ -27,12 +27,20 @@ class ResourceFactory(factory.django.DjangoModelFactory):
 
 
 class ThreadFactory(factory.django.DjangoModelFactory):
+    """`id=` names the thread id callers use (`public_id`); the primary key is derived from it."""
+
     class Meta:
         model = models.Thread
 
-    id = factory.Sequence(lambda n: f"thread-{n}")
+    public_id = factory.Sequence(lambda n: f"thread-{n}")
     resource = factory.SubFactory(ResourceFactory)
     title = factory.Sequence(lambda n: f"Conversation {n}")
+
+    @classmethod
+    def _adjust_kwargs(cls, **kwargs):
+        if "id" in kwargs:
+            kwargs["public_id"] = kwargs.pop("id")
+        return kwargs
 
 
 class MessageFactory(factory.django.DjangoModelFactory):

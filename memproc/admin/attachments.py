@@ -14,7 +14,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from memproc import models
-from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_url
+from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_url, thread_label
 from memproc.admin.transcript import file_url
 from memproc.services.attachments import attachment_delete
 
@@ -82,7 +82,7 @@ class AttachmentAdmin(ReadOnlyAdmin):
         css = ADMIN_MEDIA_CSS
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[models.Attachment]:
-        # The message's thread id only, not the message row with its content.
+        # The message's thread key only, not the message row with its content.
         return super().get_queryset(request).annotate(thread_ref=F("message__thread_id"))
 
     def delete_model(self, request: HttpRequest, obj: models.Attachment) -> None:
@@ -102,15 +102,15 @@ class AttachmentAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("Message"))
     def message_link(self, obj: models.Attachment) -> Any:
-        thread_id = getattr(obj, "thread_ref", None)
-        if not obj.message_id or not thread_id:
+        key = getattr(obj, "thread_ref", None)
+        if not obj.message_id or not key:
             return _("not attached to a saved message")
         return format_html(
             '<a href="{}#message-{}" title="{}">{}</a>',
-            admin_url("thread", thread_id),
+            admin_url("thread", key),
             obj.message_id,
             _("Message %(id)s in its thread") % {"id": obj.message_id},
-            thread_id,
+            thread_label(key),
         )
 
     @admin.display(description=_("Storage"))

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.db.models import Exists, OuterRef
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from memproc.models import Thread
+from memproc.models import THREAD_KEY_SEPARATOR, Thread, split_thread_key, thread_key
 
 # Tool arguments and results can be huge; the admin shows the head and says it cut the rest.
 JSON_DISPLAY_CHARS = 20_000
@@ -41,6 +41,30 @@ def admin_link(model_name: str, pk: Any, label: Any = None) -> SafeString | str:
     url = admin_url(model_name, pk)
     text = pk if label is None else label
     return format_html('<a href="{}">{}</a>', url, text) if url else str(text)
+
+
+def thread_label(key: str) -> str:
+    """How a person names a stored thread: its id and, as ids repeat across resources, its resource.
+    Never the key itself, whose separator is a control character."""
+    resource_id, thread_id = split_thread_key(key)
+    if not resource_id:
+        return thread_id
+    return _("%(thread)s (resource %(resource)s)") % {"thread": thread_id, "resource": resource_id}
+
+
+def thread_admin_link(key: str, *, with_resource: bool = False) -> SafeString | str:
+    """A link to a thread's page (the key is its pk), named by the thread id people use; with its
+    resource where no resource column stands beside it."""
+    if not key:
+        return "—"
+    label = thread_label(key) if with_resource else split_thread_key(key)[1]
+    return admin_link("thread", key, label)
+
+
+def key_safe_html(html: Any) -> SafeString:
+    """`html` (escaped unless safe) with each key separator written as a character reference: the
+    browser reads and submits the same value, and the page holds no raw control character."""
+    return mark_safe(str(conditional_escape(html)).replace(THREAD_KEY_SEPARATOR, "&#31;"))
 
 
 def pretty_json(value: Any, *, limit: int = JSON_DISPLAY_CHARS) -> tuple[str, bool]:
@@ -74,11 +98,14 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 class StoredThreadMixin:
-    """For rows that name a thread by a plain id (turn records, tripwire logs): a blocked first turn
-    never stored its thread, so the thread is linked only where it exists (one EXISTS per list)."""
+    """For rows that name a thread by (resource id, thread id) in plain columns (turn records, tripwire
+    logs): a blocked first turn never stored its thread, so the thread is linked only where it exists
+    (one EXISTS per list)."""
 
     def get_queryset(self, request: HttpRequest) -> Any:
-        thread_exists = Exists(Thread.objects.filter(pk=OuterRef("thread_id")))
+        thread_exists = Exists(
+            Thread.objects.filter(public_id=OuterRef("thread_id"), resource_id=OuterRef("resource_id"))
+        )
         return super().get_queryset(request).annotate(thread_exists=thread_exists)  # type: ignore[misc]
 
     @admin.display(description=_("Thread"), ordering="thread_id")
@@ -86,5 +113,21 @@ class StoredThreadMixin:
         if not obj.thread_id:
             return "—"
         if getattr(obj, "thread_exists", False):
-            return admin_link("thread", obj.thread_id)
+            return admin_link("thread", thread_key(obj.resource_id, obj.thread_id), obj.thread_id)
         return format_html('{} <span class="memproc-quiet">({})</span>', obj.thread_id, _("not stored"))
+
+
+class ThreadKeyPkMixin:
+    """For admins whose pk is a thread's key (threads, summaries): an admin URL from before keys
+    existed names the bare thread id, and still opens its object while only one resource has a
+    thread of that id (one more query, on a miss only)."""
+
+    thread_id_lookup: ClassVar[str] = "public_id"
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        obj = super().get_object(request, object_id, from_field)  # type: ignore[misc]
+        if obj is not None or from_field is not None or THREAD_KEY_SEPARATOR in object_id:
+            return obj
+        queryset = self.get_queryset(request)  # type: ignore[attr-defined]
+        found = list(queryset.filter(**{self.thread_id_lookup: object_id})[:2])
+        return found[0] if len(found) == 1 else None

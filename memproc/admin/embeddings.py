@@ -12,7 +12,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from memproc import models
-from memproc.admin.common import ReadOnlyAdmin, admin_link, admin_url
+from memproc.admin.common import ReadOnlyAdmin, admin_url, thread_admin_link
 
 
 @admin.register(models.MessageEmbedding)
@@ -42,11 +42,16 @@ class MessageEmbeddingAdmin(ReadOnlyAdmin):
     def message_link(self, obj: models.MessageEmbedding) -> SafeString:
         return format_html(
             '<a href="{}#message-{}">{}</a>',
-            admin_url("thread", obj.thread_id),
+            admin_url("thread", _thread_key(obj)),
             obj.message_id,
             obj.message_id,
         )
 
     @admin.display(description=_("Thread"))
     def thread(self, obj: models.MessageEmbedding) -> Any:
-        return admin_link("thread", obj.thread_id)
+        return thread_admin_link(_thread_key(obj))
+
+
+def _thread_key(obj: models.MessageEmbedding) -> str:
+    """An embedding names its thread by (resource id, thread id); the thread's page is under its key."""
+    return models.thread_key(obj.resource_id, obj.thread_id)

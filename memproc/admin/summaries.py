@@ -15,7 +15,15 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from memproc import models
-from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_link, changelist_url, one_line
+from memproc.admin.common import (
+    ADMIN_MEDIA_CSS,
+    ReadOnlyAdmin,
+    ThreadKeyPkMixin,
+    admin_link,
+    changelist_url,
+    one_line,
+    thread_admin_link,
+)
 from memproc.admin.working_memory import render_diff
 from memproc.services.compaction import thread_summary_update
 
@@ -68,10 +76,11 @@ class ThreadSummaryForm(forms.ModelForm):
 
 
 @admin.register(models.ThreadSummary)
-class ThreadSummaryAdmin(admin.ModelAdmin):
+class ThreadSummaryAdmin(ThreadKeyPkMixin, admin.ModelAdmin):
     form = ThreadSummaryForm
+    thread_id_lookup = "thread__public_id"
     list_display = ("thread_link", "covered_sequence", "version", "token_count", "updated_at", "excerpt")
-    search_fields = ("=thread__id", "text")
+    search_fields = ("=thread__public_id", "text")
     search_help_text = _("Thread id (exact), or text in the summary.")
     fields = (
         "thread_link",
@@ -98,7 +107,7 @@ class ThreadSummaryAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: models.ThreadSummary, form: Any, change: bool) -> None:
         if "text" in form.changed_data:
             saved = thread_summary_update(
-                thread_id=obj.pk,
+                thread_key=obj.pk,
                 text=form.cleaned_data["text"],
                 source=Source.ADMIN,
                 actor=request.user,
@@ -108,7 +117,7 @@ class ThreadSummaryAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("Thread"), ordering="thread")
     def thread_link(self, obj: models.ThreadSummary) -> Any:
-        return admin_link("thread", obj.thread_id)
+        return thread_admin_link(obj.thread_id, with_resource=True)
 
     @admin.display(description=_("Summary"))
     def excerpt(self, obj: models.ThreadSummary) -> str:
@@ -170,7 +179,7 @@ class SummaryRevisionAdmin(ReadOnlyAdmin):
     )
     list_filter = ("source", "created_at")
     list_select_related = ("actor",)
-    search_fields = ("=thread__id",)
+    search_fields = ("=thread__public_id",)
     search_help_text = _("Thread id (exact).")
     raw_id_fields = ("actor",)
     fields = (
@@ -202,7 +211,7 @@ class SummaryRevisionAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("Thread"), ordering="thread")
     def thread_link(self, obj: models.SummaryRevision) -> Any:
-        return admin_link("thread", obj.thread_id)
+        return thread_admin_link(obj.thread_id, with_resource=True)
 
     @admin.display(description=_("Covers"))
     def covers(self, obj: models.SummaryRevision) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -9,7 +10,7 @@ from django import forms
 from django.contrib import admin
 from django.contrib.admin.utils import display_for_value
 from django.db import transaction
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, Value
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.template.loader import render_to_string
@@ -18,7 +19,16 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from memproc import models
-from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_link, admin_url, changelist_url
+from memproc.admin.common import (
+    ADMIN_MEDIA_CSS,
+    ReadOnlyAdmin,
+    ThreadKeyPkMixin,
+    admin_link,
+    admin_url,
+    changelist_url,
+    key_safe_html,
+    thread_label,
+)
 from memproc.admin.transcript import message_views, transcript_context
 from memproc.admin.working_memory import (
     WorkingMemoryAdminMixin,
@@ -43,12 +53,24 @@ def _count_of(queryset: QuerySet[Any], column: str) -> Coalesce:
 def threads_for_admin() -> QuerySet[models.Thread]:
     """Threads with their message count, last message time and tripwire count, as subqueries."""
     messages = models.Message.objects.filter(thread_id=OuterRef("pk"))
+    # TripwireLog keeps a plain (resource id, thread id) pair (a log outlives its thread), hence a
+    # subquery, not a join; the thread id alone may name another resource's thread.
+    tripwires = models.TripwireLog.objects.filter(
+        thread_id=OuterRef("public_id"), resource_id=OuterRef("resource_id")
+    )
     return models.Thread.objects.annotate(
         message_count=_count_of(messages, "thread_id"),
         last_message_at=Subquery(messages.order_by("-sequence").values("created_at")[:1]),
-        # TripwireLog keeps a plain thread id (a log outlives its thread), hence a subquery, not a join.
-        tripwire_count=_count_of(models.TripwireLog.objects.filter(thread_id=OuterRef("pk")), "thread_id"),
+        tripwire_count=_count_of(tripwires, "thread_id"),
     )
+
+
+def thread_rows(threads: Iterable[models.Thread]) -> Q:
+    """Rows that name one of `threads` by (resource id, thread id), as embeddings and logs do."""
+    match = Q(pk__in=[])
+    for thread in threads:
+        match |= Q(thread_id=thread.public_id, resource_id=thread.resource_id)
+    return match
 
 
 class HasTripwiresFilter(admin.SimpleListFilter):
@@ -149,11 +171,12 @@ class ResourceAdmin(WorkingMemoryAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(models.Thread)
-class ThreadAdmin(WorkingMemoryAdminMixin, admin.ModelAdmin):
+class ThreadAdmin(ThreadKeyPkMixin, WorkingMemoryAdminMixin, admin.ModelAdmin):
     form = ThreadForm
     working_memory_scope = "thread"
     list_display = (
         "display_title",
+        "public_id",
         "resource_link",
         "agent_id",
         "message_count",
@@ -161,12 +184,12 @@ class ThreadAdmin(WorkingMemoryAdminMixin, admin.ModelAdmin):
         "tripwire_count",
     )
     list_filter = ("agent_id", "created_at", "updated_at", HasTripwiresFilter)
-    search_fields = ("id", "title", "resource__id", "messages__text")
+    search_fields = ("public_id", "title", "resource__id", "messages__text")
     search_help_text = _("Thread id, title, resource id, or text of any message.")
     raw_id_fields = ("resource",)
     list_per_page = 50
     readonly_fields = (
-        "id",
+        "public_id",
         "resource_link",
         "agent_id",
         "created_at",
@@ -182,7 +205,7 @@ class ThreadAdmin(WorkingMemoryAdminMixin, admin.ModelAdmin):
             None,
             {
                 "fields": (
-                    "id",
+                    "public_id",
                     "resource_link",
                     "agent_id",
                     "title",
@@ -251,7 +274,7 @@ class ThreadAdmin(WorkingMemoryAdminMixin, admin.ModelAdmin):
         counts = {
             _("threads"): len(ids),
             _("messages"): models.Message.objects.filter(thread_id__in=ids).count(),
-            _("message embeddings"): models.MessageEmbedding.objects.filter(thread_id__in=ids).count(),
+            _("message embeddings"): models.MessageEmbedding.objects.filter(thread_rows(objs)).count(),
             _("attachments"): models.Attachment.objects.filter(message__thread_id__in=ids).count(),
         }
         return deletion_summary(objs, {k: v for k, v in counts.items() if v})
@@ -267,13 +290,17 @@ class ThreadAdmin(WorkingMemoryAdminMixin, admin.ModelAdmin):
     ) -> Any:
         if obj is not None:
             context["transcript"] = transcript_context(
-                thread_id=obj.pk, page=request.GET.get("transcript_page")
+                thread_key=obj.pk, page=request.GET.get("transcript_page")
             )
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     @admin.display(description=_("Title"), ordering="title")
     def display_title(self, obj: models.Thread) -> str:
-        return obj.title or _("(untitled) %(id)s") % {"id": obj.pk}
+        return obj.title or _("(untitled) %(id)s") % {"id": obj.public_id}
+
+    def action_checkbox(self, obj: models.Thread) -> SafeString:
+        """Django's checkbox, its value (the key) without a raw control character in the page."""
+        return key_safe_html(super().action_checkbox(obj))
 
     @admin.display(description=_("Resource"), ordering="resource_id")
     def resource_link(self, obj: models.Thread) -> Any:
@@ -293,7 +320,8 @@ class ThreadAdmin(WorkingMemoryAdminMixin, admin.ModelAdmin):
         count = obj.tripwire_count  # type: ignore[attr-defined]
         if not count:
             return 0
-        url = changelist_url("tripwirelog", urlencode({"thread_id": obj.pk}))
+        query = {"thread_id": obj.public_id, "resource_id__exact": obj.resource_id}
+        url = changelist_url("tripwirelog", urlencode(query))
         return format_html('<a class="memproc-badge memproc-badge-warn" href="{}">{}</a>', url, count)
 
     @admin.display(description=_("Resource working memory"))
@@ -318,7 +346,7 @@ class MessageAdmin(ReadOnlyAdmin):
 
     list_display = ("id", "thread_link", "role", "excerpt", "token_count", "created_at")
     list_filter = ("role", "created_at")
-    search_fields = ("=id", "=thread__id", "text")
+    search_fields = ("=id", "=thread__public_id", "text")
     search_help_text = _("Message id or thread id (exact), or text.")
     raw_id_fields = ("thread",)
     list_per_page = 100
@@ -349,7 +377,7 @@ class MessageAdmin(ReadOnlyAdmin):
     @admin.display(description=_("Thread"), ordering="thread_id")
     def thread_link(self, obj: models.Message) -> SafeString:
         url = admin_url("thread", obj.thread_id)
-        return format_html('<a href="{}#message-{}">{}</a>', url, obj.pk, obj.thread_id)
+        return format_html('<a href="{}#message-{}">{}</a>', url, obj.pk, thread_label(obj.thread_id))
 
     @admin.display(description=_("Text"))
     def excerpt(self, obj: models.Message) -> str:
@@ -368,6 +396,7 @@ class MessageAdmin(ReadOnlyAdmin):
                     "token_count": obj.token_count,
                     "sequence": obj.sequence,
                 }
-            ]
+            ],
+            resource_id=obj.resource_id,
         )
         return render_to_string("admin/memproc/includes/messages.html", {"entries": views})

@@ -81,20 +81,20 @@ class MessageView:
         return bool(self.quarantine) and self.quarantine.get("status") in models.QUARANTINE_ACTIVE
 
 
-def transcript_context(*, thread_id: str, page: Any) -> dict[str, Any]:
+def transcript_context(*, thread_key: str, page: Any) -> dict[str, Any]:
     """One page of a thread's transcript. At most five queries, whatever the page holds: totals, the
     page's rows, their attachments, the turn records of its replies, the messages those name."""
-    messages = models.Message.objects.filter(thread_id=thread_id)
+    messages = models.Message.objects.filter(thread_id=thread_key)
     totals = messages.aggregate(count=Count("pk"), tokens=Sum("token_count"))
     count = totals["count"] or 0
     pages = max(1, -(-count // TRANSCRIPT_PAGE_SIZE))
     number = _page_number(page, pages)
     start = (number - 1) * TRANSCRIPT_PAGE_SIZE
     rows = list(messages.order_by("sequence").values(*MESSAGE_COLUMNS)[start : start + TRANSCRIPT_PAGE_SIZE])
-    entries = message_views(rows)
+    entries = message_views(rows, resource_id=models.split_thread_key(thread_key)[0])
     # A later page's turns started after this page's newest message; the last page takes any.
     until = max((r["created_at"] for r in rows), default=None) if number < pages else None
-    attach_turn_panels(entries, thread_id=thread_id, until=until)
+    attach_turn_panels(entries, thread_key=thread_key, until=until)
     return {
         "entries": entries,
         "message_count": count,
@@ -105,14 +105,15 @@ def transcript_context(*, thread_id: str, page: Any) -> dict[str, Any]:
     }
 
 
-def message_views(rows: Iterable[Mapping[str, Any]]) -> list[MessageView]:
-    """Rows are stored messages (`content` = {"parts": [...]}) or blocked ones ({"id", "role", "parts"})."""
-    views = [_message_view(row) for row in rows]
+def message_views(rows: Iterable[Mapping[str, Any]], *, resource_id: str = "") -> list[MessageView]:
+    """Rows are stored messages (`content` = {"parts": [...]}) or blocked ones ({"id", "role", "parts"}),
+    of `resource_id`: the thread ids their metadata names are that resource's."""
+    views = [_message_view(row, resource_id=resource_id) for row in rows]
     _resolve_attachments([p for v in views for p in v.parts if p.kind == "attachment"])
     return views
 
 
-def _message_view(row: Mapping[str, Any]) -> MessageView:
+def _message_view(row: Mapping[str, Any], *, resource_id: str) -> MessageView:
     content = row.get("content")
     source = content if isinstance(content, Mapping) else row
     parts = source.get("parts") or []
@@ -128,11 +129,11 @@ def _message_view(row: Mapping[str, Any]) -> MessageView:
     )
     metadata = source.get("metadata")
     if isinstance(metadata, Mapping):
-        _attach_flags(view, metadata, stored=row.get("sequence") is not None)
+        _attach_flags(view, metadata, stored=row.get("sequence") is not None, resource_id=resource_id)
     return view
 
 
-def _attach_flags(view: MessageView, metadata: Mapping[str, Any], *, stored: bool) -> None:
+def _attach_flags(view: MessageView, metadata: Mapping[str, Any], *, stored: bool, resource_id: str) -> None:
     flag = metadata.get("quarantine")
     if isinstance(flag, Mapping):
         view.quarantine = dict(flag)
@@ -147,7 +148,9 @@ def _attach_flags(view: MessageView, metadata: Mapping[str, Any], *, stored: boo
                 continue
             item = dict(entry)
             thread_id, message_id = item.get("thread_id"), item.get("message_id")
-            thread_url = admin_url("thread", thread_id) if thread_id else None
+            # A turn's history and recall stay in its resource: the withheld message's thread is there.
+            key = models.thread_key(resource_id, str(thread_id)) if thread_id and resource_id else ""
+            thread_url = admin_url("thread", key) if key else None
             item["url"] = f"{thread_url}#message-{message_id}" if thread_url and message_id else None
             item["review_url"] = flag_review_url(message_id) if message_id else None
             view.withheld.append(item)

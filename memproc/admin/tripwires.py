@@ -29,6 +29,7 @@ from memproc.admin.common import (
     admin_link,
     admin_url,
     pretty_json,
+    thread_label,
 )
 from memproc.admin.transcript import flag_review_url, highlighted, message_views
 from memproc.services.quarantine import STATUSES as FLAG_STATUSES
@@ -263,7 +264,7 @@ class TripwireLogAdmin(StoredThreadMixin, ReadOnlyAdmin):
                     "text": message.text,
                 }
             ),
-            "entries": message_views([row]),
+            "entries": message_views([row], resource_id=message.resource_id),
             "flag": flag,
             "form": form if can_review else None,
             "media": self.media + form.media,
@@ -434,7 +435,7 @@ class TripwireLogAdmin(StoredThreadMixin, ReadOnlyAdmin):
                 _("Not stored: STORE_BLOCKED_CONTENT was off when this turn was blocked."),
             )
         rows = obj.content if isinstance(obj.content, list) else [obj.content]
-        entries = message_views([r for r in rows if isinstance(r, dict)])
+        entries = message_views([r for r in rows if isinstance(r, dict)], resource_id=obj.resource_id)
         return render_to_string("admin/memproc/includes/messages.html", {"entries": entries})
 
     @admin.display(description=_("Metadata"))
@@ -450,12 +451,14 @@ def _flag_entry(row: dict[str, Any]) -> dict[str, Any]:
     text = row.get("text") or ""
     spans = flag.get("spans")
     excerpt = highlighted(text, spans) if spans else (text if len(text) <= 300 else text[:299] + "…")
-    thread_url = admin_url("thread", row.get("thread_id"))
+    key = row.get("thread_id") or ""  # the message's thread: a key
+    thread_url = admin_url("thread", key) if key else None
     return {
         "id": row["id"],
         "role": row.get("role"),
         "created_at": row.get("created_at"),
-        "thread_id": row.get("thread_id"),
+        "thread_id": models.public_thread_id(key),
+        "thread_label": thread_label(key),
         "resource_id": row.get("resource_id"),
         "thread_url": f"{thread_url}#message-{row['id']}" if thread_url else None,
         "flag": flag,

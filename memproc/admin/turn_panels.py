@@ -42,7 +42,7 @@ class MessageRef:
 class RecallRef(MessageRef):
     score: float | None = None
     score_pct: int = 0
-    thread_id: str = ""
+    thread_id: str = ""  # the id people use, never the key
     thread_url: str | None = None
     same_thread: bool = False
 
@@ -59,7 +59,8 @@ class HookTiming:
 @dataclass
 class WorkingMemoryRef:
     scope: str
-    key: str
+    key: str  # the stored key: a thread's key or the resource id
+    label: str  # how a person names the owner: the thread id or the resource id
     version: int
     owner_url: str | None
     revisions_url: str | None
@@ -107,17 +108,19 @@ class TurnView:
 # --- the transcript --------------------------------------------------------------------------------
 
 
-def attach_turn_panels(views: Sequence[Any], *, thread_id: str, until: datetime | None) -> None:
+def attach_turn_panels(views: Sequence[Any], *, thread_key: str, until: datetime | None) -> None:
     """Gives each assistant reply on a transcript page the `TurnView` of the turn that saved it.
 
-    `views` are the page's `MessageView`s in order; `until` is the newest message time on the page
-    (None on the last page). Two queries, whatever the number of turns: the records, the excerpts.
+    `views` are the page's `MessageView`s in order, of the thread stored under `thread_key`; `until`
+    is the newest message time on the page (None on the last page). Two queries, whatever the number
+    of turns: the records, the excerpts.
     """
     assistants = {v.id: v for v in views if v.role == "assistant" and v.id}
     if not assistants:
         return
+    resource_id, thread_id = models.split_thread_key(thread_key)
     records = selectors.thread_turns_until(
-        thread_id=thread_id, until=until, limit=len(assistants) + TURN_SLACK
+        thread_id=thread_id, resource_id=resource_id, until=until, limit=len(assistants) + TURN_SLACK
     )
     replies = {}
     for record in records:
@@ -135,7 +138,7 @@ def attach_turn_panels(views: Sequence[Any], *, thread_id: str, until: datetime 
     ]
     links = _Links(on_page=on_page, excerpts=selectors.message_excerpts(message_ids=wanted))
     for reply, record in replies.items():
-        assistants[reply].turn = turn_view(record, links=links, thread_id=thread_id)
+        assistants[reply].turn = turn_view(record, links=links, thread_key=thread_key)
 
 
 # --- one record ------------------------------------------------------------------------------------
@@ -146,13 +149,21 @@ def record_view(record: models.TurnRecord) -> TurnView:
     manifest = record.manifest if isinstance(record.manifest, Mapping) else {}
     ids = [*_history_ids(manifest), *_recalled_ids(manifest), *_ids(record.message_ids)]
     links = _Links(on_page={}, excerpts=selectors.message_excerpts(message_ids=ids))
-    view = turn_view(record, links=links, thread_id=record.thread_id)
+    view = turn_view(record, links=links, thread_key=_record_thread_key(record))
     view.saved = [links.message(i) for i in _ids(record.message_ids)]
     view.own_page = True
     return view
 
 
-def turn_view(record: models.TurnRecord, *, links: _Links, thread_id: str) -> TurnView:
+def _record_thread_key(record: models.TurnRecord) -> str:
+    """The key of the thread a record names by (resource id, thread id); "" for none."""
+    if not record.thread_id or not record.resource_id:
+        return ""
+    return models.thread_key(record.resource_id, record.thread_id)
+
+
+def turn_view(record: models.TurnRecord, *, links: _Links, thread_key: str) -> TurnView:
+    """`thread_key` is the stored key of the record's thread (the transcript's, on a transcript)."""
     manifest = record.manifest if isinstance(record.manifest, Mapping) else {}
     duration = float(record.duration_ms or 0)
     view = TurnView(
@@ -167,10 +178,13 @@ def turn_view(record: models.TurnRecord, *, links: _Links, thread_id: str) -> Tu
         duration_ms=duration,
         usage=[(_usage_label(k), v) for k, v in (record.usage or {}).items() if _is_number(v)],
         history=[links.message(i) for i in _history_ids(manifest)],
-        recalled=[links.recalled(r, thread_id=thread_id) for r in _recalled(manifest)],
+        recalled=[
+            links.recalled(r, thread_key=thread_key, resource_id=record.resource_id)
+            for r in _recalled(manifest)
+        ],
         recall_error=bool(manifest.get("recall_error")),
         echoed=_int(manifest.get("echoed")),
-        working_memory=_working_memory(manifest.get("working_memory")),
+        working_memory=_working_memory(manifest.get("working_memory"), resource_id=record.resource_id),
         tokens=_tokens(manifest.get("tokens")),
         processors=_timings(manifest.get("processors"), duration),
         usage_tokens=usage_tokens(record.usage),
@@ -221,21 +235,29 @@ class _Links:
             role=str(row.get("role") or ""),
         )
 
-    def recalled(self, item: Mapping[str, Any], *, thread_id: str) -> RecallRef:
+    def recalled(self, item: Mapping[str, Any], *, thread_key: str, resource_id: str) -> RecallRef:
+        """`thread_key`: the turn's thread; `resource_id`: the turn's resource, where recall searched."""
         ref = self.message(str(item.get("id") or ""))
-        source = str(item.get("thread_id") or "")
-        if not source and not ref.missing and not ref.on_page:
-            source = str(self.excerpts.get(ref.id, {}).get("thread_id") or "")
+        source = thread_key if ref.on_page else self._recalled_from(ref.id, item, resource_id)
         score = item.get("score")
         score = float(score) if _is_number(score) else None
         return RecallRef(
             **ref.__dict__,
             score=score,
             score_pct=round(max(0.0, min(1.0, score)) * 100) if score is not None else 0,
-            thread_id=source,
+            thread_id=models.split_thread_key(source)[1],
             thread_url=self.url("thread", source),
-            same_thread=bool(source) and source == thread_id,
+            same_thread=bool(source) and source == thread_key,
         )
+
+    def _recalled_from(self, message_id: str, item: Mapping[str, Any], resource_id: str) -> str:
+        """The key of the recalled message's thread: the stored message's own, while it exists; else
+        the manifest's thread id (a Python value, so the id people use) in the turn's resource."""
+        row = self.excerpts.get(message_id)
+        if row and row.get("thread_id"):
+            return str(row["thread_id"])
+        public = str(item.get("thread_id") or "")
+        return models.thread_key(resource_id, public) if public and resource_id else ""
 
 
 # --- manifest fields (a record may come from an older or newer memproc: read defensively) -----------
@@ -258,14 +280,23 @@ def _recalled_ids(manifest: Mapping[str, Any]) -> list[str]:
     return [str(r["id"]) for r in _recalled(manifest)]
 
 
-def _working_memory(value: Any) -> WorkingMemoryRef | None:
+def _working_memory(value: Any, *, resource_id: str) -> WorkingMemoryRef | None:
+    """The manifest names a thread's working memory by the thread id (a Python value); its stored
+    key, which the links need, is that id within the turn's resource."""
     if not isinstance(value, Mapping) or not value.get("scope") or not value.get("key"):
         return None
-    scope, key, version = str(value["scope"]), str(value["key"]), _int(value.get("version"))
+    scope, label, version = str(value["scope"]), str(value["key"]), _int(value.get("version"))
+    if scope != "thread":
+        key = label
+    elif resource_id:
+        key = models.thread_key(resource_id, label)
+    else:
+        return WorkingMemoryRef(scope, "", label, version, None, None, None)  # whose thread is unknown
     query = {"scope__exact": scope, "key": key}
     return WorkingMemoryRef(
         scope=scope,
         key=key,
+        label=label,
         version=version,
         owner_url=admin_url(scope, key),
         revisions_url=_changelist("workingmemoryrevision", urlencode(query)),

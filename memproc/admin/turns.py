@@ -62,6 +62,7 @@ class TurnRecordAdmin(StoredThreadMixin, ReadOnlyAdmin):
         "status_badge",
         "agent_id",
         "thread",
+        "resource",
         "duration",
         "tokens",
         "tripwire_link",

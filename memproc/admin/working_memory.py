@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.utils.html import format_html
@@ -16,7 +17,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from memproc import models, selectors
-from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_link, changelist_url
+from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_link, changelist_url, thread_admin_link
 from memproc.agents import all_agents, get_agent
 from memproc.exceptions import MemprocError
 from memproc.processors.working_memory import check_size
@@ -225,7 +226,7 @@ class WorkingMemoryRevisionAdmin(ReadOnlyAdmin):
     list_display = ("created_at", "scope", "owner_link", "version", "source", "actor", "change_summary")
     list_filter = ("scope", "source", "created_at")
     list_select_related = ("actor",)
-    search_fields = ("=key", "=thread_id", "new")
+    search_fields = ("=key", "new")
     search_help_text = _("Thread or resource id (exact), or text in the new value.")
     raw_id_fields = ("actor",)
     fields = (
@@ -249,13 +250,28 @@ class WorkingMemoryRevisionAdmin(ReadOnlyAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # the audit trail of what the model and operators wrote
 
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[models.WorkingMemoryRevision], search_term: str
+    ) -> tuple[QuerySet[models.WorkingMemoryRevision], bool]:
+        """Also by the thread id people use: revisions store the thread's key, which nobody types.
+        The threads come from the (thread id, resource) index, the revisions from the key index."""
+        results, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        term = search_term.strip()
+        if term:
+            keys = models.Thread.objects.filter(public_id=term).values("pk")
+            thread_scope = Q(scope=models.WorkingMemoryRevision.Scope.THREAD, key__in=keys)
+            results |= queryset.filter(thread_scope | Q(thread_id__in=keys))
+        return results, may_have_duplicates
+
     @admin.display(description=_("Owner"), ordering="key")
     def owner_link(self, obj: models.WorkingMemoryRevision) -> Any:
+        if obj.scope == models.WorkingMemoryRevision.Scope.THREAD:
+            return thread_admin_link(obj.key, with_resource=True)
         return admin_link(obj.scope, obj.key)
 
     @admin.display(description=_("Thread"))
     def thread_link(self, obj: models.WorkingMemoryRevision) -> Any:
-        return admin_link("thread", obj.thread_id)
+        return thread_admin_link(obj.thread_id, with_resource=True)
 
     @admin.display(description=_("Change"))
     def change_summary(self, obj: models.WorkingMemoryRevision) -> SafeString:

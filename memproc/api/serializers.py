@@ -14,6 +14,7 @@ from memproc import models
 from memproc.conf import settings
 from memproc.exceptions import AttachmentError, MemprocError
 from memproc.messages import FilePart, Message, TextPart, part_to_json, thaw, to_messages
+from memproc.models import public_thread_id
 from memproc.processors.attachments import inline_file
 from memproc.selectors import thread_messages
 from memproc.services.attachments import attachment_url
@@ -199,12 +200,12 @@ def message_errors(
     return errors
 
 
-def thread_open_calls(thread_id: str | None) -> set[str]:
+def thread_open_calls(thread_key: str | None) -> set[str]:
     """The tool calls of the thread's last message when it is an assistant message: the calls a
-    turn's leading tool results may answer. One query; none without a thread id."""
-    if not thread_id:
+    turn's leading tool results may answer. One query; none without a thread."""
+    if not thread_key:
         return set()
-    last = thread_messages(thread_id=thread_id).reverse().values_list("role", "content").first()
+    last = thread_messages(thread_key=thread_key).reverse().values_list("role", "content").first()
     if last is None or last[0] != "assistant":
         return set()
     parts = (last[1] or {}).get("parts") or ()
@@ -310,7 +311,12 @@ class MessageSerializer(serializers.Serializer):
     role = serializers.ChoiceField(choices=models.Message.Role.choices)
     parts = serializers.SerializerMethodField()
     created_at = serializers.DateTimeField(allow_null=True)
-    thread_id = serializers.CharField(allow_null=True)
+    thread_id = serializers.SerializerMethodField()
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_thread_id(self, message: Any) -> str | None:
+        """A row holds its thread's key; a value and the API speak the thread id."""
+        return public_thread_id(message.thread_id) if message.thread_id else None
 
     @extend_schema_field({"type": "array", "items": PART_SCHEMA})
     def get_parts(self, message: Any) -> list[dict[str, Any]]:
@@ -348,7 +354,11 @@ class GenerateRequestSerializer(serializers.Serializer):
         messages = to_messages(attrs["messages"])
         first = next((i for i, m in enumerate(messages) if m.role == "assistant"), len(messages))
         if any(m.tool_results for m in messages[:first]):
-            errors = message_errors(messages, thread_calls=thread_open_calls(attrs.get("thread_id")))
+            # The view passes its thread lookup: a thread id names a thread within its resource.
+            find = self.context.get("find_thread")
+            thread_id = attrs.get("thread_id")
+            thread = find(thread_id, attrs.get("resource_id")) if find and thread_id else None
+            errors = message_errors(messages, thread_calls=thread_open_calls(thread.pk if thread else None))
             if errors:
                 raise serializers.ValidationError({"messages": errors})
         return attrs
@@ -377,6 +387,9 @@ class GenerateResultSerializer(serializers.Serializer):
 
 
 class ThreadSerializer(serializers.ModelSerializer):
+    id = serializers.CharField(
+        source="public_id", read_only=True, help_text="The thread id, within its resource."
+    )
     metadata = JSONObjectField(read_only=True)
 
     class Meta:
@@ -586,7 +599,7 @@ class AttachmentSerializer(serializers.ModelSerializer):
 
     @extend_schema_field({"type": "string", "nullable": True})
     def get_thread_id(self, attachment: models.Attachment) -> str | None:
-        return attachment.message.thread_id if attachment.message_id else None
+        return public_thread_id(attachment.message.thread_id) if attachment.message_id else None
 
     @extend_schema_field({"type": "string", "format": "uri", "nullable": True})
     def get_url(self, attachment: models.Attachment) -> str | None:

@@ -11,8 +11,8 @@ EXPORT_DOCUMENT_SCHEMA = {
     "description": (
         'Everything stored for the resource: {"format": "memproc.export", "version": 1, "exported_at", '
         '"resource", "threads" (each with its "messages"), "working_memory_revisions", "turn_records", '
-        '"tripwire_logs", "attachments" (metadata and a download "url")}. `manage.py memproc_import` '
-        "reads it back."
+        '"tripwire_logs", "attachments" (metadata and a download "url")}. Threads are named by their '
+        "thread id, within the resource. `manage.py memproc_import` reads it back."
     ),
     "properties": {
         "format": {"type": "string", "enum": ["memproc.export"]},

@@ -89,6 +89,7 @@ class MessageHistory:
             # One query serves the window and the echo check (rule 17), whichever is longer.
             stored = store.messages_recent(
                 thread_id=ctx.thread_id,
+                resource_id=ctx.resource_id,
                 limit=max(window, len(new) - 1),
                 last_sequence=turn.thread_last_sequence,
             )
@@ -103,8 +104,10 @@ class MessageHistory:
         # Only ids the caller chose can already be stored (a client echoing the conversation back).
         unknown = [m.id for m in new if m.id in turn.client_ids and m.id not in stored_here]
         if unknown:
-            for message_id, thread_id in store.messages_existing(ids=unknown).items():
-                (stored_here if thread_id == ctx.thread_id else elsewhere).add(message_id)
+            here = (ctx.resource_id or "", ctx.thread_id)
+            for message_id, (resource_id, thread_id) in store.messages_existing(ids=unknown).items():
+                same = thread_id == ctx.thread_id and resource_id in (here[0], "")
+                (stored_here if same else elsewhere).add(message_id)
         kept = [
             m.replace(id=new_id()) if m.id in elsewhere else m
             for m in ctx.messages
@@ -132,7 +135,7 @@ class MessageHistory:
 
     def _summary(self, ctx: ProcessorContext) -> ThreadSummaryValue | None:
         read = getattr(ctx.store, "thread_summary", None)  # optional in the store protocol
-        return read(thread_id=ctx.thread_id) if read is not None else None
+        return read(thread_id=ctx.thread_id, resource_id=ctx.resource_id) if read is not None else None
 
     def _note_window(
         self,

@@ -106,7 +106,9 @@ class SemanticRecall:
         embedder = self.embedder
         vector = ctx.store.query_vector(text=query, embedder=embedder)
         scope_filter: dict[str, Any] = (
-            {"resource_id": ctx.resource_id} if self.scope == "resource" else {"thread_id": ctx.thread_id}
+            {"resource_id": ctx.resource_id}
+            if self.scope == "resource"
+            else {"thread_id": ctx.thread_id, "resource_id": ctx.resource_id}
         )
         present = {m.id for m in ctx.messages}
         hits = ctx.store.vectors_search(

@@ -48,19 +48,21 @@ class ThreadSummaryValue:
 
 class MemoryStore(Protocol):
     def messages_recent(
-        self, *, thread_id: str, limit: int, last_sequence: int | None = None
+        self, *, thread_id: str, resource_id: str | None, limit: int, last_sequence: int | None = None
     ) -> list[Message]:
-        """The newest `limit` messages of the thread, oldest first (`last_sequence`: a hint)."""
+        """The newest `limit` messages of the resource's thread, oldest first (`last_sequence`: a hint)."""
         ...
 
-    def messages_existing(self, *, ids: Iterable[str]) -> dict[str, str]:
-        """Which of `ids` are stored: id -> thread id."""
+    def messages_existing(self, *, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """Which of `ids` are stored: id -> (resource id, thread id) of its thread. A thread id names
+        a thread within its resource, so both say whether it is this turn's thread."""
         ...
 
     def messages_around(
         self, *, message_ids: Sequence[str], before: int, after: int
     ) -> dict[str, list[Message]]:
-        """Each message with `before`/`after` neighbours from its own thread, in order, keyed by thread."""
+        """Each message with `before`/`after` neighbours from its own thread, in order, keyed by thread
+        id (recall searches one resource, so a thread id is enough)."""
         ...
 
     def query_vector(self, *, text: str, embedder: Any) -> np.ndarray:
@@ -79,11 +81,15 @@ class MemoryStore(Protocol):
         vector_store: Any = None,
     ) -> list[VectorHit]: ...
 
-    def working_memory_get(self, *, scope: str, key: str) -> WorkingMemoryValue: ...
+    def working_memory_get(
+        self, *, scope: str, key: str, resource_id: str | None = None
+    ) -> WorkingMemoryValue:
+        """`key` is the thread id (scope "thread", of `resource_id`'s thread) or the resource id."""
+        ...
 
-    def thread_metadata(self, *, thread_id: str) -> dict[str, Any] | None: ...
+    def thread_metadata(self, *, thread_id: str, resource_id: str | None) -> dict[str, Any] | None: ...
 
-    def thread_summary(self, *, thread_id: str) -> ThreadSummaryValue | None:
+    def thread_summary(self, *, thread_id: str, resource_id: str | None) -> ThreadSummaryValue | None:
         """The thread's summary (`Memory(compaction=...)`), or None before the first fold. A store
         may answer from a read it already made this turn (the Django one does: no query). Optional:
         MessageHistory treats a store without it as one with no summaries."""
@@ -126,13 +132,20 @@ class InMemoryStore:
                 )
 
     def messages_recent(
-        self, *, thread_id: str, limit: int, last_sequence: int | None = None
+        self, *, thread_id: str, resource_id: str | None, limit: int, last_sequence: int | None = None
     ) -> list[Message]:
         return list(self.threads.get(thread_id, [])[-limit:]) if limit else []
 
-    def messages_existing(self, *, ids: Iterable[str]) -> dict[str, str]:
+    def messages_existing(self, *, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """One resource's threads: a stored message's resource id is the one it was added with, or
+        the asking turn's when it was added without one (`resource_id=None` here stands for that)."""
         wanted = set(ids)
-        return {m.id: tid for tid, messages in self.threads.items() for m in messages if m.id in wanted}
+        return {
+            m.id: (m.resource_id or "", tid)
+            for tid, messages in self.threads.items()
+            for m in messages
+            if m.id in wanted
+        }
 
     def messages_around(
         self, *, message_ids: Sequence[str], before: int, after: int
@@ -176,14 +189,16 @@ class InMemoryStore:
                 hits.append(VectorHit(message_id=message_id, thread_id=tid, score=score))
         return sorted(hits, key=lambda h: -h.score)[:top_k]
 
-    def working_memory_get(self, *, scope: str, key: str) -> WorkingMemoryValue:
+    def working_memory_get(
+        self, *, scope: str, key: str, resource_id: str | None = None
+    ) -> WorkingMemoryValue:
         text = self.working_memory.get((scope, key), "")
         return WorkingMemoryValue(text=text, version=1 if text else 0)
 
-    def thread_metadata(self, *, thread_id: str) -> dict[str, Any] | None:
+    def thread_metadata(self, *, thread_id: str, resource_id: str | None) -> dict[str, Any] | None:
         return self.metadata.get(thread_id, {} if thread_id in self.threads else None)
 
-    def thread_summary(self, *, thread_id: str) -> ThreadSummaryValue | None:
+    def thread_summary(self, *, thread_id: str, resource_id: str | None) -> ThreadSummaryValue | None:
         return self.summaries.get(thread_id)
 
     def attachment_store(self) -> AttachmentStore:

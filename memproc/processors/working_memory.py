@@ -84,7 +84,7 @@ class WorkingMemory:
             return None
         current, version = "", 0
         if self.scope == "resource" or turn.thread_exists:
-            value = store.working_memory_get(scope=self.scope, key=key)
+            value = store.working_memory_get(scope=self.scope, key=key, resource_id=ctx.resource_id)
             current, version = value.text, value.version
         ctx.state["current"] = current
         turn.info["working_memory"] = current

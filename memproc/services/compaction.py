@@ -29,6 +29,7 @@ from memproc.exceptions import ValidationError
 from memproc.llm import resolve_model
 from memproc.llm.types import ModelRequest
 from memproc.messages import Message, thaw
+from memproc.models import public_thread_id, split_thread_key
 from memproc.processors.compaction import (
     EXTRACTIVE,
     OFFLINE_MODELS,
@@ -85,7 +86,7 @@ class Summarizer(Protocol):
 
 
 def thread_owner_with_summary(
-    *, thread_id: str
+    *, thread_key: str
 ) -> tuple[tuple[str, str, int] | None, ThreadSummaryValue | None]:
     """((resource id, title, last sequence), summary) of a thread, in one query: the turn's first
     read, which so also carries the summary for MessageHistory (None: no thread, or no summary)."""
@@ -96,7 +97,7 @@ def thread_owner_with_summary(
             f"SELECT t.resource_id, t.title, t.last_sequence, s.text, s.covered_sequence, s.version, "
             f"s.counted_through, s.counted_tokens "
             f"FROM {thread} t LEFT JOIN {summary} s ON s.thread_id = t.id WHERE t.id = %s",
-            [thread_id],
+            [thread_key],
         )
         row = cursor.fetchone()
     if row is None:
@@ -105,9 +106,9 @@ def thread_owner_with_summary(
     return owner, None if row[5] is None else _summary_value(row[3:])
 
 
-def thread_summary_get(*, thread_id: str) -> ThreadSummaryValue | None:
+def thread_summary_get(*, thread_key: str) -> ThreadSummaryValue | None:
     row = (
-        models.ThreadSummary.objects.filter(pk=thread_id)
+        models.ThreadSummary.objects.filter(pk=thread_key)
         .values_list("text", "covered_sequence", "version", "counted_through", "counted_tokens")
         .first()
     )
@@ -203,7 +204,7 @@ def summarizer_for(model: Any) -> Summarizer:
 
 def thread_compact(
     *,
-    thread_id: str,
+    thread_key: str,
     trigger_tokens: int,
     keep_tokens: int,
     through_sequence: int | None = None,
@@ -222,14 +223,14 @@ def thread_compact(
     counter = counter or get_token_counter()
     summarizer = summarizer_for(model)
     token = uuid.uuid4()
-    if not _claim(thread_id, token):
-        _row_ensure(thread_id)
-        if not _claim(thread_id, token):
+    if not _claim(thread_key, token):
+        _row_ensure(thread_key)
+        if not _claim(thread_key, token):
             return []  # another job holds it (or the thread is gone)
     counted: dict[str, int] = {}
     try:
         return _fold(
-            thread_id=thread_id,
+            thread_key=thread_key,
             token=token,
             through_sequence=through_sequence,
             trigger_tokens=trigger_tokens,
@@ -240,14 +241,14 @@ def thread_compact(
             counted=counted,
         )
     finally:
-        models.ThreadSummary.objects.filter(pk=thread_id, claim_token=token).update(
+        models.ThreadSummary.objects.filter(pk=thread_key, claim_token=token).update(
             claim_token=None, claimed_until=None, **counted
         )
 
 
 def _fold(
     *,
-    thread_id: str,
+    thread_key: str,
     token: uuid.UUID,
     through_sequence: int | None,
     trigger_tokens: int,
@@ -258,7 +259,7 @@ def _fold(
     counted: dict[str, int],
 ) -> list[models.SummaryRevision]:
     state = (
-        models.ThreadSummary.objects.filter(pk=thread_id)
+        models.ThreadSummary.objects.filter(pk=thread_key)
         .values_list("text", "covered_sequence", "version", "thread__last_sequence")
         .first()
     )
@@ -268,7 +269,7 @@ def _fold(
     through = last if through_sequence is None else min(through_sequence, last)
     if through <= covered:
         return []
-    messages = foldable(_messages_between(thread_id, covered, through))
+    messages = foldable(_messages_between(thread_key, covered, through))
     costs = [counter.count_message(m) for m in messages]
     if sum(costs) < trigger_tokens:  # the turn's estimate was high: note the count for the next ones
         counted.update(counted_through=through, counted_tokens=sum(costs))
@@ -279,7 +280,7 @@ def _fold(
         started = time.perf_counter()
         new_text = summarizer.summarize(previous=text, messages=chunk, budget=keep_tokens, counter=counter)
         revision = _fold_write(
-            thread_id=thread_id,
+            thread_key=thread_key,
             token=token,
             version=version,
             previous_sequence=covered,
@@ -298,16 +299,16 @@ def _fold(
     return revisions
 
 
-def _claim(thread_id: str, token: uuid.UUID) -> bool:
+def _claim(thread_key: str, token: uuid.UUID) -> bool:
     now = timezone.now()
     return bool(
-        models.ThreadSummary.objects.filter(pk=thread_id)
+        models.ThreadSummary.objects.filter(pk=thread_key)
         .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
         .update(claim_token=token, claimed_until=now + CLAIM_LEASE)
     )
 
 
-def _row_ensure(thread_id: str) -> None:
+def _row_ensure(thread_key: str) -> None:
     """The thread's summary row, created empty if the thread exists and has none. One statement."""
     summary = connection.ops.quote_name(models.ThreadSummary._meta.db_table)
     thread = connection.ops.quote_name(models.Thread._meta.db_table)
@@ -316,16 +317,16 @@ def _row_ensure(thread_id: str) -> None:
             f"INSERT INTO {summary} (thread_id, text, covered_sequence, token_count, counted_through, "
             f"counted_tokens, version, updated_at) SELECT id, '', 0, 0, 0, 0, 0, %s FROM {thread} "
             "WHERE id = %s ON CONFLICT (thread_id) DO NOTHING",
-            [connection.ops.adapt_datetimefield_value(timezone.now()), thread_id],
+            [connection.ops.adapt_datetimefield_value(timezone.now()), thread_key],
         )
 
 
-def _messages_between(thread_id: str, after: int, through: int) -> list[Message]:
+def _messages_between(thread_key: str, after: int, through: int) -> list[Message]:
     """The thread's messages in the range, in order, without those a guardrail quarantined: a summary
     is never built from them (blocked turns are not stored at all)."""
     rows = (
         models.Message.objects.filter(
-            thread_id=thread_id, sequence__gt=after, sequence__lte=through, quarantined=False
+            thread_id=thread_key, sequence__gt=after, sequence__lte=through, quarantined=False
         )
         .order_by("sequence")
         .values(*MESSAGE_FIELDS)[:MAX_ROWS_PER_JOB]
@@ -335,7 +336,7 @@ def _messages_between(thread_id: str, after: int, through: int) -> list[Message]
 
 def _fold_write(
     *,
-    thread_id: str,
+    thread_key: str,
     token: uuid.UUID,
     version: int,
     previous_sequence: int,
@@ -352,7 +353,7 @@ def _fold_write(
     tokens = counter.count_text(text)
     with transaction.atomic():
         updated = models.ThreadSummary.objects.filter(
-            pk=thread_id, version=version, claim_token=token
+            pk=thread_key, version=version, claim_token=token
         ).update(
             text=text,
             covered_sequence=covered_sequence,
@@ -365,7 +366,7 @@ def _fold_write(
         if not updated:
             return None
         return models.SummaryRevision.objects.create(
-            thread_id=thread_id,
+            thread_id=thread_key,
             version=version + 1,
             text=text,
             previous_sequence=previous_sequence,
@@ -385,7 +386,7 @@ def _fold_write(
 
 def thread_summary_update(
     *,
-    thread_id: str,
+    thread_key: str,
     text: str,
     source: str = Source.CODE,
     actor: Any = None,
@@ -395,12 +396,12 @@ def thread_summary_update(
     """Replaces a thread's summary text (an operator's correction), as a new revision covering what
     it covered. With `seen_version` (what the editor read), a summary changed since is a
     SummaryConflict and nothing is written; without it, the edit applies to the newest version."""
-    if not models.Thread.objects.filter(pk=thread_id).exists():
-        raise ValidationError(f"No thread with id {thread_id!r}")
-    _row_ensure(thread_id)
+    if not models.Thread.objects.filter(pk=thread_key).exists():
+        raise ValidationError(f"No thread {public_thread_id(thread_key)!r}")
+    _row_ensure(thread_key)
     counter = counter or get_token_counter()
     for _ in range(MAX_EDIT_ATTEMPTS):
-        row = models.ThreadSummary.objects.get(pk=thread_id)
+        row = models.ThreadSummary.objects.get(pk=thread_key)
         if seen_version is not None and row.version != seen_version:
             raise SummaryConflict(
                 f"The summary changed since it was read (now version {row.version}); nothing was saved."
@@ -410,12 +411,12 @@ def thread_summary_update(
         now = timezone.now()
         tokens = counter.count_text(text)
         with transaction.atomic():
-            updated = models.ThreadSummary.objects.filter(pk=thread_id, version=row.version).update(
+            updated = models.ThreadSummary.objects.filter(pk=thread_key, version=row.version).update(
                 text=text, version=F("version") + 1, token_count=tokens, updated_at=now
             )
             if updated:
                 models.SummaryRevision.objects.create(
-                    thread_id=thread_id,
+                    thread_id=thread_key,
                     version=row.version + 1,
                     text=text,
                     previous_sequence=row.covered_sequence,
@@ -433,12 +434,13 @@ def thread_summary_update(
 # --- scheduling -------------------------------------------------------------------------------------
 
 
-def compaction_enqueue(*, thread_id: str, agent_id: str, request: dict[str, Any]) -> None:
+def compaction_enqueue(*, thread_key: str, agent_id: str, request: dict[str, Any]) -> None:
     """Schedules a fold (after the current transaction commits; at once outside one)."""
     background.enqueue(
         TASK_NAME,
         kwargs={
-            "thread_id": thread_id,
+            "thread_id": public_thread_id(thread_key),
+            "resource_id": split_thread_key(thread_key)[0],
             "through_sequence": int(request["through_sequence"]),
             "trigger_tokens": int(request["trigger_tokens"]),
             "keep_tokens": int(request["keep_tokens"]),

@@ -21,6 +21,7 @@ from memproc import models
 from memproc.conf import settings
 from memproc.embedders import chunk_text, content_hash, embed_checked, get_embedder, vector_problem
 from memproc.messages import FrozenDict, Message
+from memproc.models import public_thread_id
 from memproc.vectors import EmbeddingRow, get_vector_store
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,9 @@ def messages_embed(*, message_ids: Sequence[str], embedder: Any = None, vector_s
         .exclude(embeddings__model=embedder.id)
         .values_list("id", "thread_id", "resource_id", "text")
     )
-    sources = [EmbeddingSource(*row) for row in rows if row[3].strip()]
+    sources = [
+        EmbeddingSource(mid, public_thread_id(key), rid, text) for mid, key, rid, text in rows if text.strip()
+    ]
     return sources_embed(sources=sources, embedder=embedder, vector_store=vector_store)
 
 

@@ -24,6 +24,8 @@ from django.utils.dateparse import parse_datetime
 from memproc import models
 from memproc.embedders import get_embedder
 from memproc.exceptions import ValidationError
+from memproc.models import public_thread_id
+from memproc.selectors import thread_key_for
 from memproc.services.recall import EMBEDDABLE_ROLES, EmbeddingSource, sources_embed
 
 DEFAULT_BATCH_SIZE = 100
@@ -108,7 +110,11 @@ def reindex_batches(
         )
         if not rows:
             return
-        sources = [EmbeddingSource(mid, tid, rid, text) for mid, tid, rid, text, _ in rows if text.strip()]
+        sources = [
+            EmbeddingSource(mid, public_thread_id(key), rid, text)
+            for mid, key, rid, text, _ in rows
+            if text.strip()
+        ]
         vectors = sources_embed(sources=sources, embedder=embedder) if sources else 0
         last = rows[-1]
         after = ReindexPosition(created_at=last[4], message_id=last[0])
@@ -144,7 +150,7 @@ def _pending(
 ) -> QuerySet[models.Message]:
     qs = models.Message.objects.filter(role__in=EMBEDDABLE_ROLES)
     if thread_id is not None:
-        qs = qs.filter(thread_id=thread_id)
+        qs = qs.filter(thread_id=thread_key_for(thread_id=thread_id, resource_id=resource_id))
     if resource_id is not None:
         qs = qs.filter(resource_id=resource_id)
     if after is not None:

@@ -9,6 +9,7 @@ import numpy as np
 
 from memproc import models, selectors
 from memproc.messages import Message
+from memproc.models import thread_key
 from memproc.processors.store import ThreadSummaryValue, VectorHit, WorkingMemoryValue
 from memproc.services.attachments.files import DjangoAttachmentStore
 from memproc.services.compaction import (
@@ -29,22 +30,26 @@ class DjangoMemoryStore:
     def __init__(self) -> None:
         self._summaries: dict[str, ThreadSummaryValue | None] = {}
 
-    def thread_owner(self, *, thread_id: str) -> tuple[str, str, int] | None:
-        owner, summary = thread_owner_with_summary(thread_id=thread_id)
-        self._summaries[thread_id] = summary
+    def thread_owner(self, *, thread_id: str, resource_id: str) -> tuple[str, str, int] | None:
+        key = thread_key(resource_id, thread_id)
+        owner, summary = thread_owner_with_summary(thread_key=key)
+        self._summaries[key] = summary
         return owner
 
-    def thread_summary(self, *, thread_id: str) -> ThreadSummaryValue | None:
-        if thread_id not in self._summaries:
-            self._summaries[thread_id] = thread_summary_get(thread_id=thread_id)
-        return self._summaries[thread_id]
+    def thread_summary(self, *, thread_id: str, resource_id: str | None) -> ThreadSummaryValue | None:
+        key = thread_key(resource_id or "", thread_id)
+        if key not in self._summaries:
+            self._summaries[key] = thread_summary_get(thread_key=key)
+        return self._summaries[key]
 
     def messages_recent(
-        self, *, thread_id: str, limit: int, last_sequence: int | None = None
+        self, *, thread_id: str, resource_id: str | None, limit: int, last_sequence: int | None = None
     ) -> list[Message]:
-        return selectors.messages_recent(thread_id=thread_id, limit=limit, last_sequence=last_sequence)
+        return selectors.messages_recent(
+            thread_key=thread_key(resource_id or "", thread_id), limit=limit, last_sequence=last_sequence
+        )
 
-    def messages_existing(self, *, ids: Iterable[str]) -> dict[str, str]:
+    def messages_existing(self, *, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
         return selectors.messages_existing(ids=ids)
 
     def messages_around(
@@ -72,12 +77,17 @@ class DjangoMemoryStore:
             threshold=threshold,
         )
 
-    def working_memory_get(self, *, scope: str, key: str) -> WorkingMemoryValue:
+    def working_memory_get(
+        self, *, scope: str, key: str, resource_id: str | None = None
+    ) -> WorkingMemoryValue:
+        if scope == "thread":
+            key = thread_key(resource_id or "", key)
         text, version = selectors.working_memory_get(scope=scope, key=key)
         return WorkingMemoryValue(text=text, version=version)
 
-    def thread_metadata(self, *, thread_id: str) -> dict[str, Any] | None:
-        return models.Thread.objects.filter(pk=thread_id).values_list("metadata", flat=True).first()
+    def thread_metadata(self, *, thread_id: str, resource_id: str | None) -> dict[str, Any] | None:
+        key = thread_key(resource_id or "", thread_id)
+        return models.Thread.objects.filter(pk=key).values_list("metadata", flat=True).first()
 
     def query_vector(self, *, text: str, embedder: Any) -> np.ndarray:
         return query_embed(text, embedder)

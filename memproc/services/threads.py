@@ -16,11 +16,11 @@ from memproc.db import insert_rows
 from memproc.exceptions import (
     AttachmentError,
     MessageConflict,
-    ThreadOwnershipError,
     TripWire,
     ValidationError,
 )
 from memproc.messages import FilePart, Message, message_from_content, new_id
+from memproc.models import public_thread_id, thread_key
 from memproc.processors.attachments import AttachmentUploader
 from memproc.processors.base import ProcessorContext
 from memproc.processors.tokens import get_token_counter
@@ -52,7 +52,8 @@ def thread_create(
     metadata: dict[str, Any] | None = None,
     agent_id: str = "",
 ) -> models.Thread:
-    """Creates a thread (and its resource if new). An existing id is a ValidationError."""
+    """Creates a thread (and its resource if new). An id the resource already uses is a
+    ValidationError; another resource's thread of the same id is no concern of this one's."""
     if not resource_id:
         raise ValidationError("A thread needs a resource_id")
     resource_ensure(resource_id=resource_id)
@@ -60,30 +61,35 @@ def thread_create(
     try:
         with transaction.atomic():
             thread = models.Thread.objects.create(
-                id=thread_id, resource_id=resource_id, title=title, metadata=metadata or {}, agent_id=agent_id
+                public_id=thread_id,
+                resource_id=resource_id,
+                title=title,
+                metadata=metadata or {},
+                agent_id=agent_id,
             )
     except IntegrityError as exc:
-        raise ValidationError(f"A thread with id {thread_id!r} already exists") from exc
+        raise ValidationError(f"This resource already has a thread {thread_id!r}") from exc
     send_after_commit(
         thread_created,
         models.Thread,
         thread=thread,
         agent_id=agent_id,
-        thread_id=thread.id,
+        thread_id=thread.public_id,
         resource_id=resource_id,
     )
     return thread
 
 
 def thread_ensure(*, thread_id: str, resource_id: str, agent_id: str = "") -> models.Thread:
-    """The thread, created on first use; a thread of another resource is refused."""
-    thread = models.Thread.objects.filter(pk=thread_id).first()
+    """The resource's thread `thread_id`, created on first use."""
+    key = thread_key(resource_id, thread_id)
+    thread = models.Thread.objects.filter(pk=key).first()
     if thread is None:
         resource_ensure(resource_id=resource_id)
         try:
             with transaction.atomic():
                 thread = models.Thread.objects.create(
-                    id=thread_id, resource_id=resource_id, agent_id=agent_id
+                    public_id=thread_id, resource_id=resource_id, agent_id=agent_id
                 )
             send_after_commit(
                 thread_created,
@@ -95,14 +101,8 @@ def thread_ensure(*, thread_id: str, resource_id: str, agent_id: str = "") -> mo
             )
             return thread
         except IntegrityError:  # created concurrently
-            thread = models.Thread.objects.get(pk=thread_id)
-    check_owner(thread_id=thread_id, owner=thread.resource_id, resource_id=resource_id)
+            thread = models.Thread.objects.get(pk=key)
     return thread
-
-
-def check_owner(*, thread_id: str, owner: str, resource_id: str) -> None:
-    if owner != resource_id:
-        raise ThreadOwnershipError(f"Thread {thread_id!r} belongs to another resource")
 
 
 def thread_update(
@@ -124,7 +124,7 @@ def thread_update(
 def thread_delete(*, thread: models.Thread) -> None:
     """Deletes a thread, its messages and embeddings, and attachment files no other message uses."""
     attachments_release(message_ids=list(thread.messages.values_list("id", flat=True)))
-    thread_id, resource_id, agent_id = thread.id, thread.resource_id, thread.agent_id
+    thread_id, resource_id, agent_id = thread.public_id, thread.resource_id, thread.agent_id
     thread.delete()
     send_after_commit(
         thread_deleted, models.Thread, agent_id=agent_id, thread_id=thread_id, resource_id=resource_id
@@ -148,14 +148,16 @@ def thread_clone(
     """
     source = thread.messages.order_by("sequence")
     if up_to_message_id is not None:
-        cut = message_sequence(thread_id=thread.pk, message_id=up_to_message_id)
+        cut = message_sequence(thread_key=thread.pk, message_id=up_to_message_id)
         if cut is None:
-            raise ValidationError(f"Thread {thread.pk!r} has no message {up_to_message_id!r}")
+            raise ValidationError(f"Thread {thread.public_id!r} has no message {up_to_message_id!r}")
         source = source.filter(sequence__lte=cut)
-    metadata = {**thread.metadata, "cloned_from": thread.id}
+    metadata = {**thread.metadata, "cloned_from": thread.public_id}
     if up_to_message_id is not None:
         metadata["branched_at"] = up_to_message_id
-    default_title = f"{'Branch' if up_to_message_id is not None else 'Clone'} of {thread.title or thread.id}"
+    default_title = (
+        f"{'Branch' if up_to_message_id is not None else 'Clone'} of {thread.title or thread.public_id}"
+    )
     clone = thread_create(
         resource_id=thread.resource_id,
         thread_id=new_thread_id,
@@ -183,7 +185,7 @@ def thread_clone(
             )
         )
     models.Message.objects.bulk_create(rows, batch_size=1000)
-    _embeddings_copy(id_map=id_map, thread_id=clone.pk, resource_id=clone.resource_id)
+    _embeddings_copy(id_map=id_map, thread_id=clone.public_id, resource_id=clone.resource_id)
     models.Thread.objects.filter(pk=clone.pk).update(last_sequence=len(rows))
     clone.last_sequence = len(rows)
     if thread.working_memory:
@@ -249,7 +251,7 @@ def _working_memory_copy(*, clone: models.Thread, text: str) -> None:
     clone.working_memory, clone.working_memory_version = text, 1
 
 
-def sequences_allocate(*, thread_id: str, count: int) -> int:
+def sequences_allocate(*, thread_key: str, count: int) -> int:
     """Reserves `count` sequence numbers for a thread; returns the first. One locking UPDATE.
 
     The UPDATE takes the thread's row lock (PostgreSQL) or the database write lock (SQLite) until the
@@ -260,11 +262,11 @@ def sequences_allocate(*, thread_id: str, count: int) -> int:
         cursor.execute(
             f"UPDATE {table} SET last_sequence = last_sequence + %s, updated_at = %s "
             f"WHERE id = %s RETURNING last_sequence",
-            [count, timezone.now(), thread_id],
+            [count, timezone.now(), thread_key],
         )
         row = cursor.fetchone()
     if row is None:
-        raise ValidationError(f"Thread {thread_id!r} does not exist")
+        raise ValidationError(f"Thread {public_thread_id(thread_key)!r} does not exist")
     return int(row[0]) - count + 1
 
 
@@ -290,7 +292,8 @@ def messages_insert(
     """
     if not messages:
         return
-    first = sequences_allocate(thread_id=thread_id, count=len(messages))
+    key = thread_key(resource_id, thread_id)
+    first = sequences_allocate(thread_key=key, count=len(messages))
     now = timezone.now()
     rows = []
     for offset, message in enumerate(messages):
@@ -299,7 +302,7 @@ def messages_insert(
         rows.append(
             {
                 "id": message.id,
-                "thread": thread_id,
+                "thread": key,
                 "resource_id": resource_id,
                 "role": message.role,
                 "content": message.to_content(),
@@ -341,24 +344,21 @@ def messages_save(
     """Saves messages at the end of a thread, in order, together; returns those it saved. Ids already
     stored in this thread are skipped; an id stored in another thread is a MessageConflict (a
     ValidationError), and so is one that a concurrent request saves first."""
-    if not thread_exists:
-        owner = thread_owner(thread_id=thread_id)  # plain SQL: the ORM compiler costs more than the read
-        if owner is None:
-            thread_ensure(thread_id=thread_id, resource_id=resource_id, agent_id=agent_id)
-        else:
-            check_owner(thread_id=thread_id, owner=owner[0], resource_id=resource_id)
+    key = thread_key(resource_id, thread_id)
+    if not thread_exists and thread_owner(thread_key=key) is None:  # plain SQL: cheaper than the ORM
+        thread_ensure(thread_id=thread_id, resource_id=resource_id, agent_id=agent_id)
     messages = [m for m in messages if m.role != "system"]
     if skip_existing and messages:
-        stored = message_ids_check(thread_id=thread_id, messages=messages)
+        stored = message_ids_check(thread_key=key, messages=messages)
         messages = [m for m in messages if m.id not in stored]
     messages_insert(thread_id=thread_id, resource_id=resource_id, messages=messages, agent_id=agent_id)
     return messages
 
 
 def message_ids_check(
-    *, thread_id: str | None, messages: Sequence[Message], unchanged: Collection[str] = ()
+    *, thread_key: str | None, messages: Sequence[Message], unchanged: Collection[str] = ()
 ) -> set[str]:
-    """The ids of `messages` already stored in thread `thread_id` (None: a thread not created yet).
+    """The ids of `messages` already stored in the thread `thread_key` (None: a thread not created yet).
     One query; none without messages.
 
     An id stored in another thread is a MessageConflict, whoever owns that thread: the error reads
@@ -372,7 +372,7 @@ def message_ids_check(
     clash: list[str] = []
     for row in models.Message.objects.filter(id__in=list(by_id)).values_list(*columns):
         message_id, stored_thread = row[0], row[1]
-        if stored_thread != thread_id or (
+        if stored_thread != thread_key or (
             message_id in unchanged and not _same_message(by_id[message_id], *row[2:])
         ):
             clash.append(message_id)
@@ -387,7 +387,7 @@ def message_ids_check(
 
 
 def input_ids_check(
-    *, thread_id: str | None, messages: Sequence[Message], client_ids: Collection[str]
+    *, thread_key: str | None, messages: Sequence[Message], client_ids: Collection[str]
 ) -> None:
     """A turn's input as a client sends it, checked before the turn runs (the HTTP API does).
 
@@ -400,7 +400,7 @@ def input_ids_check(
         return
     last_answer = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
     new = {m.id for m in messages[last_answer + 1 :]}
-    message_ids_check(thread_id=thread_id, messages=chosen, unchanged=new & set(client_ids))
+    message_ids_check(thread_key=thread_key, messages=chosen, unchanged=new & set(client_ids))
 
 
 def _same_message(message: Message, role: str, text: str, content: Any) -> bool:
@@ -419,11 +419,11 @@ def _same_message(message: Message, role: str, text: str, content: Any) -> bool:
 
 
 @transaction.atomic
-def messages_delete(*, message_ids: Sequence[str], thread_id: str | None = None) -> int:
+def messages_delete(*, message_ids: Sequence[str], thread_key: str | None = None) -> int:
     """Deletes messages (and their embeddings); attachment files no other message uses go too."""
     qs = models.Message.objects.filter(id__in=list(message_ids))
-    if thread_id is not None:
-        qs = qs.filter(thread_id=thread_id)
+    if thread_key is not None:
+        qs = qs.filter(thread_id=thread_key)
     rows = list(qs.values_list("id", "thread_id", "sequence"))
     ids = [row[0] for row in rows]
     with transaction.atomic():
@@ -479,7 +479,7 @@ def messages_save_with_files(
 
 @transaction.atomic
 def messages_update(
-    *, messages: Sequence[Message], thread_id: str | None = None
+    *, messages: Sequence[Message], thread_key: str | None = None
 ) -> tuple[list[Message], list[str]]:
     """Replaces the content (parts and metadata) of stored messages; id, role, thread, time and
     sequence stay. Returns the updated messages and the ids whose embeddings were deleted.
@@ -491,7 +491,7 @@ def messages_update(
     references is linked.
 
     Refused with a ValidationError, nothing changed: an id that is not stored (or not in
-    `thread_id`), the same id twice, another role, other tool calls or results than the stored
+    `thread_key`), the same id twice, another role, other tool calls or results than the stored
     message holds (their pairing is the conversation's), an inline file (`save_messages` offloads
     those), a reference to an attachment the message's resource does not hold.
     """
@@ -499,7 +499,7 @@ def messages_update(
     if len(by_id) != len(messages):
         raise ValidationError("Each message may be updated once per call")
     rows = {r.pk: r for r in models.Message.objects.select_for_update().filter(id__in=list(by_id))}
-    missing = [i for i in by_id if i not in rows or thread_id not in (None, rows[i].thread_id)]
+    missing = [i for i in by_id if i not in rows or thread_key not in (None, rows[i].thread_id)]
     if missing:
         raise ValidationError(f"No stored message with id {', '.join(map(repr, sorted(missing)))}")
     for message in by_id.values():
@@ -518,7 +518,7 @@ def messages_update(
             role=row.role,
             content=row.content,
             created_at=row.created_at,
-            thread_id=row.thread_id,
+            thread_id=public_thread_id(row.thread_id),
             resource_id=row.resource_id,
             sequence=row.sequence,
         )

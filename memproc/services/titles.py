@@ -34,7 +34,7 @@ _PREFIX = re.compile(r"^\s*(?:title|thread title|conversation title)\s*[:\-–�
 _QUOTES = "\"'`“”‘’«»*#"
 
 
-def thread_title_generate(*, thread_id: str, agent: Agent) -> str | None:
+def thread_title_generate(*, thread_key: str, agent: Agent) -> str | None:
     """Titles an untitled thread from its first user message; returns the title, or None if unchanged.
 
     The title is written by the agent's model, or the one its `Memory(generate_title={...})` names.
@@ -43,10 +43,10 @@ def thread_title_generate(*, thread_id: str, agent: Agent) -> str | None:
     never overwritten; `updated_at` is left alone, so titling does not reorder a thread list.
     Raises the model's errors (ModelUnavailableError and ModelRateLimitError are transient).
     """
-    title = models.Thread.objects.filter(pk=thread_id).values_list("title", flat=True).first()
+    title = models.Thread.objects.filter(pk=thread_key).values_list("title", flat=True).first()
     if title is None or title:
         return None
-    first = _first_user_text(thread_id)
+    first = _first_user_text(thread_key)
     if not first:
         return None
     options = _title_options(agent)
@@ -56,7 +56,7 @@ def thread_title_generate(*, thread_id: str, agent: Agent) -> str | None:
     new_title = clean_title(response.text) or clean_title(first)
     if not new_title:
         return None
-    updated = models.Thread.objects.filter(pk=thread_id, title="").update(title=new_title)
+    updated = models.Thread.objects.filter(pk=thread_key, title="").update(title=new_title)
     return new_title if updated else None
 
 
@@ -73,9 +73,9 @@ def clean_title(text: str) -> str:
     return cut.rstrip(" ,.;:-") + "…"
 
 
-def _first_user_text(thread_id: str) -> str:
+def _first_user_text(thread_key: str) -> str:
     texts = (
-        models.Message.objects.filter(thread_id=thread_id, role=models.Message.Role.USER)
+        models.Message.objects.filter(thread_id=thread_key, role=models.Message.Role.USER)
         .order_by("sequence")
         .values_list("text", flat=True)[:5]
     )

@@ -29,7 +29,7 @@ from django.utils import timezone
 from memproc import background, logs, telemetry
 from memproc.conf import settings
 from memproc.events import GenerateResult, StreamEvent, Tripwire
-from memproc.exceptions import ThreadOwnershipError, ToolError, ValidationError
+from memproc.exceptions import ToolError, ValidationError
 from memproc.llm.types import ModelRequest, ModelResponse, ToolCall
 from memproc.messages import (
     AttachmentRef,
@@ -42,10 +42,12 @@ from memproc.messages import (
     thaw,
     to_messages,
 )
+from memproc.models import thread_key
 from memproc.processors.conversation import Conversation
 from memproc.processors.message_history import savable
 from memproc.processors.runner import Blocked, ProcessorRunner, StepView
 from memproc.processors.turn import PendingWorkingMemory, Turn, TurnWrites
+from memproc.selectors import threads_named
 from memproc.services.attachments import (
     attachments_commit,
     attachments_discard,
@@ -301,15 +303,13 @@ def turn_start(
     exists, title, last_sequence = False, "", None
     if memory is not None:
         store = DjangoMemoryStore()
+        if not resource_id:
+            resource_id = _resource_of(thread_id)
         thread_id = thread_id or new_id()
-        row = store.thread_owner(thread_id=thread_id)
+        row = store.thread_owner(thread_id=thread_id, resource_id=resource_id)
         if row is not None:
-            owner, title, last_sequence = row
-            if resource_id and owner != resource_id:
-                raise ThreadOwnershipError(f"Thread {thread_id!r} belongs to another resource")
-            resource_id, exists = owner, True
-        elif not resource_id:
-            raise ValidationError("resource_id is required to start a thread")
+            _, title, last_sequence = row
+            exists = True
         inputs = [m.replace(thread_id=thread_id, resource_id=resource_id) for m in inputs]
     turn = Turn(
         agent=agent,
@@ -327,6 +327,18 @@ def turn_start(
     for t in agent.tools:
         turn.add_tool(t)
     return turn
+
+
+def _resource_of(thread_id: str | None) -> str:
+    """The resource of the one thread called `thread_id`, for a caller who named no resource (Python;
+    the HTTP API always settles it). A thread id names a thread within its resource, so an id that
+    several resources use needs the caller to say which."""
+    found = threads_named(thread_id=thread_id) if thread_id else []
+    if len(found) > 1:
+        raise ValidationError(f"Several resources have a thread {thread_id!r}; pass resource_id")
+    if not found:
+        raise ValidationError("resource_id is required to start a thread")
+    return found[0].resource_id
 
 
 class TurnEngine:
@@ -826,13 +838,13 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
         for wm in writes.working_memory:
             working_memory_update(
                 scope=wm.scope,
-                key=wm.key,
+                key=thread_key(turn.resource_id, wm.key) if wm.scope == "thread" else wm.key,
                 value=wm.value,
                 source="model",
                 mode=wm.mode,
                 template=wm.template,
                 schema=wm.schema,
-                thread_id=turn.thread_id,
+                thread_key=thread_key(turn.resource_id, turn.thread_id),
                 resource_id=turn.resource_id,
                 agent_id=turn.agent.id,
             )
@@ -841,10 +853,19 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
         compaction = turn.info.get("compaction")
         if compaction and compaction.get("due") and writes.messages:
             # In the turn's transaction, so the outbox keeps it if the broker is down.
-            compaction_enqueue(thread_id=turn.thread_id, agent_id=turn.agent.id, request=compaction)
+            compaction_enqueue(
+                thread_key=thread_key(turn.resource_id, turn.thread_id),
+                agent_id=turn.agent.id,
+                request=compaction,
+            )
         if writes.generate_title and writes.messages:
             background.enqueue(
-                "memproc.generate_title", kwargs={"thread_id": turn.thread_id, "agent_id": turn.agent.id}
+                "memproc.generate_title",
+                kwargs={
+                    "thread_id": turn.thread_id,
+                    "resource_id": turn.resource_id,
+                    "agent_id": turn.agent.id,
+                },
             )
     if writes.messages:
         turn.attachments = []  # committed (or deleted after commit): nothing left to discard

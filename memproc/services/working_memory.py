@@ -11,6 +11,7 @@ from django.utils import timezone
 from memproc import models
 from memproc.db import insert_rows
 from memproc.exceptions import MemprocError, ValidationError
+from memproc.models import public_thread_id, split_thread_key
 from memproc.processors.working_memory import check_size
 from memproc.processors.working_memory_values import (  # noqa: F401  (re-exported)
     compute_next,
@@ -42,12 +43,14 @@ def working_memory_update(
     schema: dict[str, Any] | None = None,
     replace: bool = False,
     actor: Any = None,
-    thread_id: str = "",
+    thread_key: str = "",
     resource_id: str = "",
     agent_id: str = "",
     max_tokens: int | None = None,
 ) -> tuple[str, int]:
     """Applies an update safely across processes and records a revision. Returns (text, version).
+    `key` is the thread's key (scope "thread", see `models.thread_key`) or the resource id;
+    `thread_key` names the thread whose turn made a resource-scope change.
     A result longer than `max_tokens` (TOKENIZER's count) is a ValidationError; nothing is written.
 
     Each attempt reads the current value and version, computes the next value, and writes it only if
@@ -62,7 +65,8 @@ def working_memory_update(
             cursor.execute(f"SELECT working_memory, working_memory_version FROM {table} WHERE id = %s", [key])
             row = cursor.fetchone()
         if row is None:
-            raise ValidationError(f"No {scope} with id {key!r}")
+            shown = public_thread_id(key) if scope == "thread" else key
+            raise ValidationError(f"No {scope} with id {shown!r}")
         current, version = row[0], int(row[1])
         # Refusals (template guard, schema) are raised here, before anything is written.
         new = compute_next(
@@ -88,7 +92,7 @@ def working_memory_update(
                     "version": version + 1,
                     "source": source,
                     "actor": actor.pk if getattr(actor, "is_authenticated", False) else None,
-                    "thread_id": thread_id or (key if scope == "thread" else ""),
+                    "thread_id": thread_key or (key if scope == "thread" else ""),
                     "created_at": timezone.now(),
                 }
                 insert_rows(models.WorkingMemoryRevision, [revision], fields=list(revision))
@@ -96,13 +100,13 @@ def working_memory_update(
                     working_memory_updated,
                     models.WorkingMemoryRevision,
                     scope=scope,
-                    key=key,
+                    key=public_thread_id(key) if scope == "thread" else key,
                     version=version + 1,
                     source=source,
                     text=new,
                     agent_id=agent_id,
-                    thread_id=thread_id or (key if scope == "thread" else ""),
-                    resource_id=key if scope == "resource" else resource_id,
+                    thread_id=public_thread_id(thread_key or (key if scope == "thread" else "")),
+                    resource_id=key if scope == "resource" else split_thread_key(key)[0] or resource_id,
                 )
                 return new, version + 1
     raise WorkingMemoryConflict(f"Working memory of {scope} {key!r} kept changing; update not applied")

@@ -18,7 +18,7 @@ from memproc.embedders import vector_problem
 from memproc.exceptions import ConfigurationError, ValidationError
 from memproc.models import MessageEmbedding
 from memproc.processors.store import VectorHit
-from memproc.selectors import messages_filtered
+from memproc.selectors import messages_filtered, thread_key_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,9 @@ class SearchFilter:
     def messages(self, *, thread_id: str | None, resource_id: str | None) -> Any:
         """The admitted messages of a scope, as a queryset."""
         return messages_filtered(
-            thread_id=thread_id,
+            thread_key=None
+            if thread_id is None
+            else thread_key_for(thread_id=thread_id, resource_id=resource_id),
             resource_id=resource_id,
             start=self.start,
             end=self.end,

@@ -67,15 +67,19 @@ def store_attachment(
     return attachment
 
 
-def turn_messages(thread: models.Thread, *, turns: int, start: int = 1) -> list[models.Message]:
-    """`turns` turns of four messages: a question, a tool call, its result, an answer."""
+def turn_messages(
+    thread: models.Thread, *, turns: int, start: int = 1, id_prefix: str = ""
+) -> list[models.Message]:
+    """`turns` turns of four messages: a question, a tool call, its result, an answer. Message ids
+    start with `id_prefix`, by default the thread id."""
     now = timezone.now() - timedelta(hours=1)
     rows: list[models.Message] = []
+    prefix = id_prefix or thread.public_id
 
     def add(role: str, parts: list[dict], text: str = "", tokens: int | None = None) -> models.Message:
         seq = start + len(rows)
         row = models.Message(
-            id=f"{thread.pk}-m{seq}",
+            id=f"{prefix}-m{seq}",
             thread=thread,
             resource_id=thread.resource_id,
             role=role,
@@ -136,7 +140,9 @@ class Conversation:
 @pytest.fixture
 def conversation(db) -> Conversation:
     resource = ResourceFactory(id="user-42")
-    thread = ThreadFactory(id="support-chat", resource=resource, title="Late parcel", agent_id="support")
+    thread = ThreadFactory(
+        public_id="support-chat", resource=resource, title="Late parcel", agent_id="support"
+    )
     rows = models.Message.objects.bulk_create(turn_messages(thread, turns=50))
     models.Thread.objects.filter(pk=thread.pk).update(last_sequence=len(rows))
 
@@ -177,7 +183,7 @@ def conversation(db) -> Conversation:
     models.MessageEmbedding.objects.bulk_create(
         models.MessageEmbedding(
             message=m,
-            thread_id=thread.pk,
+            thread_id=thread.public_id,  # an embedding names its thread by (resource id, thread id)
             resource_id=resource.pk,
             model=embedder.id,
             dimensions=64,
@@ -196,7 +202,7 @@ def conversation(db) -> Conversation:
         processor_id="pii-detector",
         phase="input",
         reason="Message contains a card number",
-        thread_id=thread.pk,
+        thread_id=thread.public_id,  # a log names its thread by (resource id, thread id)
         resource_id=resource.pk,
         metadata={"detected": ["card"], "score": 0.97},
         content=[

@@ -11,7 +11,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.db import connections
+from django.urls import reverse
 
 from memproc import models
 
@@ -81,7 +83,7 @@ def test_operator_marks_a_blocked_turn_false_positive(live_server, admin_user, c
     )
     assert log.reviewed_at is not None
 
-    page.goto(f"{live_server.url}/admin/memproc/thread/support-chat/change/")
+    page.goto(live_server.url + reverse("admin:memproc_thread_change", args=[quote(conversation.thread.pk)]))
     page.wait_for_selector(".memproc-message")
     assert page.locator(".memproc-message").count() == 200
     page.locator("details.memproc-tool-call summary").first.click()  # unfold one tool call for the picture

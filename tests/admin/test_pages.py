@@ -7,8 +7,12 @@ from django.contrib.admin.utils import quote
 from django.urls import reverse
 
 from memproc import models
+from memproc.models import thread_key
 
 pytestmark = pytest.mark.django_db
+
+# The thread's pk, which its admin page is under: the key of the fixture's thread "support-chat".
+SUPPORT_CHAT = thread_key("user-42", "support-chat")
 
 CHANGELISTS = (
     "resource",
@@ -66,14 +70,15 @@ def test_thread_list_shows_counts_and_searches_message_text(admin_client, conver
     page = get_ok(admin_client, url)
     assert "Late parcel" in page and "user-42" in page
     assert ">200<" in page  # message count
-    assert "?thread_id=support-chat" in page  # the tripwire count links to the thread's logs
+    # The tripwire count links to the thread's logs: its id within its resource.
+    assert "?thread_id=support-chat&amp;resource_id__exact=user-42" in page
     assert "Late parcel" in get_ok(admin_client, url + "?q=arrives+on+day+17")
     assert "Late parcel" not in get_ok(admin_client, url + "?q=no+such+words")
     assert "Late parcel" in get_ok(admin_client, url + "?agent_id=support&tripwires=yes")
 
 
 def test_thread_page_is_a_transcript(admin_client, conversation):
-    page = get_ok(admin_client, change_url("thread", "support-chat"))
+    page = get_ok(admin_client, change_url("thread", SUPPORT_CHAT))
     assert "200 messages" in page
     assert "Where is my order number 0?" in page and "Order 49 has shipped and arrives on day 49." in page
     assert page.count('class="memproc-message ') == 200
@@ -91,7 +96,7 @@ def test_thread_page_is_a_transcript(admin_client, conversation):
 
 def test_thread_transcript_is_paged_beyond_the_page_size(admin_client, conversation, monkeypatch):
     monkeypatch.setattr("memproc.admin.transcript.TRANSCRIPT_PAGE_SIZE", 150)
-    page = get_ok(admin_client, change_url("thread", "support-chat") + "?transcript_page=2")
+    page = get_ok(admin_client, change_url("thread", SUPPORT_CHAT) + "?transcript_page=2")
     assert page.count('class="memproc-message ') == 50
     assert "page 2 of 2" in page and "Order 49 has shipped" in page and "order number 0?" not in page
 
@@ -107,14 +112,15 @@ def test_tripwire_page_shows_blocked_content_metadata_and_thread(admin_client, c
     page = get_ok(admin_client, change_url("tripwirelog", conversation.pending.pk))
     assert "My card is 4111 1111 1111 1111" in page
     assert "&quot;score&quot;: 0.97" in page  # pretty-printed metadata
-    assert f'href="{change_url("thread", "support-chat")}"' in page
+    assert f'href="{change_url("thread", SUPPORT_CHAT)}"' in page
     assert reverse("admin:memproc_tripwirelog_review", args=[conversation.pending.pk]) in page
 
 
 def test_tripwire_page_says_not_stored_without_content(admin_client, conversation):
     page = get_ok(admin_client, change_url("tripwirelog", conversation.not_stored.pk))
     assert "Not stored" in page
-    assert "never-saved-thread" in page and change_url("thread", "never-saved-thread") not in page
+    assert "never-saved-thread" in page
+    assert change_url("thread", thread_key("user-42", "never-saved-thread")) not in page
 
 
 def test_tripwire_list_shows_the_queue(admin_client, conversation):
@@ -172,7 +178,11 @@ def test_cross_links_filter_their_lists(admin_client, conversation):
     )
     assert "Late parcel" in threads
     assert "Late parcel" in get_ok(admin_client, reverse("admin:memproc_thread_changelist") + "?q=user-42")
-    logs = get_ok(admin_client, reverse("admin:memproc_tripwirelog_changelist") + "?thread_id=support-chat")
+    logs = get_ok(
+        admin_client,
+        reverse("admin:memproc_tripwirelog_changelist")
+        + "?thread_id=support-chat&resource_id__exact=user-42",
+    )
     assert "pii-detector" in logs and "Unsafe answer" not in logs
     revisions = get_ok(
         admin_client,

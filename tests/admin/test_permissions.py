@@ -7,8 +7,11 @@ from django.contrib.auth import get_user_model
 from django.urls import reverse
 
 from memproc import models
+from memproc.models import thread_key
 
 pytestmark = pytest.mark.django_db
+
+SUPPORT_CHAT = thread_key("user-42", "support-chat")  # the fixture thread's pk
 
 
 @pytest.fixture
@@ -21,7 +24,7 @@ def test_non_staff_users_are_sent_to_the_login_page(non_staff_client, conversati
     urls = [
         reverse("admin:app_list", args=["memproc"]),
         reverse("admin:memproc_thread_changelist"),
-        reverse("admin:memproc_thread_change", args=["support-chat"]),
+        reverse("admin:memproc_thread_change", args=[SUPPORT_CHAT]),
         reverse("admin:memproc_tripwirelog_changelist"),
         reverse("admin:memproc_tripwirelog_review", args=[conversation.pending.pk]),
         reverse("admin:memproc_attachment_change", args=[conversation.image_attachment.pk]),
@@ -64,17 +67,17 @@ def test_deleting_a_thread_goes_through_the_service_and_removes_files(
     storage = conversation.text_attachment.file.storage
     name = conversation.text_attachment.file.name
     assert storage.exists(name)
-    url = reverse("admin:memproc_thread_delete", args=["support-chat"])
+    url = reverse("admin:memproc_thread_delete", args=[SUPPORT_CHAT])
     with django_capture_on_commit_callbacks(execute=True):
         response = admin_client.post(url, {"post": "yes"})
     assert response.status_code == 302
-    assert not models.Thread.objects.filter(pk="support-chat").exists()
+    assert not models.Thread.objects.filter(public_id="support-chat").exists()
     assert not models.Attachment.objects.filter(pk=conversation.text_attachment.pk).exists()
     assert not storage.exists(name)
 
 
 def test_delete_pages_count_instead_of_loading_every_row(admin_client, conversation):
-    page = admin_client.get(reverse("admin:memproc_thread_delete", args=["support-chat"])).content.decode()
+    page = admin_client.get(reverse("admin:memproc_thread_delete", args=[SUPPORT_CHAT])).content.decode()
     assert "Messages: 200" in page or "messages: 200" in page.lower()
     page = admin_client.get(reverse("admin:memproc_resource_delete", args=["user-42"])).content.decode()
     assert "tripwire logs: 2" in page.lower() and "working memory revisions: 3" in page.lower()

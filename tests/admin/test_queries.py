@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -34,7 +35,7 @@ def add_rows(count: int, offset: int) -> None:
     reviewer, _ = get_user_model().objects.get_or_create(username="reviewer")
     for i in range(offset, offset + count):
         resource = ResourceFactory(id=f"r{i}")
-        thread = ThreadFactory(id=f"t{i}", resource=resource, agent_id=f"agent-{i % 3}")
+        thread = ThreadFactory(public_id=f"t{i}", resource=resource, agent_id=f"agent-{i % 3}")
         messages = models.Message.objects.bulk_create(turn_messages(thread, turns=1))
         store_attachment(
             resource_id=resource.pk,
@@ -44,7 +45,7 @@ def add_rows(count: int, offset: int) -> None:
             data=f"file {i}".encode(),
         )
         TripwireLogFactory(
-            thread_id=thread.pk, resource_id=resource.pk, reviewed_by=reviewer, status="confirmed"
+            thread_id=thread.public_id, resource_id=resource.pk, reviewed_by=reviewer, status="confirmed"
         )
         models.WorkingMemoryRevision.objects.create(
             scope="thread",
@@ -58,7 +59,7 @@ def add_rows(count: int, offset: int) -> None:
         )
         models.MessageEmbedding.objects.create(
             message=messages[0],
-            thread_id=thread.pk,
+            thread_id=thread.public_id,
             resource_id=resource.pk,
             model=embedder.id,
             dimensions=8,
@@ -93,7 +94,7 @@ def test_thread_list_search_across_messages_is_bounded(admin_client, django_asse
 
 
 def test_thread_page_query_count_does_not_grow_with_messages(admin_client, conversation):
-    url = reverse("admin:memproc_thread_change", args=["support-chat"])
+    url = reverse("admin:memproc_thread_change", args=[quote(conversation.thread.pk)])
     queries_for(admin_client, url)  # warms per-process caches (content types)
     before = queries_for(admin_client, url)
     models.Message.objects.bulk_create(turn_messages(conversation.thread, turns=50, start=201))

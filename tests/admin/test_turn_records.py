@@ -18,6 +18,7 @@ from django.utils import timezone
 from memproc import models
 from memproc.admin import transcript
 from memproc.admin.dashboard import percentile, start_of_today, turn_stats
+from memproc.models import thread_key
 from memproc.testing import ScriptedModel
 from tests.admin.turn_data import OLD_THREAD, RESOURCE, THREAD, TURNS, make_turns, reply, travel_agent
 from tests.factories import TripwireLogFactory, UserFactory
@@ -31,8 +32,8 @@ def get_ok(client, url: str) -> str:
     return response.content.decode()
 
 
-def thread_url(thread_id: str = THREAD) -> str:
-    return reverse("admin:memproc_thread_change", args=[quote(thread_id)])
+def thread_url(thread_id: str = THREAD, resource_id: str = RESOURCE) -> str:
+    return reverse("admin:memproc_thread_change", args=[quote(thread_key(resource_id, thread_id))])
 
 
 def record_url(record) -> str:
@@ -145,7 +146,7 @@ def test_transcript_queries_do_not_grow_with_turns(admin_client, turns):
 
 
 def test_a_thread_without_records_has_no_panel(admin_client, conversation):
-    assert "memproc-why" not in get_ok(admin_client, thread_url("support-chat"))
+    assert "memproc-why" not in get_ok(admin_client, thread_url("support-chat", "user-42"))
 
 
 # --- the record list and page ---------------------------------------------------------------------
@@ -155,7 +156,7 @@ def test_record_list_renders_with_every_filter_and_search(admin_client, turns):
     url = reverse("admin:memproc_turnrecord_changelist")
     page = get_ok(admin_client, url)
     assert page.count('class="field-status_badge"') == len(turns.records) + 2  # and the old thread's
-    assert reverse("admin:memproc_thread_change", args=[THREAD]) in page
+    assert thread_url() in page
     for query in (
         "status__exact=completed",
         "agent_id__exact=travel",

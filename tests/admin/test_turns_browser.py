@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.db import connections
+from django.urls import reverse
 
 from tests.admin.test_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.admin.turn_data import make_turns
@@ -40,7 +43,8 @@ def page(monkeypatch):
 
 def test_operator_unfolds_why_the_model_saw_a_reply(live_server, admin_user, page):
     data = make_turns()
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/memproc/thread/{data.thread.pk}/change/")
+    thread_page = reverse("admin:memproc_thread_change", args=[quote(data.thread.pk)])  # under its key
+    page.goto(f"{live_server.url}/admin/login/?{urlencode({'next': thread_page})}")
     page.fill("#id_username", admin_user.get_username())
     page.fill("#id_password", "password")
     page.click("input[type=submit]")

@@ -96,7 +96,7 @@ def make_turns(*, extra_turns: int = 0) -> TurnData:
         agent.generate(question, thread_id=THREAD, resource_id=RESOURCE)
     records = list(models.TurnRecord.objects.filter(thread_id=THREAD).order_by("started_at"))
     return TurnData(
-        thread=models.Thread.objects.get(pk=THREAD),
-        old_thread=models.Thread.objects.get(pk=OLD_THREAD),
+        thread=models.Thread.objects.get(public_id=THREAD, resource_id=RESOURCE),
+        old_thread=models.Thread.objects.get(public_id=OLD_THREAD, resource_id=RESOURCE),
         records=records,
     )

@@ -63,9 +63,9 @@ def test_generate_answers_the_turn_and_saves_it(owner_client, agent, model, user
     ]
     assert set(body["messages"][0]) == {"id", "role", "parts", "created_at", "thread_id"}
     assert all(m["thread_id"] == "t-new" for m in body["messages"])
-    stored = models.Message.objects.filter(thread_id="t-new").order_by("sequence")
+    stored = models.Message.objects.filter(thread__public_id="t-new").order_by("sequence")
     assert [m.id for m in stored] == [m["id"] for m in body["messages"]]
-    assert models.Thread.objects.get(pk="t-new").agent_id == "api-test"
+    assert models.Thread.objects.get(public_id="t-new").agent_id == "api-test"
 
 
 def test_generate_accepts_a_dict_and_a_list(owner_client, agent, model, resource):
@@ -80,7 +80,7 @@ def test_generate_continues_a_thread_with_its_history(owner_client, agent, model
     MessageFactory(thread=thread, text="earlier question", sequence=1)
     models.Thread.objects.filter(pk=thread.pk).update(last_sequence=1)
     model.add("Later answer")
-    response = generate(owner_client, messages="and now?", thread_id=thread.pk)
+    response = generate(owner_client, messages="and now?", thread_id=thread.public_id)
     assert response.status_code == 200
     assert [m.text for m in model.requests[0].messages if m.role != "system"] == [
         "earlier question",
@@ -112,12 +112,19 @@ def test_generate_and_stream_views_are_non_atomic():
         assert "default" in resolve(path).func._non_atomic_requests
 
 
-def test_another_users_thread_is_a_404(owner_client, agent, model, other_thread):
-    response = generate(owner_client, messages="hi", thread_id=other_thread.pk)
-    assert response.status_code == 404
-    assert response.json() == {"detail": "Not found.", "code": "not_found"}
-    assert model.calls == 0
-    assert not models.Message.objects.filter(thread=other_thread).exists()
+def test_another_users_thread_id_names_the_callers_own_thread(owner_client, user, agent, model, other_thread):
+    """A thread id names a thread within its resource: the caller's "same" id is a thread of their own,
+    which neither sees nor touches the other's (and says nothing of its existence)."""
+    MessageFactory(thread=other_thread, id="theirs", text="their secret", sequence=1)
+    model.add("Hello")
+    response = generate(owner_client, messages="hi", thread_id=other_thread.public_id)
+    assert response.status_code == 200
+    assert response.json()["thread_id"] == other_thread.public_id
+    assert response.json()["resource_id"] == str(user.pk)
+    assert "their secret" not in str(model.requests[0].messages)
+    assert list(models.Message.objects.filter(thread=other_thread).values_list("id", flat=True)) == ["theirs"]
+    mine = models.Thread.objects.get(public_id=other_thread.public_id, resource_id=str(user.pk))
+    assert mine.pk != other_thread.public_id and mine.messages.count() == 2
 
 
 def test_another_resource_is_a_404(owner_client, agent, model, other_resource):
@@ -127,14 +134,16 @@ def test_another_resource_is_a_404(owner_client, agent, model, other_resource):
 
 
 def test_own_thread_under_another_resource_id_is_a_404(owner_client, agent, model, thread, other_resource):
-    response = generate(owner_client, messages="hi", thread_id=thread.pk, resource_id=other_resource.pk)
+    response = generate(
+        owner_client, messages="hi", thread_id=thread.public_id, resource_id=other_resource.pk
+    )
     assert response.status_code == 404
 
 
 def test_staff_with_change_thread_may_continue_any_thread(staff, agent, model, other_thread):
     staff.user_permissions.add(Permission.objects.get(codename="change_thread"))
     model.add("Sure")
-    response = generate(client_for(staff), messages="hi", thread_id=other_thread.pk)
+    response = generate(client_for(staff), messages="hi", thread_id=other_thread.public_id)
     assert response.status_code == 200
     assert response.json()["resource_id"] == other_thread.resource_id
 
@@ -145,7 +154,12 @@ def test_staff_with_view_thread_only_may_not_continue_another_owners_thread(
     """A turn on a thread is a write: reading rights are not enough, and the thread stays untouched."""
     staff.user_permissions.add(Permission.objects.get(codename="view_thread"))
     model.add("Sure")
-    response = generate(client_for(staff), messages="hi", thread_id=other_thread.pk)
+    response = generate(
+        client_for(staff),
+        messages="hi",
+        thread_id=other_thread.public_id,
+        resource_id=other_thread.resource_id,
+    )
     assert response.status_code == 404
     assert model.calls == 0
     assert not models.Message.objects.filter(thread=other_thread).exists()

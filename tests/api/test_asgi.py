@@ -185,7 +185,7 @@ def test_requests_that_use_the_database_at_once_are_bounded_under_asgi(
     assert statuses == [200] * 8
     assert 1 <= peak[0] <= 2 and inside[0] == 0  # taken by every request, and given back
     assert elapsed < 8 * 3 * GAP  # the turns still overlap: only their database part waits
-    assert models.Message.objects.filter(thread__id__startswith="t").count() == 16
+    assert models.Message.objects.filter(thread__public_id__startswith="t").count() == 16
 
 
 def test_admission_bounds_the_threads_that_hold_a_permit(monkeypatch, settings):

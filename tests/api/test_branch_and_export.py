@@ -28,7 +28,7 @@ def export_url(resource_id: str) -> str:
 
 def add_messages(thread, count: int) -> list[str]:
     return [
-        MessageFactory(thread=thread, id=f"{thread.pk}-m{i}", text=f"m{i}", sequence=i).id
+        MessageFactory(thread=thread, id=f"{thread.public_id}-m{i}", text=f"m{i}", sequence=i).id
         for i in range(1, count + 1)
     ]
 
@@ -52,12 +52,12 @@ def staff_with(staff, *codenames):
 def test_a_branch_copies_the_messages_up_to_the_one_named(owner_client, thread):
     ids = add_messages(thread, 4)
     response = owner_client.post(
-        branch_url(thread.pk), {"message_id": ids[1], "id": "fork", "title": "Fork"}, format="json"
+        branch_url(thread.public_id), {"message_id": ids[1], "id": "fork", "title": "Fork"}, format="json"
     )
     assert response.status_code == 201
     body = response.json()
     assert (body["id"], body["title"], body["resource_id"]) == ("fork", "Fork", thread.resource_id)
-    assert body["metadata"] == {"cloned_from": thread.pk, "branched_at": ids[1]}
+    assert body["metadata"] == {"cloned_from": thread.public_id, "branched_at": ids[1]}
     page = owner_client.get(f"{API}threads/fork/messages/").json()["results"]
     assert [m["parts"][0]["text"] for m in page] == ["m1", "m2"]
     assert not {m["id"] for m in page} & set(ids)
@@ -65,8 +65,8 @@ def test_a_branch_copies_the_messages_up_to_the_one_named(owner_client, thread):
 
 def test_a_branch_without_an_id_gets_one(owner_client, thread):
     ids = add_messages(thread, 2)
-    response = owner_client.post(branch_url(thread.pk), {"message_id": ids[0]}, format="json")
-    assert response.status_code == 201 and response.json()["id"] not in ("", thread.pk)
+    response = owner_client.post(branch_url(thread.public_id), {"message_id": ids[0]}, format="json")
+    assert response.status_code == 201 and response.json()["id"] not in ("", thread.public_id)
     assert response.json()["title"].startswith("Branch of")
 
 
@@ -74,27 +74,29 @@ def test_another_threads_message_is_a_field_error(owner_client, thread, resource
     elsewhere = ThreadFactory(id="elsewhere", resource=resource)
     [foreign] = add_messages(elsewhere, 1)
     add_messages(thread, 1)
-    response = owner_client.post(branch_url(thread.pk), {"message_id": foreign}, format="json")
+    response = owner_client.post(branch_url(thread.public_id), {"message_id": foreign}, format="json")
     assert response.status_code == 400 and set(response.json()) == {"message_id"}
     assert models.Thread.objects.count() == 2
 
 
 @pytest.mark.parametrize("body", [{}, {"message_id": ""}, {"message_id": "m", "id": "a/b"}])
 def test_bad_branch_input_is_a_400(owner_client, thread, body):
-    assert owner_client.post(branch_url(thread.pk), body, format="json").status_code == 400
+    assert owner_client.post(branch_url(thread.public_id), body, format="json").status_code == 400
 
 
 def test_a_taken_id_is_a_400_on_id(owner_client, thread):
     ids = add_messages(thread, 1)
     ThreadFactory(id="taken", resource=thread.resource)
-    response = owner_client.post(branch_url(thread.pk), {"message_id": ids[0], "id": "taken"}, format="json")
+    response = owner_client.post(
+        branch_url(thread.public_id), {"message_id": ids[0], "id": "taken"}, format="json"
+    )
     assert response.status_code == 400 and set(response.json()) == {"id"}
 
 
 def test_another_resources_thread_is_a_404(owner_client, other_thread):
     [message] = add_messages(other_thread, 1)
     response = owner_client.post(
-        branch_url(other_thread.pk), {"message_id": message, "id": "stolen"}, format="json"
+        branch_url(other_thread.public_id), {"message_id": message, "id": "stolen"}, format="json"
     )
     assert response.status_code == 404
     assert response.json() == {"detail": "Not found.", "code": "not_found"}
@@ -104,14 +106,19 @@ def test_another_resources_thread_is_a_404(owner_client, other_thread):
 def test_staff_branch_others_threads_only_with_change_thread(staff, other_thread):
     [message] = add_messages(other_thread, 1)
     viewer = staff_with(staff, "view_thread")
-    assert viewer.post(branch_url(other_thread.pk), {"message_id": message}, format="json").status_code == 404
+    assert (
+        viewer.post(branch_url(other_thread.public_id), {"message_id": message}, format="json").status_code
+        == 404
+    )
     editor = staff_with(staff, "change_thread")
-    response = editor.post(branch_url(other_thread.pk), {"message_id": message, "id": "s"}, format="json")
+    response = editor.post(
+        branch_url(other_thread.public_id), {"message_id": message, "id": "s"}, format="json"
+    )
     assert response.status_code == 201 and response.json()["resource_id"] == other_thread.resource_id
 
 
 def test_anonymous_callers_are_refused(api_client, thread):
-    assert api_client.post(branch_url(thread.pk), {"message_id": "x"}, format="json").status_code in (
+    assert api_client.post(branch_url(thread.public_id), {"message_id": "x"}, format="json").status_code in (
         401,
         403,
     )
@@ -126,11 +133,11 @@ def test_the_owner_exports_their_resource(owner_client, thread, resource):
     attachment = attachment_store(
         resource_id=resource.pk, data=b"bytes", name="a.txt", content_type="text/plain"
     )
-    TripwireLogFactory(resource_id=resource.pk, thread_id=thread.pk)
+    TripwireLogFactory(resource_id=resource.pk, thread_id=thread.public_id)
     document = exported(owner_client.get(export_url(resource.pk)))
     assert (document["format"], document["version"]) == ("memproc.export", 1)
     assert document["resource"]["id"] == resource.pk
-    assert [t["id"] for t in document["threads"]] == [thread.pk]
+    assert [t["id"] for t in document["threads"]] == [thread.public_id]  # the thread id, not the key
     assert [m["text"] for m in document["threads"][0]["messages"]] == ["m1", "m2"]
     assert document["tripwire_logs"] == []  # the review queue's records are not the owner's to read
     [item] = document["attachments"]
@@ -148,13 +155,16 @@ def test_a_resource_with_nothing_stored_is_a_404(owner_client, user):
 
 def test_staff_export_any_resource_only_with_view_thread(staff, other_thread):
     add_messages(other_thread, 1)
-    TripwireLogFactory(resource_id=other_thread.resource_id, thread_id=other_thread.pk, reviewed_by=staff)
+    TripwireLogFactory(
+        resource_id=other_thread.resource_id, thread_id=other_thread.public_id, reviewed_by=staff
+    )
     assert client_for(staff).get(export_url(other_thread.resource_id)).status_code == 404
     document = exported(staff_with(staff, "view_thread").get(export_url(other_thread.resource_id)))
-    assert document["threads"][0]["id"] == other_thread.pk and document["tripwire_logs"] == []
+    assert document["threads"][0]["id"] == other_thread.public_id and document["tripwire_logs"] == []
     reviewer = staff_with(staff, "view_thread", "view_tripwirelog")
     document = exported(reviewer.get(export_url(other_thread.resource_id)))
     assert [log["reviewed_by"] for log in document["tripwire_logs"]] == [staff.username]
+    assert [log["thread_id"] for log in document["tripwire_logs"]] == [other_thread.public_id]
 
 
 def test_the_owners_copy_names_no_operator(owner_client, thread, resource, staff):

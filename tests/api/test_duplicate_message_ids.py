@@ -29,7 +29,9 @@ def hi(text: str = "hi", message_id: str = "m1") -> list[dict[str, str]]:
 
 def stored() -> list[tuple[str, str, str]]:
     return list(
-        models.Message.objects.order_by("thread_id", "sequence").values_list("id", "thread_id", "text")
+        models.Message.objects.order_by("thread_id", "sequence").values_list(
+            "id", "thread__public_id", "text"
+        )
     )
 
 
@@ -39,8 +41,8 @@ def stored() -> list[tuple[str, str, str]]:
 @pytest.mark.django_db
 def test_the_same_message_sent_twice_is_saved_once_and_the_turn_goes_on(owner_client, agent, model, thread):
     model.add("first answer", "second answer")
-    first = owner_client.post(GENERATE, {"messages": hi(), "thread_id": thread.pk}, format="json")
-    again = owner_client.post(GENERATE, {"messages": hi(), "thread_id": thread.pk}, format="json")
+    first = owner_client.post(GENERATE, {"messages": hi(), "thread_id": thread.public_id}, format="json")
+    again = owner_client.post(GENERATE, {"messages": hi(), "thread_id": thread.public_id}, format="json")
     assert first.status_code == again.status_code == 200, again.content
     assert again.json()["text"] == "second answer"
     assert [m["id"] for m in again.json()["messages"]] != ["m1"]  # m1 is not saved again
@@ -52,10 +54,10 @@ def test_the_same_message_sent_twice_is_saved_once_and_the_turn_goes_on(owner_cl
 @pytest.mark.parametrize("url", [GENERATE, STREAM])
 def test_the_same_id_with_other_content_is_a_409_and_saves_nothing(owner_client, agent, model, thread, url):
     model.add("first answer")
-    owner_client.post(GENERATE, {"messages": hi(), "thread_id": thread.pk}, format="json")
+    owner_client.post(GENERATE, {"messages": hi(), "thread_id": thread.public_id}, format="json")
     before = stored()
     response = owner_client.post(
-        url, {"messages": hi("something else"), "thread_id": thread.pk}, format="json"
+        url, {"messages": hi("something else"), "thread_id": thread.public_id}, format="json"
     )
     assert response.status_code == 409, response.content
     assert response["Content-Type"] == "application/json"
@@ -66,7 +68,7 @@ def test_the_same_id_with_other_content_is_a_409_and_saves_nothing(owner_client,
 @pytest.mark.django_db
 def test_an_id_in_another_of_ones_threads_is_a_409(owner_client, agent, model, thread):
     model.add("first answer")
-    owner_client.post(GENERATE, {"messages": hi(), "thread_id": thread.pk}, format="json")
+    owner_client.post(GENERATE, {"messages": hi(), "thread_id": thread.public_id}, format="json")
     for other in ("another-thread", None):  # an existing thread of someone else, or a new one
         body = {"messages": hi(), "thread_id": other} if other else {"messages": hi()}
         response = owner_client.post(GENERATE, body, format="json")
@@ -79,31 +81,39 @@ def test_another_users_id_answers_exactly_as_ones_own_conflict(
     agent, model, user, other_user, thread, other_thread
 ):
     model.add("theirs")
-    client_for(other_user).post(GENERATE, {"messages": hi(), "thread_id": other_thread.pk}, format="json")
+    client_for(other_user).post(
+        GENERATE, {"messages": hi(), "thread_id": other_thread.public_id}, format="json"
+    )
     model.add("mine")
-    client_for(user).post(GENERATE, {"messages": hi("mine", "m2"), "thread_id": thread.pk}, format="json")
-    theirs = client_for(user).post(GENERATE, {"messages": hi(), "thread_id": thread.pk}, format="json")
+    client_for(user).post(
+        GENERATE, {"messages": hi("mine", "m2"), "thread_id": thread.public_id}, format="json"
+    )
+    theirs = client_for(user).post(GENERATE, {"messages": hi(), "thread_id": thread.public_id}, format="json")
     own = client_for(user).post(
         GENERATE, {"messages": hi("mine", "m2"), "thread_id": "elsewhere"}, format="json"
     )
     assert theirs.status_code == own.status_code == 409
     assert theirs.json() == {"messages": [own.json()["messages"][0].replace("m2", "m1")]}
-    assert other_thread.pk not in theirs.content.decode() and "other" not in theirs.content.decode()
-    assert models.Message.objects.get(id="m1").thread_id == other_thread.pk
+    assert other_thread.public_id not in theirs.content.decode() and "other" not in theirs.content.decode()
+    assert models.Message.objects.get(id="m1").thread_id == models.thread_key(
+        other_thread.resource_id, "foreign-thread"
+    )
 
 
 @pytest.mark.django_db
 def test_an_echoed_conversation_still_loses_to_the_stored_copy(owner_client, agent, model, thread):
     """Rule 11: messages before the request's last answer are the client's copy of the thread."""
     model.add("first answer", "second answer")
-    first = owner_client.post(GENERATE, {"messages": hi(), "thread_id": thread.pk}, format="json").json()
+    first = owner_client.post(
+        GENERATE, {"messages": hi(), "thread_id": thread.public_id}, format="json"
+    ).json()
     answer = first["messages"][-1]
     echoed = [
         {"id": "m1", "role": "user", "content": "hi, as the client remembers it"},
         {"id": answer["id"], "role": "assistant", "content": first["text"]},
         {"id": "m2", "role": "user", "content": "and now?"},
     ]
-    response = owner_client.post(GENERATE, {"messages": echoed, "thread_id": thread.pk}, format="json")
+    response = owner_client.post(GENERATE, {"messages": echoed, "thread_id": thread.public_id}, format="json")
     assert response.status_code == 200, response.content
     assert [text for _, _, text in stored()] == ["hi", "first answer", "and now?", "second answer"]
 
@@ -115,7 +125,7 @@ def test_only_client_chosen_ids_are_looked_up(owner_client, agent, model, thread
 
     def lookups(messages: Any) -> int:
         with CaptureQueriesContext(connection) as queries:
-            owner_client.post(GENERATE, {"messages": messages, "thread_id": thread.pk}, format="json")
+            owner_client.post(GENERATE, {"messages": messages, "thread_id": thread.public_id}, format="json")
         return len([q for q in queries if '"content" FROM "memproc_message"' in q["sql"]])
 
     model.add("one", "two")
@@ -141,15 +151,15 @@ def saving_m1_meanwhile(thread_id: str, resource_id: str, text: str = "hi"):
 @pytest.mark.django_db
 @pytest.mark.parametrize("url", [GENERATE, STREAM])
 def test_losing_the_race_for_an_id_is_a_409_not_a_500(owner_client, agent, model, thread, url):
-    model.add(saving_m1_meanwhile(thread.pk, thread.resource_id))
-    response = owner_client.post(url, {"messages": hi(), "thread_id": thread.pk}, format="json")
+    model.add(saving_m1_meanwhile(thread.public_id, thread.resource_id))
+    response = owner_client.post(url, {"messages": hi(), "thread_id": thread.public_id}, format="json")
     if url == STREAM:  # the turn saves after its first event: the stream ends with an error event
         assert response.status_code == 200
         last = b"".join(response.streaming_content).decode().strip().split("\n\n")[-1]
         assert last.startswith("event: error") and '"code":"message_conflict"' in last
     else:
         assert response.status_code == 409 and set(response.json()) == {"messages"}
-    assert stored() == [("m1", thread.pk, "hi")]  # the winner's; nothing of this turn
+    assert stored() == [("m1", thread.public_id, "hi")]  # the winner's; nothing of this turn
     assert not models.TurnRecord.objects.filter(status="completed").exists()
 
 

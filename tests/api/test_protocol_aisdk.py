@@ -46,7 +46,7 @@ def frames(response: Any) -> list[Any]:
 def stored(thread_id: str) -> list[tuple[str, str, str]]:
     return [
         (m.id, m.role, m.text)
-        for m in models.Message.objects.filter(thread_id=thread_id).order_by("sequence")
+        for m in models.Message.objects.filter(thread__public_id=thread_id).order_by("sequence")
     ]
 
 
@@ -209,23 +209,23 @@ def test_the_resent_chat_saves_only_the_new_message(owner_client, agent, model, 
     model.add("two")
     response = chat(
         owner_client,
-        answered.pk,
+        answered.public_id,
         ui("u1", "user", "first"),
         ui("x-a1", "assistant", "one"),
         ui("u2", "user", "second"),
     )
     assert frames(response)[-1]["type"] == "finish"
-    assert [r[0] for r in stored(answered.pk)][:3] == ["u1", "a1", "u2"]
-    assert len(stored(answered.pk)) == 4
+    assert [r[0] for r in stored(answered.public_id)][:3] == ["u1", "a1", "u2"]
+    assert len(stored(answered.public_id)) == 4
     assert [m.text for m in model.requests[0].messages if m.role == "user"] == ["first", "second"]
 
 
 @pytest.mark.django_db
 def test_regenerate_replaces_the_last_answer(owner_client, agent, model, answered):
     model.add("uno")
-    response = chat(owner_client, answered.pk, ui("u1", "user", "first"), trigger="regenerate-message")
+    response = chat(owner_client, answered.public_id, ui("u1", "user", "first"), trigger="regenerate-message")
     assert frames(response)[-1]["type"] == "finish"
-    rows = stored(answered.pk)
+    rows = stored(answered.public_id)
     assert [(r[0], r[2]) for r in rows][0] == ("u1", "first")
     assert [r[2] for r in rows] == ["first", "uno"] and "a1" not in [r[0] for r in rows]
 
@@ -233,18 +233,18 @@ def test_regenerate_replaces_the_last_answer(owner_client, agent, model, answere
 @pytest.mark.django_db
 def test_an_edit_replaces_the_message_and_what_followed(owner_client, agent, model, answered):
     model.add("edited answer")
-    response = chat(owner_client, answered.pk, ui("u1", "user", "first, edited"), messageId="u1")
+    response = chat(owner_client, answered.public_id, ui("u1", "user", "first, edited"), messageId="u1")
     assert frames(response)[-1]["type"] == "finish"
-    assert [(r[0], r[2]) for r in stored(answered.pk)][0] == ("u1", "first, edited")
-    assert len(stored(answered.pk)) == 2
+    assert [(r[0], r[2]) for r in stored(answered.public_id)][0] == ("u1", "first, edited")
+    assert len(stored(answered.public_id)) == 2
 
 
 @pytest.mark.django_db
 def test_a_repeated_message_is_a_400_and_changes_nothing(owner_client, agent, model, answered):
-    response = chat(owner_client, answered.pk, ui("u1", "user", "first"))
+    response = chat(owner_client, answered.public_id, ui("u1", "user", "first"))
     assert response.status_code == 400
     assert "regenerate-message" in json.dumps(response.json())
-    assert len(stored(answered.pk)) == 2 and model.calls == 0
+    assert len(stored(answered.public_id)) == 2 and model.calls == 0
 
 
 # --- errors before the stream ------------------------------------------------------------------------
@@ -255,7 +255,9 @@ def test_errors_before_the_turn_are_json(api_client, owner_client, agent, model,
     assert chat(api_client, "c", ui("u", "user", "hi")).status_code == 401
     unknown = owner_client.post(API + "agents/nope/chat/", {"id": "c", "messages": []}, format="json")
     assert unknown.status_code == 404 and unknown.json()["code"] == "not_found"
-    foreign = chat(owner_client, other_thread.pk, ui("u", "user", "hi"))
+    foreign = chat(
+        owner_client, other_thread.public_id, ui("u", "user", "hi"), resource_id=other_thread.resource_id
+    )
     assert foreign.status_code == 404
     for body in (
         {"id": "c", "messages": []},

@@ -90,7 +90,7 @@ def add(a: int, b: int) -> int:
 
 
 def stored(thread_id: str) -> list[Any]:
-    return list(models.Message.objects.filter(thread_id=thread_id).order_by("sequence"))
+    return list(models.Message.objects.filter(thread__public_id=thread_id).order_by("sequence"))
 
 
 def texts(summary: dict[str, Any], role: str) -> list[str]:
@@ -171,7 +171,7 @@ def test_the_ai_sdks_chat_client_talks_to_the_chat_endpoint(live_server, make_ag
     failing = results["error"]
     assert failing["status"] == "error"
     assert failing["error"] == error_data(ModelUnavailableError("connection reset"))["detail"]
-    assert not models.Message.objects.filter(thread_id="js-error").exists()
+    assert not models.Message.objects.filter(thread__public_id="js-error").exists()
 
     # readUIMessageStream builds the message from the same stream.
     reader = results["reader"]

@@ -42,7 +42,10 @@ def client(live_server: Any, token: str, resource: Any) -> openai.OpenAI:
 
 
 def stored(thread_id: str) -> list[tuple[str, str]]:
-    return [(m.role, m.text) for m in models.Message.objects.filter(thread_id=thread_id).order_by("sequence")]
+    return [
+        (m.role, m.text)
+        for m in models.Message.objects.filter(thread__public_id=thread_id).order_by("sequence")
+    ]
 
 
 def user_texts(request: ModelRequest) -> list[str]:
@@ -309,7 +312,7 @@ def test_another_owners_thread_is_not_found(client, agent, other_thread):
         client.chat.completions.create(
             model="api-test",
             messages=[{"role": "user", "content": "hi"}],
-            metadata={"thread_id": other_thread.pk},
+            metadata={"thread_id": other_thread.public_id, "resource_id": other_thread.resource_id},
         )
 
 

@@ -174,7 +174,7 @@ def fuzz_headers(db: None, _keep_test_transaction: None, make_agent: Any, model:
     thread = ThreadFactory(id="fuzz-thread", resource=ResourceFactory(id=str(user.pk)), last_sequence=3)
     for i in range(1, 4):
         MessageFactory(thread=thread, id=f"fuzz-m{i}", sequence=i)
-    TripwireLogFactory(id=uuid.UUID(FUZZ_LOG_ID), thread_id=thread.pk, resource_id=thread.resource_id)
+    TripwireLogFactory(id=uuid.UUID(FUZZ_LOG_ID), thread_id=thread.public_id, resource_id=thread.resource_id)
     model.add(*[f"answer {i}" for i in range(500)])
     make_agent(memory=Memory(last_messages=5, working_memory=True))
     token = base64.b64encode(f"{user.get_username()}:pw".encode()).decode()

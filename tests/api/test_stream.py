@@ -88,7 +88,7 @@ def test_stream_sends_deltas_then_the_result(owner_client, agent, model, resourc
     result = events[-1][1]
     assert set(result) == {"text", "messages", "tripwire", "thread_id", "resource_id", "usage", "memory"}
     assert (result["text"], result["thread_id"], result["tripwire"]) == ("Hi there Ada", "t-stream", None)
-    assert models.Message.objects.filter(thread_id="t-stream").count() == 2
+    assert models.Message.objects.filter(thread__public_id="t-stream").count() == 2
 
 
 @pytest.mark.django_db
@@ -132,7 +132,7 @@ def test_an_error_mid_stream_is_an_error_event_and_saves_nothing(owner_client, m
         ("error", {"detail": "The model provider is unavailable.", "code": "model_unavailable"}),
     ]
     assert not models.Message.objects.exists()
-    assert not models.Thread.objects.filter(pk="t").exists()
+    assert not models.Thread.objects.filter(public_id="t").exists()
 
 
 @pytest.mark.django_db
@@ -144,7 +144,7 @@ def test_a_model_that_fails_before_any_event_is_a_json_502(owner_client, agent, 
         "detail": "The model provider is unavailable.",
         "code": "model_unavailable",
     }
-    assert not models.Thread.objects.filter(pk="t").exists()
+    assert not models.Thread.objects.filter(public_id="t").exists()
 
 
 @pytest.mark.django_db
@@ -157,7 +157,9 @@ def test_bad_input_is_a_json_400_before_any_event(owner_client, agent, resource)
 
 @pytest.mark.django_db
 def test_another_users_thread_is_a_json_404(owner_client, agent, model, other_thread):
-    response = stream_with_client(owner_client, messages="hi", thread_id=other_thread.pk)
+    response = stream_with_client(
+        owner_client, messages="hi", thread_id=other_thread.public_id, resource_id=other_thread.resource_id
+    )
     assert response.status_code == 404
     assert response.json()["code"] == "not_found"
     assert model.calls == 0
@@ -217,7 +219,7 @@ def test_events_arrive_while_the_turn_is_still_running(live_server, make_agent, 
         first = read_event(response)
         assert first == ("text-delta", {"text": "Hello"})
         assert gated.waiting  # the model is still mid-answer: the event was not buffered
-        assert not models.Message.objects.filter(thread_id="live").exists()  # nothing saved mid-turn
+        assert not models.Message.objects.filter(thread__public_id="live").exists()  # nothing saved mid-turn
         gated.gate.set()
         assert read_event(response) == ("text-delta", {"text": " world"})
         event, result = read_event(response)
@@ -227,7 +229,7 @@ def test_events_arrive_while_the_turn_is_still_running(live_server, make_agent, 
     finally:
         gated.gate.set()
         connection.close()
-    assert models.Message.objects.filter(thread_id="live").count() == 2
+    assert models.Message.objects.filter(thread__public_id="live").count() == 2
 
 
 @pytest.mark.django_db(transaction=True)

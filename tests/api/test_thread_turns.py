@@ -25,7 +25,7 @@ def make_records(thread, count: int) -> list[models.TurnRecord]:
     return [
         models.TurnRecord.objects.create(
             agent_id="api-test",
-            thread_id=thread.pk,
+            thread_id=thread.public_id,
             resource_id=thread.resource_id,
             status="completed",
             model="test/scripted",
@@ -63,17 +63,17 @@ def test_the_owner_reads_a_real_turns_record(owner_client, resource, agent, mode
 def test_a_blocked_turn_names_its_tripwire(owner_client, thread, agent):
     owner_client.post(
         f"{API}agents/{agent.id}/generate/",
-        {"messages": "a forbidden word", "thread_id": thread.pk},
+        {"messages": "a forbidden word", "thread_id": thread.public_id},
         format="json",
     )
-    [record] = owner_client.get(turns_url(thread.pk)).json()["results"]
+    [record] = owner_client.get(turns_url(thread.public_id)).json()["results"]
     log = models.TripwireLog.objects.get()
     assert record["status"] == "blocked" and record["tripwire_id"] == str(log.pk)
 
 
 def test_newest_first_with_cursor_pages(owner_client, thread):
     records = make_records(thread, 5)
-    seen, url = [], turns_url(thread.pk) + "?limit=2"
+    seen, url = [], turns_url(thread.public_id) + "?limit=2"
     while url:
         page = owner_client.get(url).json()
         assert len(page["results"]) <= 2
@@ -86,48 +86,48 @@ def test_a_tampered_cursor_is_a_400_field_error(owner_client, thread):
     make_records(thread, 1)
     forged = base64.b64encode(b"p=not-a-date").decode()
     for cursor in ("garbage", forged):
-        response = owner_client.get(turns_url(thread.pk), {"cursor": cursor})
+        response = owner_client.get(turns_url(thread.public_id), {"cursor": cursor})
         assert response.status_code == 400 and response.json() == {"cursor": ["Invalid cursor"]}
 
 
 def test_only_this_threads_records(owner_client, thread, other_thread):
     make_records(thread, 1)
     make_records(other_thread, 2)
-    results = owner_client.get(turns_url(thread.pk)).json()["results"]
-    assert [r["thread_id"] for r in results] == [thread.pk]
+    results = owner_client.get(turns_url(thread.public_id)).json()["results"]
+    assert [r["thread_id"] for r in results] == [thread.public_id]
 
 
 def test_another_owners_thread_is_a_404(other_client, owner_client, thread):
     make_records(thread, 1)
-    assert other_client.get(turns_url(thread.pk)).status_code == 404
+    assert other_client.get(turns_url(thread.public_id)).status_code == 404
     assert owner_client.get(turns_url("no-such-thread")).status_code == 404
 
 
 def test_anonymous_callers_are_refused(api_client, thread):
-    assert api_client.get(turns_url(thread.pk)).status_code in (401, 403)
+    assert api_client.get(turns_url(thread.public_id)).status_code in (401, 403)
 
 
 def test_staff_are_scoped_exactly_like_messages(staff_client, other_thread):
     """Whatever the resource resolver grants a staff user without `memproc.view_thread` for a thread's
     messages, it grants for its turns: the two endpoints share one permission path."""
     make_records(other_thread, 1)
-    messages = staff_client.get(f"{API}threads/{other_thread.pk}/messages/")
-    turns = staff_client.get(turns_url(other_thread.pk))
+    messages = staff_client.get(f"{API}threads/{other_thread.public_id}/messages/")
+    turns = staff_client.get(turns_url(other_thread.public_id))
     assert turns.status_code == messages.status_code == 404
 
 
 def test_staff_with_view_thread_read_another_owners_turns(staff, other_thread):
     staff.user_permissions.add(Permission.objects.get(codename="view_thread"))
     make_records(other_thread, 2)
-    response = client_for(staff).get(turns_url(other_thread.pk))
+    response = client_for(staff).get(turns_url(other_thread.public_id))
     assert response.status_code == 200 and len(response.json()["results"]) == 2
 
 
 def test_staff_are_scoped_like_anyone_by_a_resolver_that_says_so(staff_client, other_thread, settings):
     settings.MEMPROC = {**settings.MEMPROC, "RESOURCE_RESOLVER": "tests.api.test_thread_turns.own_only"}
     make_records(other_thread, 1)
-    assert staff_client.get(f"{API}threads/{other_thread.pk}/messages/").status_code == 404
-    assert staff_client.get(turns_url(other_thread.pk)).status_code == 404
+    assert staff_client.get(f"{API}threads/{other_thread.public_id}/messages/").status_code == 404
+    assert staff_client.get(turns_url(other_thread.public_id)).status_code == 404
 
 
 def own_only(request) -> list[str]:

@@ -23,7 +23,7 @@ def thread_url(thread_id: str, suffix: str = "") -> str:
 def add_messages(thread, count: int) -> list[str]:
     ids = []
     for i in range(1, count + 1):
-        ids.append(MessageFactory(thread=thread, id=f"{thread.pk}-m{i}", text=f"m{i}", sequence=i).id)
+        ids.append(MessageFactory(thread=thread, id=f"{thread.public_id}-m{i}", text=f"m{i}", sequence=i).id)
     models.Thread.objects.filter(pk=thread.pk).update(last_sequence=count)
     return ids
 
@@ -33,7 +33,7 @@ def test_list_shows_only_the_callers_threads(owner_client, thread, other_thread)
     assert response.status_code == 200
     body = response.json()
     assert set(body) == {"next", "previous", "results"}
-    assert [t["id"] for t in body["results"]] == [thread.pk]
+    assert [t["id"] for t in body["results"]] == [thread.public_id]
     assert set(body["results"][0]) == THREAD_FIELDS
 
 
@@ -41,15 +41,15 @@ def test_staff_with_view_thread_list_every_thread_and_filter_by_resource(staff, 
     staff.user_permissions.add(Permission.objects.get(codename="view_thread"))
     staff_client = client_for(staff)
     ids = {t["id"] for t in staff_client.get(API + "threads/").json()["results"]}
-    assert ids == {thread.pk, other_thread.pk}
+    assert ids == {thread.public_id, other_thread.public_id}
     filtered = staff_client.get(API + "threads/", {"resource_id": other_thread.resource_id}).json()["results"]
-    assert [t["id"] for t in filtered] == [other_thread.pk]
+    assert [t["id"] for t in filtered] == [other_thread.public_id]
 
 
 def test_staff_without_view_thread_list_only_their_own(staff_client, staff, thread, other_thread):
     mine = ThreadFactory(id="staff-thread", resource=ResourceFactory(id=str(staff.pk)))
     ids = [t["id"] for t in staff_client.get(API + "threads/").json()["results"]]
-    assert ids == [mine.pk]
+    assert ids == [mine.public_id]
 
 
 def test_resource_filter_cannot_widen_the_scope(owner_client, thread, other_thread):
@@ -81,7 +81,7 @@ def test_create_defaults_to_the_callers_resource(owner_client, user):
         "Trip",
         {"topic": "travel"},
     )
-    assert models.Thread.objects.get(pk="chosen").resource_id == str(user.pk)
+    assert models.Thread.objects.get(public_id="chosen").resource_id == str(user.pk)
 
 
 def test_create_generates_an_id(owner_client, resource):
@@ -113,33 +113,33 @@ def test_create_rejects_bad_input_with_field_errors(owner_client, resource, body
 
 
 def test_create_with_a_taken_id_is_a_400(owner_client, thread):
-    response = owner_client.post(API + "threads/", {"id": thread.pk}, format="json")
+    response = owner_client.post(API + "threads/", {"id": thread.public_id}, format="json")
     assert response.status_code == 400
-    assert "already exists" in response.json()["id"][0]
+    assert "already has a thread" in response.json()["id"][0]
 
 
 def test_retrieve_patch_and_delete_own_thread(owner_client, thread):
-    assert owner_client.get(thread_url(thread.pk)).json()["title"] == "Mine"
+    assert owner_client.get(thread_url(thread.public_id)).json()["title"] == "Mine"
     response = owner_client.patch(
-        thread_url(thread.pk), {"title": "Renamed", "metadata": {"a": 1}}, format="json"
+        thread_url(thread.public_id), {"title": "Renamed", "metadata": {"a": 1}}, format="json"
     )
     assert response.status_code == 200
     assert (response.json()["title"], response.json()["metadata"]) == ("Renamed", {"a": 1})
     thread.refresh_from_db()
     assert thread.title == "Renamed"
     add_messages(thread, 2)
-    assert owner_client.delete(thread_url(thread.pk)).status_code == 204
+    assert owner_client.delete(thread_url(thread.public_id)).status_code == 204
     assert not models.Thread.objects.filter(pk=thread.pk).exists()
     assert not models.Message.objects.exists()
 
 
 def test_patch_validates(owner_client, thread):
-    response = owner_client.patch(thread_url(thread.pk), {"metadata": "nope"}, format="json")
+    response = owner_client.patch(thread_url(thread.public_id), {"metadata": "nope"}, format="json")
     assert response.status_code == 400 and set(response.json()) == {"metadata"}
 
 
 def test_put_is_not_offered(owner_client, thread):
-    assert owner_client.put(thread_url(thread.pk), {"title": "x"}, format="json").status_code == 405
+    assert owner_client.put(thread_url(thread.public_id), {"title": "x"}, format="json").status_code == 405
 
 
 @pytest.mark.parametrize(
@@ -157,7 +157,7 @@ def test_put_is_not_offered(owner_client, thread):
 def test_another_users_thread_is_a_404_everywhere(owner_client, other_thread, method, suffix, body):
     add_messages(other_thread, 1)
     models.Thread.objects.filter(pk=other_thread.pk).update(working_memory="secret")
-    response = getattr(owner_client, method)(thread_url(other_thread.pk, suffix), body, format="json")
+    response = getattr(owner_client, method)(thread_url(other_thread.public_id, suffix), body, format="json")
     assert response.status_code == 404
     assert response.json() == {"detail": "Not found.", "code": "not_found"}
     other_thread.refresh_from_db()
@@ -173,14 +173,17 @@ def test_a_missing_thread_answers_the_same_404(owner_client, resource):
 def test_staff_with_view_thread_read_any_thread(staff, other_thread):
     staff.user_permissions.add(Permission.objects.get(codename="view_thread"))
     staff_client = client_for(staff)
-    assert staff_client.get(thread_url(other_thread.pk)).status_code == 200
-    assert staff_client.get(thread_url(other_thread.pk, "messages/")).status_code == 200
-    assert staff_client.patch(thread_url(other_thread.pk), {"title": "x"}, format="json").status_code == 404
+    assert staff_client.get(thread_url(other_thread.public_id)).status_code == 200
+    assert staff_client.get(thread_url(other_thread.public_id, "messages/")).status_code == 200
+    assert (
+        staff_client.patch(thread_url(other_thread.public_id), {"title": "x"}, format="json").status_code
+        == 404
+    )
 
 
 def test_staff_without_view_thread_are_scoped_like_anyone(staff_client, other_thread):
-    assert staff_client.get(thread_url(other_thread.pk)).status_code == 404
-    assert staff_client.get(thread_url(other_thread.pk, "messages/")).status_code == 404
+    assert staff_client.get(thread_url(other_thread.public_id)).status_code == 404
+    assert staff_client.get(thread_url(other_thread.public_id, "messages/")).status_code == 404
 
 
 @pytest.mark.parametrize("client_name", ["api_client"])
@@ -189,15 +192,15 @@ def test_anonymous_thread_endpoints_are_refused(request, client_name, thread):
     for response in (
         client.get(API + "threads/"),
         client.post(API + "threads/", {}, format="json"),
-        client.get(thread_url(thread.pk)),
-        client.get(thread_url(thread.pk, "messages/")),
+        client.get(thread_url(thread.public_id)),
+        client.get(thread_url(thread.public_id, "messages/")),
     ):
         assert response.status_code in (401, 403)
 
 
 def test_messages_are_cursor_paginated_oldest_first(owner_client, thread):
     ids = add_messages(thread, 5)
-    page = owner_client.get(thread_url(thread.pk, "messages/"), {"limit": 2}).json()
+    page = owner_client.get(thread_url(thread.public_id, "messages/"), {"limit": 2}).json()
     assert set(page) == {"next", "previous", "results"}
     seen = [m["id"] for m in page["results"]]
     assert set(page["results"][0]) == {"id", "role", "parts", "created_at", "thread_id"}
@@ -211,7 +214,7 @@ def test_messages_are_cursor_paginated_oldest_first(owner_client, thread):
 
 def test_messages_newest_first(owner_client, thread):
     ids = add_messages(thread, 5)
-    page = owner_client.get(thread_url(thread.pk, "messages/"), {"order": "desc", "limit": 3}).json()
+    page = owner_client.get(thread_url(thread.public_id, "messages/"), {"order": "desc", "limit": 3}).json()
     assert [m["id"] for m in page["results"]] == ids[::-1][:3]
     rest = owner_client.get(page["next"]).json()
     assert [m["id"] for m in rest["results"]] == ids[::-1][3:]
@@ -220,17 +223,19 @@ def test_messages_newest_first(owner_client, thread):
 
 def test_messages_reject_a_bad_order_or_cursor(owner_client, thread):
     add_messages(thread, 1)
-    assert owner_client.get(thread_url(thread.pk, "messages/"), {"order": "sideways"}).status_code == 400
-    garbage = owner_client.get(thread_url(thread.pk, "messages/"), {"cursor": "garbage"})
+    assert (
+        owner_client.get(thread_url(thread.public_id, "messages/"), {"order": "sideways"}).status_code == 400
+    )
+    garbage = owner_client.get(thread_url(thread.public_id, "messages/"), {"cursor": "garbage"})
     assert garbage.status_code == 400 and garbage.json() == {"cursor": ["Invalid cursor"]}
     forged = base64.b64encode(b"p=not-a-number").decode()
-    assert owner_client.get(thread_url(thread.pk, "messages/"), {"cursor": forged}).status_code == 400
+    assert owner_client.get(thread_url(thread.public_id, "messages/"), {"cursor": forged}).status_code == 400
 
 
 def test_clone_copies_the_thread(owner_client, thread):
     add_messages(thread, 3)
     response = owner_client.post(
-        thread_url(thread.pk, "clone/"), {"id": "copy", "title": "Copy"}, format="json"
+        thread_url(thread.public_id, "clone/"), {"id": "copy", "title": "Copy"}, format="json"
     )
     assert response.status_code == 201
     assert (response.json()["id"], response.json()["title"]) == ("copy", "Copy")
@@ -238,10 +243,22 @@ def test_clone_copies_the_thread(owner_client, thread):
     assert [m["parts"][0]["text"] for m in copied] == ["m1", "m2", "m3"]
 
 
-def test_clone_with_a_taken_id_is_a_400(owner_client, thread):
-    ThreadFactory(id="taken", resource=ResourceFactory(id="someone-else"))
-    response = owner_client.post(thread_url(thread.pk, "clone/"), {"id": "taken"}, format="json")
+def test_clone_with_an_id_the_resource_uses_is_a_400(owner_client, thread):
+    ThreadFactory(id="taken", resource=thread.resource)
+    response = owner_client.post(thread_url(thread.public_id, "clone/"), {"id": "taken"}, format="json")
     assert response.status_code == 400 and set(response.json()) == {"id"}
+
+
+def test_an_id_another_resource_uses_is_free_and_reveals_nothing(owner_client, thread):
+    """A thread id names a thread within its resource: no existence oracle, no squatting."""
+    theirs = ThreadFactory(id="taken", resource=ResourceFactory(id="someone-else"), title="Theirs")
+    created = owner_client.post(API + "threads/", {"id": "taken", "title": "Mine too"}, format="json")
+    cloned = owner_client.post(thread_url(thread.public_id, "clone/"), {"id": "taken-2"}, format="json")
+    assert (created.status_code, cloned.status_code) == (201, 201)
+    assert created.json()["id"] == "taken" and created.json()["resource_id"] == thread.resource_id
+    assert owner_client.get(thread_url("taken")).json()["title"] == "Mine too"
+    theirs.refresh_from_db()
+    assert theirs.title == "Theirs"
 
 
 def test_nul_in_a_path_id_is_a_404(owner_client, resource):

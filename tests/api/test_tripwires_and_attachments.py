@@ -182,7 +182,7 @@ def test_owner_reads_attachment_metadata_and_url(owner_client, thread):
         "size": 5,
         "sha256": attachment.sha256,
         "created_at": body["created_at"],
-        "thread_id": thread.pk,
+        "thread_id": thread.public_id,
         "url": f"http://testserver/media/attachments/{attachment.file.name}",
     }
 

@@ -43,11 +43,11 @@ def resource_wm(resource_id: str) -> str:
 
 
 def test_thread_working_memory_starts_empty(owner_client, thread):
-    response = owner_client.get(thread_wm(thread.pk))
+    response = owner_client.get(thread_wm(thread.public_id))
     assert response.status_code == 200
     assert response.json() == {
         "scope": "thread",
-        "key": thread.pk,
+        "key": thread.public_id,
         "working_memory": "",
         "version": 0,
         "mode": "markdown",
@@ -56,12 +56,12 @@ def test_thread_working_memory_starts_empty(owner_client, thread):
 
 def test_markdown_put_replaces_and_records_a_revision(owner_client, user, thread):
     response = owner_client.put(
-        thread_wm(thread.pk), {"working_memory": "# User\n- Name: Ada"}, format="json"
+        thread_wm(thread.public_id), {"working_memory": "# User\n- Name: Ada"}, format="json"
     )
     assert response.status_code == 200
     assert response.json() == {
         "scope": "thread",
-        "key": thread.pk,
+        "key": thread.public_id,
         "working_memory": "# User\n- Name: Ada",
         "version": 1,
         "mode": "markdown",
@@ -71,38 +71,42 @@ def test_markdown_put_replaces_and_records_a_revision(owner_client, user, thread
         "api",
         user,
         "# User\n- Name: Ada",
-        thread.pk,
+        models.thread_key(thread.resource_id, thread.public_id),  # a revision names its thread by key
     )
-    assert owner_client.get(thread_wm(thread.pk)).json()["working_memory"] == "# User\n- Name: Ada"
+    assert owner_client.get(thread_wm(thread.public_id)).json()["working_memory"] == "# User\n- Name: Ada"
 
 
 def test_markdown_refuses_the_empty_template_over_real_data(owner_client, thread):
-    owner_client.put(thread_wm(thread.pk), {"working_memory": "# User\n- Name: Ada"}, format="json")
-    response = owner_client.put(thread_wm(thread.pk), {"working_memory": DEFAULT_TEMPLATE}, format="json")
+    owner_client.put(thread_wm(thread.public_id), {"working_memory": "# User\n- Name: Ada"}, format="json")
+    response = owner_client.put(
+        thread_wm(thread.public_id), {"working_memory": DEFAULT_TEMPLATE}, format="json"
+    )
     assert response.status_code == 400
     assert "empty template" in response.json()["working_memory"][0]
     assert models.WorkingMemoryRevision.objects.count() == 1
 
 
 def test_markdown_mode_takes_text_only(owner_client, thread):
-    response = owner_client.put(thread_wm(thread.pk), {"working_memory": {"name": "Ada"}}, format="json")
+    response = owner_client.put(
+        thread_wm(thread.public_id), {"working_memory": {"name": "Ada"}}, format="json"
+    )
     assert response.status_code == 400 and set(response.json()) == {"working_memory"}
 
 
 def test_the_agent_parameter_picks_the_template_guard(owner_client, thread, markdown_agent):
-    url = thread_wm(thread.pk) + "?agent=noted"
+    url = thread_wm(thread.public_id) + "?agent=noted"
     assert owner_client.put(url, {"working_memory": "# Notes\n- Name: Ada"}, format="json").status_code == 200
     response = owner_client.put(url, {"working_memory": "# Notes\n- Name:"}, format="json")
     assert response.status_code == 400
 
 
 def test_unknown_agent_parameter_is_a_field_error(owner_client, thread):
-    response = owner_client.get(thread_wm(thread.pk) + "?agent=nobody")
+    response = owner_client.get(thread_wm(thread.public_id) + "?agent=nobody")
     assert response.status_code == 400 and set(response.json()) == {"agent"}
 
 
 def test_schema_mode_merges_and_shows_an_object(owner_client, thread, schema_agent):
-    url = thread_wm(thread.pk) + "?agent=profiled"
+    url = thread_wm(thread.public_id) + "?agent=profiled"
     first = owner_client.put(url, {"working_memory": {"name": "Ada", "likes": ["tea"]}}, format="json")
     assert first.status_code == 200
     assert first.json()["mode"] == "schema"
@@ -116,7 +120,7 @@ def test_schema_mode_merges_and_shows_an_object(owner_client, thread, schema_age
 
 def test_schema_mode_follows_the_threads_agent(owner_client, thread, schema_agent):
     models.Thread.objects.filter(pk=thread.pk).update(agent_id="profiled")
-    response = owner_client.get(thread_wm(thread.pk))
+    response = owner_client.get(thread_wm(thread.public_id))
     assert response.json()["mode"] == "schema"
     assert response.json()["working_memory"] == {}
 
@@ -127,7 +131,7 @@ def test_schema_mismatch_is_a_400_and_writes_nothing(owner_client, thread, schem
         working_memory=json.dumps({"name": "Ada"}), working_memory_version=1
     )
     response = owner_client.put(
-        thread_wm(thread.pk) + "?agent=profiled", {"working_memory": bad}, format="json"
+        thread_wm(thread.public_id) + "?agent=profiled", {"working_memory": bad}, format="json"
     )
     assert response.status_code == 400
     assert set(response.json()) == {"working_memory"}
@@ -141,7 +145,7 @@ def test_schema_mismatch_is_a_400_and_writes_nothing(owner_client, thread, schem
     [{}, {"working_memory": 5}, {"working_memory": ["a"]}, {"working_memory": "x", "replace": "maybe"}],
 )
 def test_put_validates_the_body(owner_client, thread, body):
-    response = owner_client.put(thread_wm(thread.pk), body, format="json")
+    response = owner_client.put(thread_wm(thread.public_id), body, format="json")
     assert response.status_code == 400
 
 
@@ -196,5 +200,5 @@ def test_staff_need_change_thread_to_write_another_resources_memory(staff, other
 
 
 def test_anonymous_working_memory_is_refused(api_client, thread):
-    assert api_client.get(thread_wm(thread.pk)).status_code in (401, 403)
+    assert api_client.get(thread_wm(thread.public_id)).status_code in (401, 403)
     assert api_client.get(resource_wm(thread.resource_id)).status_code in (401, 403)

@@ -66,10 +66,10 @@ def test_deleting_a_thread_keeps_files_another_thread_references(two_threads, co
 def test_a_cloned_thread_keeps_the_file_when_the_original_goes(two_threads, committing):
     from memproc.models import Thread
 
-    clone = thread_clone(thread=Thread.objects.get(pk="a"), new_thread_id="a-copy")
+    clone = thread_clone(thread=Thread.objects.get(public_id="a"), new_thread_id="a-copy")
     with committing():
-        thread_delete(thread=Thread.objects.get(pk="a"))
-        thread_delete(thread=Thread.objects.get(pk="b"))
+        thread_delete(thread=Thread.objects.get(public_id="a"))
+        thread_delete(thread=Thread.objects.get(public_id="b"))
     assert Attachment.objects.get().message.thread_id == clone.id and len(stored_files()) == 1
 
 

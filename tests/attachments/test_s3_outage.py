@@ -148,7 +148,7 @@ def assert_json_503(status: int, content_type: str, content: bytes, s3_endpoint:
 def nothing_saved(model: ScriptedModel) -> None:
     assert model.calls == 0
     assert not models.Message.objects.exists() and not models.Attachment.objects.exists()
-    assert not models.Thread.objects.filter(pk="pics").exists()
+    assert not models.Thread.objects.filter(public_id="pics").exists()
 
 
 # --- uploads while S3 is down ---------------------------------------------------------------------

@@ -57,7 +57,7 @@ def test_broker_down_the_turn_commits_once_and_its_jobs_wait_in_the_outbox(
         elapsed = time.monotonic() - started
 
     assert result.tripwire is None and result.text
-    assert StoredMessage.objects.filter(thread_id="bees").count() == 2
+    assert StoredMessage.objects.filter(thread__public_id="bees").count() == 2
     jobs = list(OutboxJob.objects.order_by("task"))
     assert [job.task for job in jobs] == ["memproc.embed_messages", "memproc.generate_title"]
     assert all(job.attempts == 1 and job.last_error for job in jobs)
@@ -81,7 +81,7 @@ def test_broker_down_the_http_api_answers_200_and_a_retry_is_not_needed(
             format="json",
         )
     assert response.status_code == 200, response.content
-    assert StoredMessage.objects.filter(thread_id="api-bees").count() == 2
+    assert StoredMessage.objects.filter(thread__public_id="api-bees").count() == 2
     assert OutboxJob.objects.count() == 2
 
 
@@ -92,7 +92,7 @@ def test_a_stream_with_the_broker_down_ends_normally(broker_down, registered, me
         events = list(agent.stream("Remember the bees", thread_id="streamed", resource_id=R))
     assert events[-1].type == "finish"
     assert not [e for e in events if e.type == "error"]
-    assert StoredMessage.objects.filter(thread_id="streamed").count() == 2
+    assert StoredMessage.objects.filter(thread__public_id="streamed").count() == 2
     assert OutboxJob.objects.count() == 2
 
 
@@ -233,7 +233,7 @@ def test_an_inline_embedding_that_fails_is_parked_and_retried(registered):
     )
     embedder.fail_next = 2  # the recall query, then the turn's embedding
     result = agent.generate("I keep bees", thread_id="bees", resource_id=R)
-    assert result.text and StoredMessage.objects.filter(thread_id="bees").count() == 2
+    assert result.text and StoredMessage.objects.filter(thread__public_id="bees").count() == 2
     assert MessageEmbedding.objects.count() == 0
     job = OutboxJob.objects.get()
     assert job.task == "memproc.embed_messages" and "EmbedderUnavailable" in job.last_error

@@ -61,7 +61,9 @@ def snapshot(resource_id: str) -> dict[str, int]:
         "threads": models.Thread.objects.filter(resource_id=resource_id).count(),
         "messages": models.Message.objects.filter(resource_id=resource_id).count(),
         "embeddings": models.MessageEmbedding.objects.filter(resource_id=resource_id).count(),
-        "revisions": models.WorkingMemoryRevision.objects.filter(key__in=[resource_id, *threads]).count(),
+        "revisions": models.WorkingMemoryRevision.objects.filter(
+            key__in=[resource_id, *(models.thread_key(resource_id, t) for t in threads)]
+        ).count(),
         "attachments": models.Attachment.objects.filter(resource_id=resource_id).count(),
         "tripwires": models.TripwireLog.objects.filter(thread_id__in=threads).count(),
         "turn_records": models.TurnRecord.objects.filter(resource_id=resource_id).count(),

@@ -91,6 +91,33 @@ def test_thread_and_all_scopes(conversations):
     assert switched() == 12
 
 
+def test_a_thread_id_names_a_thread_within_its_resource(conversations, make_agent, model):
+    model.add("Hi Alice")
+    make_agent().generate("Alice has a thread bob-0 too", thread_id="bob-0", resource_id=ALICE)
+    with pytest.raises(
+        CommandError, match="Several resources have a thread 'bob-0'; name one with --resource"
+    ):
+        run("--thread", "bob-0", "--embedder", SWITCH)
+    out, err = run("--thread", "bob-0", "--resource", BOB, "--embedder", SWITCH)
+    assert "2 message(s) to embed" in err and "Embedded 2 message(s)" in out
+    assert switched() == switched(thread_id="bob-0", resource_id=BOB) == 2
+    run("--thread", "bob-0", "--resource", ALICE, "--embedder", SWITCH)
+    assert switched(thread_id="bob-0", resource_id=ALICE) == 2 and switched() == 4
+
+
+def test_a_thread_runs_resume_command_names_its_resource(conversations):
+    SwitchEmbedder.fail_on_call = 2
+    err = StringIO()
+    with pytest.raises(CommandError):
+        call_command(
+            "memproc_reindex", "--thread", "alice-0", "--embedder", SWITCH, "--batch-size", "2",
+            stdout=StringIO(), stderr=err,
+        )  # fmt: skip
+    assert (
+        "Resume with: python manage.py memproc_reindex --thread alice-0 --resource alice " in err.getvalue()
+    )
+
+
 def test_an_interrupted_run_prints_its_position_and_resumes_from_it(conversations):
     SwitchEmbedder.fail_on_call = 2  # Ctrl-C during the second batch
     out, err = StringIO(), StringIO()
@@ -162,6 +189,9 @@ def test_the_setting_embedder_by_default(conversations):
     ("args", "error"),
     [
         (["--thread", "nope"], "No thread 'nope'"),
+        (["--thread", "alice-0", "--resource", BOB], "No thread 'alice-0' in resource 'bob'"),
+        (["--all", "--resource", BOB], "--resource: not allowed with argument --all"),
+        (["--embedder", SWITCH], "one of the arguments --merge-index --thread --resource --all is required"),
         (["--resource", "nobody"], "No resource 'nobody'"),
         (["--all", "--embedder", "no.such.Embedder"], "cannot import 'no.such.Embedder'"),
         (["--all", "--agent", "ghost"], "No agent is registered with id 'ghost'"),

@@ -65,7 +65,7 @@ def saved_turn(make_agent, model, text="I keep bees in the garden", thread_id="t
     agent = make_agent(**agent_kwargs)
     model.add("Bees are lovely")
     agent.generate(text, thread_id=thread_id, resource_id=R)
-    return list(StoredMessage.objects.filter(thread_id=thread_id).values_list("id", flat=True))
+    return list(StoredMessage.objects.filter(thread__public_id=thread_id).values_list("id", flat=True))
 
 
 # --- names, options and what a turn sends ---------------------------------------------------------
@@ -96,7 +96,9 @@ def test_a_turn_sends_embedding_and_title_tasks_by_wire_name_with_ids_only(make_
     assert celery_sends.named("memproc.embed_messages") == [
         {"message_ids": [m.id for m in result.messages], "agent_id": "titled"}
     ]
-    assert celery_sends.named("memproc.generate_title") == [{"thread_id": "t1", "agent_id": "titled"}]
+    assert celery_sends.named("memproc.generate_title") == [
+        {"thread_id": "t1", "resource_id": R, "agent_id": "titled"}
+    ]
     assert vector_count() == 0  # the worker's job, not the turn's
 
 
@@ -108,7 +110,9 @@ def test_only_a_new_thread_gets_a_title_task(make_agent, model, celery_sends):
     Memory().create_thread(resource_id=R, thread_id="named", title="Chosen by the user")
     model.add("three")
     agent.generate("third", thread_id="named", resource_id=R)
-    assert celery_sends.named("memproc.generate_title") == [{"thread_id": "t1", "agent_id": "bg-agent"}]
+    assert celery_sends.named("memproc.generate_title") == [
+        {"thread_id": "t1", "resource_id": R, "agent_id": "bg-agent"}
+    ]
 
 
 def test_without_generate_title_no_title_task(make_agent, model, celery_sends):
@@ -274,7 +278,7 @@ def test_inline_mode_runs_the_task_bodies_after_commit(make_agent, model, regist
     with memproc_settings(BACKGROUND="inline"):
         agent.generate("Hello, I am Ada", thread_id="t1", resource_id=R)
     assert vector_count() == 2
-    assert Thread.objects.get(pk="t1").title == "Greetings from Ada"
+    assert Thread.objects.get(public_id="t1").title == "Greetings from Ada"
 
 
 def test_the_app_registers_the_inline_task_bodies_when_it_starts():

@@ -9,7 +9,7 @@ import pytest
 from memproc import Memory
 from memproc.exceptions import ModelUnavailableError
 from memproc.llm.types import ModelResponse
-from memproc.models import Thread
+from memproc.models import Thread, thread_key
 from memproc.services.titles import MAX_TITLE_CHARS, TITLE_INSTRUCTIONS, clean_title, thread_title_generate
 from memproc.tasks import generate_title_task
 from memproc.testing import ScriptedModel
@@ -25,7 +25,7 @@ def titled_agent(make_agent, model, registered):
 
 
 def title(thread_id: str = "t1") -> str:
-    return Thread.objects.get(pk=thread_id).title
+    return Thread.objects.get(public_id=thread_id).title
 
 
 def test_the_agents_model_titles_a_new_thread_from_the_first_user_message(titled_agent, model):
@@ -62,7 +62,7 @@ def test_a_title_set_before_the_task_runs_is_kept_and_the_model_not_asked(titled
 
 def test_a_title_set_while_the_model_writes_one_is_never_overwritten(titled_agent, model, celery_sends):
     def user_renames_meanwhile(request):
-        Thread.objects.filter(pk="t1").update(title="Renamed meanwhile")
+        Thread.objects.filter(public_id="t1").update(title="Renamed meanwhile")
         return "Model title"
 
     model.add("reply", user_renames_meanwhile)
@@ -74,9 +74,9 @@ def test_a_title_set_while_the_model_writes_one_is_never_overwritten(titled_agen
 def test_titling_does_not_reorder_the_thread_list(titled_agent, model, celery_sends):
     model.add("reply", "A title")
     titled_agent.generate("first message", thread_id="t1", resource_id=R)
-    before = Thread.objects.get(pk="t1").updated_at
+    before = Thread.objects.get(public_id="t1").updated_at
     generate_title_task.apply(kwargs=celery_sends.named("memproc.generate_title")[0])
-    thread = Thread.objects.get(pk="t1")
+    thread = Thread.objects.get(public_id="t1")
     assert (thread.title, thread.updated_at) == ("A title", before)
 
 
@@ -126,8 +126,8 @@ def test_generate_title_options_choose_the_model_and_instructions(make_agent, mo
 def test_the_service_returns_the_title_it_wrote(titled_agent, model):
     Memory().save_messages("What is a good name for a cat?", thread_id="t1", resource_id=R)
     model.add("Naming a cat")
-    assert thread_title_generate(thread_id="t1", agent=titled_agent) == "Naming a cat"
-    assert thread_title_generate(thread_id="t1", agent=titled_agent) is None
+    assert thread_title_generate(thread_key=thread_key(R, "t1"), agent=titled_agent) == "Naming a cat"
+    assert thread_title_generate(thread_key=thread_key(R, "t1"), agent=titled_agent) is None
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ def embedded_ids(thread_ids: list[str]) -> set[str]:
 
 
 def stored_ids(thread_ids: list[str]) -> set[str]:
-    return set(StoredMessage.objects.filter(thread_id__in=thread_ids).values_list("id", flat=True))
+    return set(StoredMessage.objects.filter(thread__public_id__in=thread_ids).values_list("id", flat=True))
 
 
 def test_a_worker_embeds_turns_and_recall_finds_them(
@@ -47,7 +47,12 @@ def test_a_worker_embeds_turns_and_recall_finds_them(
             lambda: stored_ids(threads) and embedded_ids(threads) == stored_ids(threads),
             timeout=TIMEOUT, worker=worker, what="the worker to embed both turns",
         )  # fmt: skip
-        wait_for(lambda: Thread.objects.get(pk="boats").title, timeout=TIMEOUT, worker=worker, what="a title")
+        wait_for(
+            lambda: Thread.objects.get(public_id="boats").title,
+            timeout=TIMEOUT,
+            worker=worker,
+            what="a title",
+        )
         assert broker.pending() == 0
 
         clear_vector_cache()
@@ -58,5 +63,5 @@ def test_a_worker_embeds_turns_and_recall_finds_them(
     assert any(m.role == "system" and "Remembered from another conversation" in m.text for m in later.prompt)
     per_message = MessageEmbedding.objects.values("message_id").annotate(n=Count("id")).filter(n__gt=1)
     assert not per_message.exists()  # one vector per message, however often a task ran
-    title = Thread.objects.get(pk="boats").title
+    title = Thread.objects.get(public_id="boats").title
     assert 0 < len(title) <= 80 and "boats" in title

@@ -21,7 +21,7 @@ SIZES = [3, COPY_MIN_ROWS + 36]  # one INSERT, and COPY on PostgreSQL
 
 def thread(thread_id: str = "t1") -> models.Thread:
     resource, _ = models.Resource.objects.get_or_create(id="r1")
-    return models.Thread.objects.create(id=thread_id, resource=resource)
+    return models.Thread.objects.create(public_id=thread_id, resource=resource)
 
 
 def message_rows(count: int, *, thread_id: str = "t1", start: int = 0) -> list[dict]:
@@ -29,7 +29,7 @@ def message_rows(count: int, *, thread_id: str = "t1", start: int = 0) -> list[d
     return [
         {
             "id": f"{thread_id}-m{i}",
-            "thread": thread_id,
+            "thread": models.thread_key("r1", thread_id),  # the message's FK holds the thread's key
             "resource_id": "r1",
             "role": "user" if i % 2 == 0 else "assistant",
             "content": {"parts": [{"type": "text", "text": f"hé {i} \t\\ \n 'quoted'"}], "n": i},
@@ -47,7 +47,7 @@ def embedding_rows(messages: list[dict], *, seed: int = 0) -> list[dict]:
     return [
         {
             "message": m["id"],
-            "thread_id": m["thread"],
+            "thread_id": models.public_thread_id(m["thread"]),  # embeddings hold the public id
             "resource_id": "r1",
             "chunk": 0,
             "model": "e8",

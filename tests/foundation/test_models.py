@@ -9,7 +9,7 @@ pytestmark = pytest.mark.django_db
 
 def make_message(thread: Thread, seq: int, text: str = "hi") -> Message:
     return Message.objects.create(
-        id=f"{thread.id}-m{seq}",
+        id=f"{thread.public_id}-m{seq}",
         thread=thread,
         resource_id=thread.resource_id,
         role="user",
@@ -22,7 +22,7 @@ def make_message(thread: Thread, seq: int, text: str = "hi") -> Message:
 @pytest.fixture
 def thread() -> Thread:
     resource = Resource.objects.create(id="user-1")
-    return Thread.objects.create(id="t1", resource=resource, title="First")
+    return Thread.objects.create(public_id="t1", resource=resource, title="First")
 
 
 def test_embedding_vector_round_trips(thread: Thread) -> None:
@@ -30,7 +30,7 @@ def test_embedding_vector_round_trips(thread: Thread) -> None:
     vector = np.array([0.25, -0.5, 1.0], dtype=np.float32)
     MessageEmbedding.objects.create(
         message=message,
-        thread_id=thread.id,
+        thread_id=thread.public_id,
         resource_id=thread.resource_id,
         model="hash-3",
         dimensions=3,
@@ -44,7 +44,7 @@ def test_embedding_vector_round_trips(thread: Thread) -> None:
 
 def test_message_sequence_is_unique_per_thread(thread: Thread) -> None:
     make_message(thread, 1)
-    other = Thread.objects.create(id="t2", resource=thread.resource)
+    other = Thread.objects.create(public_id="t2", resource=thread.resource)
     make_message(other, 1)  # the same sequence in another thread is fine
     with pytest.raises(IntegrityError), transaction.atomic():
         Message.objects.create(id="dup", thread=thread, resource_id="user-1", role="user", sequence=1)
@@ -55,7 +55,7 @@ def test_postgres_column_is_pgvector_and_orders_by_cosine_distance(thread: Threa
     for i, vec in enumerate(([1, 0, 0], [0, 1, 0], [0.9, 0.1, 0])):
         MessageEmbedding.objects.create(
             message=make_message(thread, i),
-            thread_id=thread.id,
+            thread_id=thread.public_id,
             resource_id=thread.resource_id,
             model="m",
             dimensions=3,

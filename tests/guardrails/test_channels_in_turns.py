@@ -120,7 +120,7 @@ def test_query_counts_of_a_turn_do_not_change_with_quarantined_history(make_agen
     memory = Memory(last_messages=10)
     seed(memory, committing, thread_id="clean", texts=["a", "b", "c", "d"])
     seed(memory, committing, thread_id="dirty", texts=["a", "b", "c", "d"])
-    StoredMessage.objects.filter(thread_id="dirty", sequence=1).update(
+    StoredMessage.objects.filter(thread__public_id="dirty", sequence=1).update(
         content={"parts": [{"type": "text", "text": "a"}], "metadata": {"quarantine": {"status": "flagged"}}}
     )
     agent = make_agent(memory=memory, input_processors=[PromptInjectionDetector()])
@@ -172,7 +172,7 @@ def test_personal_data_in_a_tool_result_is_redacted_before_the_model_sees_it(mak
         "phone": "[REDACTED:phone]",
         "notes": "VIP since 2019.",
     }
-    stored = StoredMessage.objects.get(thread_id="t1", role="tool")
+    stored = StoredMessage.objects.get(thread__public_id="t1", role="tool")
     assert "ada.lovelace" not in str(stored.content)  # what is saved is what the model saw
     assert result.memory["withheld"][0]["channel"] == "tool_result"
 

@@ -106,7 +106,7 @@ def login(page, base: str, then: str) -> None:
 
 
 def stored_texts(thread_id: str) -> list[str]:
-    return [m.text for m in models.Message.objects.filter(thread_id=thread_id).order_by("sequence")]
+    return [m.text for m in models.Message.objects.filter(thread__public_id=thread_id).order_by("sequence")]
 
 
 def eventually(read, timeout: float = 10.0):
@@ -166,7 +166,7 @@ def test_the_component_streams_renders_blocks_and_remembers(page, live_server, m
     assert "block-word" in banner.inner_text() and "Pineapple is not allowed" in banner.inner_text()
     assert chat.locator(".message.user.blocked").inner_text() == "I like pineapple"
     assert chat.locator(".message.assistant").count() == 2
-    assert models.Message.objects.filter(thread_id=thread_id).count() == 4
+    assert models.Message.objects.filter(thread__public_id=thread_id).count() == 4
     page.screenshot(path=str(ARTIFACTS / "component-tripwire.png"), full_page=True)
 
     # A reload keeps the conversation (the stored messages; the blocked one was never saved).
@@ -185,7 +185,7 @@ def test_the_component_streams_renders_blocks_and_remembers(page, live_server, m
         "document.querySelector('memproc-chat').shadowRoot"
         ".querySelectorAll('.message.assistant:not(.pending)').length === 3"
     )
-    assert models.Message.objects.filter(thread_id=thread_id).count() == 6
+    assert models.Message.objects.filter(thread__public_id=thread_id).count() == 6
 
     # "New chat" starts another thread.
     chat.locator("button.new").click()

@@ -15,8 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.core.management import call_command
 from django.db import connections
+from django.urls import reverse
 
 from memproc import Agent, Memory
 from memproc.agents import get_agent, register, unregister
@@ -154,7 +156,7 @@ def test_admin_thread_form_shows_the_working_memory_in_use_first_and_open(admin_
     from tests.factories import ThreadFactory
 
     used = ThreadFactory(agent_id="assistant")  # resource-scoped working memory
-    names = fieldset_names(admin_client.get(f"/admin/memproc/thread/{used.pk}/change/"))
+    names = fieldset_names(admin_client.get(reverse("admin:memproc_thread_change", args=[quote(used.pk)])))
     assert [n for n, _ in names][1:] == ["Resource working memory", "Thread working memory (not used)"]
     assert "collapse" not in dict(names)["Resource working memory"]
     assert "collapse" in dict(names)["Thread working memory (not used)"]
@@ -162,7 +164,7 @@ def test_admin_thread_form_shows_the_working_memory_in_use_first_and_open(admin_
     register(Agent(id="per-thread", model="local/echo", memory=Memory(working_memory={"scope": "thread"})))
     try:
         own = ThreadFactory(agent_id="per-thread")
-        names = fieldset_names(admin_client.get(f"/admin/memproc/thread/{own.pk}/change/"))
+        names = fieldset_names(admin_client.get(reverse("admin:memproc_thread_change", args=[quote(own.pk)])))
         assert [n for n, _ in names][1:] == ["Working memory", "Resource working memory"]
         assert "collapse" in dict(names)["Resource working memory"]
     finally:

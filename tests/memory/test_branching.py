@@ -8,7 +8,7 @@ import pytest
 from memproc import Memory
 from memproc.exceptions import ValidationError
 from memproc.messages import AttachmentRef, Message, TextPart, ToolCallPart, ToolResultPart
-from memproc.models import Attachment, MessageEmbedding, OutboxJob, Thread, WorkingMemoryRevision
+from memproc.models import Attachment, MessageEmbedding, OutboxJob, Thread, WorkingMemoryRevision, thread_key
 from memproc.models import Message as MessageRow
 from memproc.services.attachments import attachment_store
 
@@ -41,7 +41,9 @@ def conversation(recall_memory, committing) -> list[Message]:
 
 def stored_texts(thread_id: str) -> list[str]:
     return list(
-        MessageRow.objects.filter(thread_id=thread_id).order_by("sequence").values_list("text", flat=True)
+        MessageRow.objects.filter(thread_id=thread_key(R, thread_id))
+        .order_by("sequence")
+        .values_list("text", flat=True)
     )
 
 
@@ -50,9 +52,9 @@ def stored_texts(thread_id: str) -> list[str]:
 
 def test_a_branch_holds_the_messages_up_to_and_including_the_one_named(recall_memory, conversation):
     branch = recall_memory.clone_thread("trip", new_thread_id="trip-b", up_to_message_id=conversation[1].id)
-    assert branch.pk == "trip-b" and branch.resource_id == R
+    assert branch.public_id == "trip-b" and branch.pk == thread_key(R, "trip-b") and branch.resource_id == R
     assert stored_texts("trip-b") == ["I want to plan a trip to Lisbon", "Lisbon in spring is lovely"]
-    rows = list(MessageRow.objects.filter(thread_id="trip-b").order_by("sequence"))
+    rows = list(MessageRow.objects.filter(thread__public_id="trip-b").order_by("sequence"))
     assert [r.sequence for r in rows] == [1, 2]
     assert {r.pk for r in rows}.isdisjoint(m.id for m in conversation)  # new, unique ids
     assert [r.created_at for r in rows] == [
@@ -61,7 +63,7 @@ def test_a_branch_holds_the_messages_up_to_and_including_the_one_named(recall_me
             "sequence"
         )
     ]
-    assert Thread.objects.get(pk="trip-b").last_sequence == 2
+    assert Thread.objects.get(public_id="trip-b").last_sequence == 2
     assert branch.metadata == {"cloned_from": "trip", "branched_at": conversation[1].id}
     assert branch.title.startswith("Branch of")
     assert stored_texts("trip") == [m.text for m in conversation]  # the original is untouched
@@ -74,19 +76,19 @@ def test_the_branch_continues_on_its_own(recall_memory, conversation, committing
             [Message.create("user", "What about Madrid?")], thread_id="trip-b", resource_id=R
         )
     assert stored_texts("trip-b")[-1] == "What about Madrid?"
-    assert MessageRow.objects.get(thread_id="trip-b", text="What about Madrid?").sequence == 3
+    assert MessageRow.objects.get(thread__public_id="trip-b", text="What about Madrid?").sequence == 3
     assert len(stored_texts("trip")) == 4
 
 
 def test_working_memory_is_copied_with_a_revision(recall_memory, conversation):
     recall_memory.clone_thread("trip", new_thread_id="trip-b", up_to_message_id=conversation[0].id)
     assert recall_memory.get_working_memory(thread_id="trip-b") == "# User\n- Name: Ana"
-    revision = WorkingMemoryRevision.objects.get(key="trip-b")
+    revision = WorkingMemoryRevision.objects.get(key=thread_key(R, "trip-b"))
     assert (revision.old, revision.new, revision.version, revision.thread_id) == (
         "",
         "# User\n- Name: Ana",
         1,
-        "trip-b",
+        thread_key(R, "trip-b"),
     )
     # A change in the branch does not reach the original
     recall_memory.update_working_memory("# User\n- Name: Bea", thread_id="trip-b", resource_id=R)
@@ -110,15 +112,15 @@ def test_a_message_of_another_thread_cannot_be_a_branch_point(recall_memory, con
         )
     with pytest.raises(ValidationError, match="no message"):
         recall_memory.clone_thread("trip", new_thread_id="bad", up_to_message_id="other-1")
-    assert not Thread.objects.filter(pk="bad").exists()
+    assert not Thread.objects.filter(public_id="bad").exists()
 
 
 def test_the_summary_goes_with_a_copy_that_holds_all_it_covers(recall_memory, conversation):
     from memproc.models import ThreadSummary
 
-    MessageRow.objects.filter(thread_id="trip", sequence=1).delete()  # a gap: copies renumber
+    MessageRow.objects.filter(thread_id=thread_key(R, "trip"), sequence=1).delete()  # a gap: copies renumber
     ThreadSummary.objects.create(
-        thread_id="trip", text="Ana plans a trip.", covered_sequence=3, token_count=4
+        thread_id=thread_key(R, "trip"), text="Ana plans a trip.", covered_sequence=3, token_count=4
     )
     after = recall_memory.clone_thread(
         thread_id="trip", new_thread_id="late", up_to_message_id=conversation[3].id
@@ -126,9 +128,9 @@ def test_the_summary_goes_with_a_copy_that_holds_all_it_covers(recall_memory, co
     before = recall_memory.clone_thread(
         thread_id="trip", new_thread_id="early", up_to_message_id=conversation[1].id
     )
-    summary = ThreadSummary.objects.get(thread_id=after.id)
+    summary = ThreadSummary.objects.get(pk=after.pk)
     assert (summary.text, summary.covered_sequence) == ("Ana plans a trip.", 2)  # old 2 and 3 are new 1 and 2
-    assert not ThreadSummary.objects.filter(thread_id=before.id).exists()  # would tell what came after
+    assert not ThreadSummary.objects.filter(pk=before.pk).exists()  # would tell what came after
 
 
 def test_a_whole_clone_still_copies_everything(recall_memory, conversation):
@@ -138,10 +140,20 @@ def test_a_whole_clone_still_copies_everything(recall_memory, conversation):
 
 
 def test_a_taken_id_is_refused_and_nothing_is_copied(recall_memory, conversation):
-    Memory().create_thread(resource_id="other", thread_id="taken")
+    Memory().create_thread(resource_id=R, thread_id="taken")
     with pytest.raises(ValidationError):
         recall_memory.clone_thread("trip", new_thread_id="taken", up_to_message_id=conversation[0].id)
-    assert MessageRow.objects.filter(thread_id="taken").count() == 0
+    assert MessageRow.objects.filter(thread__public_id="taken").count() == 0
+
+
+def test_an_id_taken_only_by_another_resource_is_free_for_the_clone(recall_memory, conversation):
+    # A thread id names a thread within its resource: another resource's "taken" is not in the way.
+    other = Memory().create_thread(resource_id="other", thread_id="taken")
+    clone = recall_memory.clone_thread("trip", new_thread_id="taken", up_to_message_id=conversation[0].id)
+    assert (clone.public_id, clone.resource_id) == ("taken", R)
+    assert stored_texts("taken") == ["I want to plan a trip to Lisbon"]
+    # The other resource's thread is untouched.
+    assert MessageRow.objects.filter(thread_id=other.pk).count() == 0
 
 
 # --- editing messages ---------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from memproc.exceptions import ConfigurationError
 from memproc.llm.types import ModelResponse, ToolCall
 from memproc.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from memproc.models import Message as StoredMessage
-from memproc.models import SummaryRevision, ThreadSummary
+from memproc.models import SummaryRevision, ThreadSummary, thread_key
 from memproc.processors.compaction import (
     SUMMARY_MESSAGE_ID,
     CompactionOptions,
@@ -38,6 +38,7 @@ from memproc.testing import ScriptedModel
 
 pytestmark = pytest.mark.django_db
 T, R = "long", "user-1"
+K = thread_key(R, T)  # the thread's storage key
 FACT = "My name is Ada Lovelace and I live in Paris."
 COMPACTION = {"trigger_tokens": 40, "keep_tokens": 150, "model": "extractive"}
 
@@ -107,26 +108,28 @@ def test_an_early_fact_stays_available_after_the_window_moved_on(make_agent, mod
     # The echo model's own repetition of the fact was recognised as a repeat and not added twice.
     assert summary.count("Ada Lovelace") == 1
     assert result.memory["summary"]["covered_sequence"] >= 2
-    revisions = SummaryRevision.objects.filter(thread_id=T).order_by("version")
+    revisions = SummaryRevision.objects.filter(thread__public_id=T).order_by("version")
     assert revisions and all(r.summarizer == "extractive" and r.source == "compaction" for r in revisions)
-    assert revisions.last().covered_sequence == ThreadSummary.objects.get(pk=T).covered_sequence
+    assert (
+        revisions.last().covered_sequence == ThreadSummary.objects.get(thread__public_id=T).covered_sequence
+    )
 
 
 def test_covered_messages_are_not_loaded_twice(make_agent):
     agent = make_agent(model=scripted(), memory=Memory(last_messages=6, compaction=COMPACTION))
     agent.generate(FACT, thread_id=T, resource_id=R)
     chat(agent, 10)
-    covered = ThreadSummary.objects.get(pk=T).covered_sequence
+    covered = ThreadSummary.objects.get(thread__public_id=T).covered_sequence
     # A per-call window larger than what is left uncovered: covered messages still stay out.
     result = agent.generate("and now?", thread_id=T, resource_id=R, memory_options={"last_messages": 40})
     body = [m for m in result.prompt if m.role != "system"]
-    stored = dict(StoredMessage.objects.filter(thread_id=T).values_list("id", "sequence"))
+    stored = dict(StoredMessage.objects.filter(thread__public_id=T).values_list("id", "sequence"))
     loaded = [stored[m.id] for m in body if m.id in stored]
     assert loaded and min(loaded) == covered + 1  # everything after the summary, nothing it covers
     assert len({m.id for m in body}) == len(body)
     assert [m.id for m in result.prompt if m.role == "system"].count(SUMMARY_MESSAGE_ID) == 1
     # Covered messages stay stored (and so in recall).
-    assert StoredMessage.objects.filter(thread_id=T, sequence__lte=covered).count() == covered
+    assert StoredMessage.objects.filter(thread__public_id=T, sequence__lte=covered).count() == covered
 
 
 def test_the_summary_comes_before_history_after_other_system_messages(make_agent):
@@ -197,7 +200,7 @@ def test_a_fold_never_ends_inside_a_tool_pair(make_agent):
     agent.generate(FACT, thread_id=T, resource_id=R)
     chat(agent, 10)
     rows = list(
-        StoredMessage.objects.filter(thread_id=T).order_by("sequence").values_list("sequence", "role")
+        StoredMessage.objects.filter(thread__public_id=T).order_by("sequence").values_list("sequence", "role")
     )
     roles = dict(rows)
     for revision in SummaryRevision.objects.all():
@@ -270,25 +273,26 @@ LONG_THREAD = [FACT] + [f"Message {i} talks about the weather in town number {i}
 
 def test_the_job_is_idempotent_and_covers_each_message_once():
     stored_thread(Memory(), LONG_THREAD)
-    first = thread_compact(thread_id=T, through_sequence=20, trigger_tokens=300, keep_tokens=400)
+    first = thread_compact(thread_key=K, through_sequence=20, trigger_tokens=300, keep_tokens=400)
     assert first and first[-1].covered_sequence == 20
-    assert thread_compact(thread_id=T, through_sequence=20, trigger_tokens=300, keep_tokens=400) == []
-    more = thread_compact(thread_id=T, through_sequence=31, trigger_tokens=150, keep_tokens=400)
+    assert thread_compact(thread_key=K, through_sequence=20, trigger_tokens=300, keep_tokens=400) == []
+    more = thread_compact(thread_key=K, through_sequence=31, trigger_tokens=150, keep_tokens=400)
     assert [r.previous_sequence for r in more] == [20] and more[0].covered_sequence == 31
     assert "Ada Lovelace" in more[0].text  # incremental: built on the last summary
-    assert ThreadSummary.objects.get(pk=T).claim_token is None
+    assert ThreadSummary.objects.get(thread__public_id=T).claim_token is None
 
 
 def test_the_job_does_nothing_below_the_trigger_or_on_a_missing_thread():
     stored_thread(Memory(), LONG_THREAD[:3])
-    assert thread_compact(thread_id=T, through_sequence=3, trigger_tokens=10_000, keep_tokens=100) == []
-    assert thread_compact(thread_id="nope", through_sequence=3, trigger_tokens=1, keep_tokens=100) == []
-    assert not ThreadSummary.objects.filter(pk="nope").exists()
+    assert thread_compact(thread_key=K, through_sequence=3, trigger_tokens=10_000, keep_tokens=100) == []
+    missing = thread_key(R, "nope")
+    assert thread_compact(thread_key=missing, through_sequence=3, trigger_tokens=1, keep_tokens=100) == []
+    assert not ThreadSummary.objects.filter(thread__public_id="nope").exists()
 
 
 def test_a_backlog_is_folded_in_chunks_each_a_revision():
     stored_thread(Memory(), LONG_THREAD)
-    revisions = thread_compact(thread_id=T, through_sequence=31, trigger_tokens=50, keep_tokens=300)
+    revisions = thread_compact(thread_key=K, through_sequence=31, trigger_tokens=50, keep_tokens=300)
     assert len(revisions) > 2
     assert [r.previous_sequence for r in revisions[1:]] == [r.covered_sequence for r in revisions[:-1]]
     assert [r.version for r in revisions] == list(range(1, len(revisions) + 1))
@@ -302,8 +306,9 @@ def test_a_job_whose_claim_was_taken_over_writes_nothing():
 
     class TakenOver(ExtractiveSummarizer):
         def summarize(self, **kwargs):
-            ThreadSummary.objects.filter(pk=T).update(claimed_until=None, claim_token=None)  # lease expired
-            assert thread_compact(thread_id=T, through_sequence=31, trigger_tokens=300, keep_tokens=300)
+            # The lease expired.
+            ThreadSummary.objects.filter(thread__public_id=T).update(claimed_until=None, claim_token=None)
+            assert thread_compact(thread_key=K, through_sequence=31, trigger_tokens=300, keep_tokens=300)
             return super().summarize(**kwargs)
 
     import memproc.services.compaction as compaction
@@ -313,7 +318,7 @@ def test_a_job_whose_claim_was_taken_over_writes_nothing():
     try:
         assert (
             thread_compact(
-                thread_id=T, through_sequence=31, trigger_tokens=300, keep_tokens=300, model="slow"
+                thread_key=K, through_sequence=31, trigger_tokens=300, keep_tokens=300, model="slow"
             )
             == []
         )
@@ -342,7 +347,7 @@ def test_concurrent_jobs_on_one_thread_write_one_revision(on_postgres):
         try:
             start.wait(timeout=10)
             results.append(
-                thread_compact(thread_id=T, through_sequence=20, trigger_tokens=300, keep_tokens=300)
+                thread_compact(thread_key=K, through_sequence=20, trigger_tokens=300, keep_tokens=300)
             )
         except BaseException as exc:  # noqa: BLE001 - reported below
             results.append(exc)
@@ -359,8 +364,8 @@ def test_concurrent_jobs_on_one_thread_write_one_revision(on_postgres):
         compaction.summarizer_for = original
     assert not [r for r in results if isinstance(r, BaseException)], results
     assert sorted(len(r) for r in results) == [0, 1]
-    assert SummaryRevision.objects.filter(thread_id=T).count() == 1
-    summary = ThreadSummary.objects.get(pk=T)
+    assert SummaryRevision.objects.filter(thread__public_id=T).count() == 1
+    summary = ThreadSummary.objects.get(thread__public_id=T)
     assert (summary.version, summary.covered_sequence, summary.claim_token) == (1, 20, None)
 
 
@@ -389,7 +394,7 @@ def test_concurrent_turns_that_find_a_fold_due_write_one_revision_per_fold():
         w.join(30)
     assert not errors, errors
     versions = list(
-        SummaryRevision.objects.filter(thread_id=T)
+        SummaryRevision.objects.filter(thread__public_id=T)
         .order_by("version")
         .values_list("version", "previous_sequence", "covered_sequence")
     )
@@ -416,6 +421,7 @@ def test_under_celery_the_fold_is_a_task_sent_after_commit_with_json_kwargs(
     folds = [kwargs for name, kwargs in sent if name == "memproc.compact_thread"]
     assert folds and folds[-1] == {
         "thread_id": T,
+        "resource_id": R,
         "through_sequence": folds[-1]["through_sequence"],
         "trigger_tokens": 40,
         "keep_tokens": 150,
@@ -438,12 +444,17 @@ def test_the_task_summarizes_with_the_agents_model_when_none_is_named(monkeypatc
     register(Agent(id="summarizing", model=summarizer_model, memory=Memory(compaction=True)), replace=True)
     try:
         folds = tasks.compact_thread(
-            thread_id=T, through_sequence=31, trigger_tokens=300, keep_tokens=1000, agent_id="summarizing"
+            thread_id=T,
+            resource_id=R,
+            through_sequence=31,
+            trigger_tokens=300,
+            keep_tokens=1000,
+            agent_id="summarizing",
         )
     finally:
         unregister("summarizing")
     assert folds == 1
-    assert ThreadSummary.objects.get(pk=T).text == "- The user is Ada Lovelace, in Paris."
+    assert ThreadSummary.objects.get(thread__public_id=T).text == "- The user is Ada Lovelace, in Paris."
     request = summarizer_model.requests[0]
     assert "running summary" in request.messages[0].text and FACT in request.messages[1].text
     # An agent this process does not know: its model id as the turn saw it, or the DEFAULT_MODEL.
@@ -535,11 +546,11 @@ def test_a_fold_is_due_when_the_gap_before_the_window_reaches_the_trigger():
 
 def test_a_job_that_finds_too_little_notes_its_count_for_later_turns():
     stored_thread(Memory(), LONG_THREAD)
-    assert thread_compact(thread_id=T, through_sequence=10, trigger_tokens=10_000, keep_tokens=100) == []
-    summary = ThreadSummary.objects.get(pk=T)
+    assert thread_compact(thread_key=K, through_sequence=10, trigger_tokens=10_000, keep_tokens=100) == []
+    summary = ThreadSummary.objects.get(thread__public_id=T)
     assert summary.counted_through == 10 and 150 < summary.counted_tokens < 250
     assert (summary.version, summary.claim_token) == (0, None)
-    [revision] = thread_compact(thread_id=T, through_sequence=20, trigger_tokens=300, keep_tokens=300)
+    [revision] = thread_compact(thread_key=K, through_sequence=20, trigger_tokens=300, keep_tokens=300)
     summary.refresh_from_db()
     assert (summary.counted_through, summary.counted_tokens, summary.covered_sequence) == (0, 0, 20)
 
@@ -567,24 +578,24 @@ def test_fold_chunks_never_part_a_call_from_its_results():
 
 def test_an_edit_is_a_revision_and_a_stale_edit_is_refused():
     stored_thread(Memory(), LONG_THREAD)
-    thread_compact(thread_id=T, through_sequence=20, trigger_tokens=300, keep_tokens=300)
-    summary = thread_summary_update(thread_id=T, text="- user: Ada, Paris.", seen_version=1)
+    thread_compact(thread_key=K, through_sequence=20, trigger_tokens=300, keep_tokens=300)
+    summary = thread_summary_update(thread_key=K, text="- user: Ada, Paris.", seen_version=1)
     assert (summary.version, summary.covered_sequence) == (2, 20)
     with pytest.raises(SummaryConflict):
-        thread_summary_update(thread_id=T, text="stale", seen_version=1)
-    latest = SummaryRevision.objects.get(thread_id=T, version=2)
+        thread_summary_update(thread_key=K, text="stale", seen_version=1)
+    latest = SummaryRevision.objects.get(thread__public_id=T, version=2)
     assert (latest.source, latest.previous_sequence, latest.covered_sequence) == ("code", 20, 20)
 
 
 def test_admin_lists_shows_and_edits_a_summary(admin_client, admin_user):
     stored_thread(Memory(), LONG_THREAD)
-    thread_compact(thread_id=T, through_sequence=20, trigger_tokens=300, keep_tokens=300)
+    thread_compact(thread_key=K, through_sequence=20, trigger_tokens=300, keep_tokens=300)
     for name in ("threadsummary", "summaryrevision"):
         assert admin_client.get(reverse(f"admin:memproc_{name}_changelist")).status_code == 200
     url = reverse("admin:memproc_threadsummary_change", args=[T])
     page = admin_client.get(url).content.decode()
     assert "Ada Lovelace" in page and "#1–#20" in page
-    revision = SummaryRevision.objects.get(thread_id=T)
+    revision = SummaryRevision.objects.get(thread__public_id=T)
     assert (
         admin_client.get(reverse("admin:memproc_summaryrevision_change", args=[revision.pk])).status_code
         == 200
@@ -592,7 +603,7 @@ def test_admin_lists_shows_and_edits_a_summary(admin_client, admin_user):
 
     response = admin_client.post(url, {"text": "- user: Ada lives in Paris.\r\n", "seen_version": 1})
     assert response.status_code == 302
-    edited = SummaryRevision.objects.get(thread_id=T, version=2)
+    edited = SummaryRevision.objects.get(thread__public_id=T, version=2)
     assert (edited.text, edited.source, edited.actor) == (
         "- user: Ada lives in Paris.\n",
         "admin",
@@ -600,14 +611,14 @@ def test_admin_lists_shows_and_edits_a_summary(admin_client, admin_user):
     )
     stale = admin_client.post(url, {"text": "something else", "seen_version": 1})
     assert stale.status_code == 200 and "changed since this page was opened" in stale.content.decode()
-    assert ThreadSummary.objects.get(pk=T).version == 2
+    assert ThreadSummary.objects.get(thread__public_id=T).version == 2
 
 
 def test_memory_reads_and_corrects_a_summary():
     memory = Memory(compaction=True)
     stored_thread(memory, LONG_THREAD)
     assert memory.get_summary(thread_id=T) is None
-    thread_compact(thread_id=T, through_sequence=20, trigger_tokens=300, keep_tokens=300)
+    thread_compact(thread_key=K, through_sequence=20, trigger_tokens=300, keep_tokens=300)
     assert "Ada Lovelace" in memory.get_summary(thread_id=T).text
     corrected = memory.update_summary("- user: Ada lives in Paris.", thread_id=T)
     assert (corrected.text, corrected.covered_sequence, corrected.version) == (
@@ -636,7 +647,7 @@ def test_quarantined_messages_never_reach_the_summary():
             resource_id=R,
         )
     assert StoredMessage.objects.get(pk=flagged.id).quarantined
-    [revision] = thread_compact(thread_id=T, through_sequence=32, trigger_tokens=300, keep_tokens=1000)
+    [revision] = thread_compact(thread_key=K, through_sequence=32, trigger_tokens=300, keep_tokens=1000)
     assert revision.covered_sequence == 32 and "Ada Lovelace" in revision.text
     assert "swordfish" not in revision.text
 
@@ -652,14 +663,14 @@ def test_deleting_a_covered_message_drops_the_summary_that_repeats_it():
         resource_id=R,
     )
     summary = ThreadSummary.objects.create(
-        thread_id=T, text="fact number 0 ...", covered_sequence=2, token_count=5
+        thread_id=K, text="fact number 0 ...", covered_sequence=2, token_count=5
     )
     SummaryRevision.objects.create(
-        thread_id=T, version=1, text=summary.text, covered_sequence=2, source="code"
+        thread_id=K, version=1, text=summary.text, covered_sequence=2, source="code"
     )
 
     messages_delete(message_ids=[saved[4].id])  # after what the summary covers: it stays
-    assert ThreadSummary.objects.filter(thread_id=T).exists()
+    assert ThreadSummary.objects.filter(thread__public_id=T).exists()
     messages_delete(message_ids=[saved[1].id])  # covered: it goes, with its revisions
-    assert not ThreadSummary.objects.filter(thread_id=T).exists()
-    assert not SummaryRevision.objects.filter(thread_id=T).exists()
+    assert not ThreadSummary.objects.filter(thread__public_id=T).exists()
+    assert not SummaryRevision.objects.filter(thread__public_id=T).exists()

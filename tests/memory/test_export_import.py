@@ -24,6 +24,7 @@ from memproc.models import (
     TripwireLog,
     TurnRecord,
     WorkingMemoryRevision,
+    thread_key,
 )
 from memproc.models import Message as MessageRow
 from memproc.services.attachments import attachment_store
@@ -60,9 +61,13 @@ def stored(make_agent, model, committing):
     for thread_id, text in (("plans", "Plan a trip to Porto"), ("recipes", "A soup with leeks")):
         model.add(f"Sure: {text.lower()}")
         agent.generate(text, thread_id=thread_id, resource_id=R)
-        Thread.objects.filter(pk=thread_id).update(metadata={"topic": thread_id}, title=thread_id.title())
+        Thread.objects.filter(pk=thread_key(R, thread_id)).update(
+            metadata={"topic": thread_id}, title=thread_id.title()
+        )
     memory.update_working_memory("# User\n- Name: Ana", resource_id=R, actor=reviewer, source="api")
-    Thread.objects.filter(pk="plans").update(working_memory="- likes trains", working_memory_version=1)
+    Thread.objects.filter(pk=thread_key(R, "plans")).update(
+        working_memory="- likes trains", working_memory_version=1
+    )
     file = attachment_store(
         resource_id=R, data=b"itinerary bytes", name="plan.txt", content_type="text/plain"
     )
@@ -77,7 +82,10 @@ def stored(make_agent, model, committing):
         resource_id=R, thread_id="plans", status="confirmed", reviewed_by=reviewer, reviewed_at=timezone.now()
     )
     ThreadSummary.objects.create(
-        thread_id="plans", text="Ana plans a trip to Porto by train.", covered_sequence=2, token_count=9
+        thread_id=thread_key(R, "plans"),
+        text="Ana plans a trip to Porto by train.",
+        covered_sequence=2,
+        token_count=9,
     )
     model.add("other answer")
     agent.generate("someone else's secret", thread_id="others", resource_id="another")
@@ -157,7 +165,7 @@ def test_export_purge_import_export_gives_the_same_document(stored, committing):
         "plans": {"text": "Ana plans a trip to Porto by train.", "covered_sequence": 2, "token_count": 9},
         "recipes": None,
     }
-    assert ThreadSummary.objects.get(thread_id="plans").covered_sequence == 2
+    assert ThreadSummary.objects.get(thread_id=thread_key(R, "plans")).covered_sequence == 2
     restored = Attachment.objects.get()
     assert restored.file.read() == b"itinerary bytes"
     assert TurnRecord.objects.filter(resource_id=R).count() == 2
@@ -241,17 +249,23 @@ def test_new_messages_join_an_existing_thread(stored, committing):
 def test_conflicts_are_listed_and_nothing_is_imported(stored):
     document = stored.export(resource_id=R)
     resource_purge(resource_id=R)
-    Memory().create_thread(resource_id="intruder", thread_id="plans")
+    Memory().create_thread(resource_id="intruder", thread_id="plans")  # its own "plans": no conflict
+    taken = document["threads"][1]["messages"][0]["id"]
     MessageRow.objects.create(
-        id=document["threads"][1]["messages"][0]["id"], thread_id="plans", resource_id="intruder", sequence=1
+        id=taken, thread_id=thread_key("intruder", "plans"), resource_id="intruder", sequence=1
     )
+    MessageRow.objects.create(
+        id="squatter", thread_id=thread_key("intruder", "plans"), resource_id="intruder", sequence=2
+    )
+    document["threads"][0]["messages"][0]["id"] = "squatter"
     with pytest.raises(ImportConflict) as caught:
         resource_import(document=document)
     assert caught.value.conflicts == [
-        "thread 'plans' belongs to another resource here",
-        f"message {document['threads'][1]['messages'][0]['id']!r} is stored in another thread here",
+        "message 'squatter' is stored in another thread here",
+        f"message {taken!r} is stored in another thread here",
     ]
-    assert not Resource.objects.filter(pk=R).exists() and not Thread.objects.filter(pk="recipes").exists()
+    assert not Resource.objects.filter(pk=R).exists()
+    assert not Thread.objects.filter(public_id="recipes").exists()
 
 
 def test_a_message_stored_with_other_text_is_a_conflict(stored):
@@ -329,13 +343,18 @@ def test_the_import_command_reads_a_zip_back(stored, tmp_path, capsys, committin
 
 
 def test_the_import_command_lists_conflicts(stored, tmp_path, capsys):
+    document = stored.export(resource_id=R)
     target = tmp_path / "out.json"
-    target.write_text(json.dumps(stored.export(resource_id=R)))
+    target.write_text(json.dumps(document))
     resource_purge(resource_id=R)
+    taken = document["threads"][1]["messages"][0]["id"]
     Memory().create_thread(resource_id="intruder", thread_id="recipes")
+    MessageRow.objects.create(
+        id=taken, thread_id=thread_key("intruder", "recipes"), resource_id="intruder", sequence=1
+    )
     with pytest.raises(CommandError, match="1 conflict"):
         call_command("memproc_import", str(target))
-    assert "thread 'recipes' belongs to another resource here" in capsys.readouterr().err
+    assert f"message {taken!r} is stored in another thread here" in capsys.readouterr().err
 
 
 def test_the_import_command_refuses_what_is_not_an_export(tmp_path):

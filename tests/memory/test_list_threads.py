@@ -28,7 +28,7 @@ def make_threads(count: int, *, resource_id: str = R, same_time: bool = False) -
         thread = memory.create_thread(resource_id=resource_id, thread_id=f"t{i:02d}", metadata={"n": i})
         when = base if same_time else base + timedelta(minutes=i)
         Thread.objects.filter(pk=thread.pk).update(updated_at=when, created_at=base - timedelta(minutes=i))
-        ids.append(thread.pk)
+        ids.append(thread.public_id)
     return ids
 
 
@@ -36,7 +36,7 @@ def all_pages(memory: Memory, **options) -> list[list[str]]:
     pages, cursor = [], None
     while True:
         page = memory.list_threads(resource_id=R, cursor=cursor, **options)
-        pages.append([t.pk for t in page])
+        pages.append([t.public_id for t in page])
         cursor = page.next_cursor
         if cursor is None:
             return pages
@@ -45,7 +45,7 @@ def all_pages(memory: Memory, **options) -> list[list[str]]:
 def test_without_a_limit_every_thread_comes_most_recently_active_first():
     ids = make_threads(4)
     threads = Memory().list_threads(resource_id=R)
-    assert [t.pk for t in threads] == list(reversed(ids))
+    assert [t.public_id for t in threads] == list(reversed(ids))
     assert threads.next_cursor is None
 
 
@@ -103,7 +103,7 @@ def test_metadata_filters_match_every_key_by_json_value():
     memory.create_thread(resource_id="someone-else", thread_id="e", metadata={"project": "x"})
 
     def ids(**metadata):
-        return sorted(t.pk for t in memory.list_threads(resource_id=R, metadata=metadata))
+        return sorted(t.public_id for t in memory.list_threads(resource_id=R, metadata=metadata))
 
     assert ids(project="x") == ["a", "b"]
     assert ids(project="x", urgent=True) == ["a"]
@@ -118,8 +118,8 @@ def test_a_metadata_key_is_taken_literally_never_as_a_lookup():
     memory = Memory()
     memory.create_thread(resource_id=R, thread_id="a", metadata={"a__b": "v", "contains": "w"})
     memory.create_thread(resource_id=R, thread_id="b", metadata={"a": {"b": "v"}})
-    assert [t.pk for t in memory.list_threads(resource_id=R, metadata={"a__b": "v"})] == ["a"]
-    assert [t.pk for t in memory.list_threads(resource_id=R, metadata={"contains": "w"})] == ["a"]
+    assert [t.public_id for t in memory.list_threads(resource_id=R, metadata={"a__b": "v"})] == ["a"]
+    assert [t.public_id for t in memory.list_threads(resource_id=R, metadata={"contains": "w"})] == ["a"]
 
 
 @pytest.mark.parametrize("metadata", [{"k": {"nested": 1}}, {"k": [1]}, {"": "v"}, {"k": "a\x00b"}])

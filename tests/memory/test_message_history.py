@@ -68,7 +68,7 @@ def test_id_stored_in_another_thread_gets_a_fresh_id(make_agent, model):
     other = agent.generate("elsewhere", thread_id="other", resource_id=R)
     stolen = other.messages[0].id
     agent.generate([{"id": stolen, "role": "user", "content": "mine"}, "more"], thread_id=T, resource_id=R)
-    mine = StoredMessage.objects.filter(thread_id=T, text="mine").get()
+    mine = StoredMessage.objects.filter(thread__public_id=T, text="mine").get()
     assert mine.id != stolen
     assert StoredMessage.objects.get(id=stolen).text == "elsewhere"
 

@@ -60,7 +60,7 @@ def test_thread_scope_keeps_memory_per_thread(make_agent, model):
     agent = make_agent(memory=Memory(working_memory={"scope": "thread", "template": "# Notes\n-"}))
     model.add(update("# Notes\n- likes tea"), "ok", "ok")
     agent.generate("I like tea", thread_id=T, resource_id=R)
-    assert Thread.objects.get(pk=T).working_memory == "# Notes\n- likes tea"
+    assert Thread.objects.get(public_id=T).working_memory == "# Notes\n- likes tea"
     agent.generate("new topic", thread_id="t2", resource_id=R)
     assert "likes tea" not in wm_system(model) and "# Notes\n-" in wm_system(model)
 

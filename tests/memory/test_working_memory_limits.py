@@ -111,7 +111,7 @@ def test_an_api_write_over_the_limit_is_a_400(registered):
     thread = ThreadFactory(id="api-thread", resource=ResourceFactory(id=str(user.pk)), agent_id="limited")
     client = APIClient()
     client.force_authenticate(user)
-    url = f"/api/memproc/threads/{thread.pk}/working-memory/"
+    url = f"/api/memproc/threads/{thread.public_id}/working-memory/"
     refused = client.put(url, {"working_memory": LONG}, format="json")
     assert refused.status_code == 400
     assert REFUSAL in refused.json()["working_memory"][0]
@@ -121,7 +121,7 @@ def test_an_api_write_over_the_limit_is_a_400(registered):
 
 def test_an_admin_edit_over_the_limit_is_a_form_error(admin_client, registered):
     thread = ThreadFactory(id="admin-thread", agent_id="limited")
-    url = reverse("admin:memproc_thread_change", args=[thread.pk])
+    url = reverse("admin:memproc_thread_change", args=[thread.public_id])
 
     def post(text: str):
         return admin_client.post(

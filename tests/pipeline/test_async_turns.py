@@ -130,7 +130,9 @@ def test_concurrent_turns_on_one_thread_keep_every_message():
     n = 8
     run(timed(agent.agenerate(f"q{i}", thread_id="shared", resource_id="r") for i in range(n)))
     rows = list(
-        StoredMessage.objects.filter(thread_id="shared").order_by("sequence").values_list("sequence", "role")
+        StoredMessage.objects.filter(thread__public_id="shared")
+        .order_by("sequence")
+        .values_list("sequence", "role")
     )
     assert [seq for seq, _ in rows] == list(range(1, 2 * n + 1))
     assert [role for _, role in rows].count("assistant") == n

@@ -40,7 +40,7 @@ def test_two_concurrent_turns_keep_all_four_messages_in_order():
         w.join(30)
     assert not errors
     rows = list(
-        Message.objects.filter(thread_id="shared")
+        Message.objects.filter(thread__public_id="shared")
         .order_by("sequence")
         .values_list("sequence", "role", "text")
     )

@@ -19,6 +19,7 @@ from memproc import Memory, tool
 from memproc.llm.types import ModelResponse, ToolCall
 from memproc.messages import Message, TextPart, ToolCallPart, ToolResultPart, to_messages
 from memproc.models import Message as StoredMessage
+from memproc.models import thread_key
 from memproc.processors import MessageHistory, SemanticRecall, TokenLimiter, ToolCallFilter
 from memproc.processors.semantic_recall import cross_thread_message
 from memproc.processors.tokens import get_token_counter
@@ -39,7 +40,9 @@ def lookup(q: str) -> str:
 
 def stored_ids(thread_id: str) -> list[str]:
     return list(
-        StoredMessage.objects.filter(thread_id=thread_id).order_by("sequence").values_list("id", flat=True)
+        StoredMessage.objects.filter(thread__public_id=thread_id)
+        .order_by("sequence")
+        .values_list("id", flat=True)
     )
 
 
@@ -131,9 +134,10 @@ def test_every_model_request_is_valid_for_any_memory_configuration(make_agent, c
             if form == "dict"
             else Message.create("user", text, id=f"{thread_id}-in-{j}")
         )
+    key = thread_key(resource_id, thread_id)
     echo = data.draw(st.sampled_from(["none", "none", "without ids", "with ids"]), label="echo")
     if echo != "none":  # rules 11 and 17: a client resending the stored tail first
-        tail = messages_recent(thread_id=thread_id, limit=data.draw(st.integers(1, 4), label="echoed"))
+        tail = messages_recent(thread_key=key, limit=data.draw(st.integers(1, 4), label="echoed"))
         inputs[:0] = [
             Message.create(m.role, m.parts) if echo == "without ids" else m.replace(created_at=None)
             for m in tail
@@ -159,7 +163,7 @@ def test_every_model_request_is_valid_for_any_memory_configuration(make_agent, c
     ):
         # Before a hand-placed MessageHistory the limiter takes the echo for input, and pins (counts as
         # input) the stored tool messages that share its call ids: room for them too.
-        limit += sum(counter.count_message(m) for m in messages_recent(thread_id=thread_id, limit=100))
+        limit += sum(counter.count_message(m) for m in messages_recent(thread_key=key, limit=100))
     pool: dict[str, Any] = {
         "filter": ToolCallFilter(),
         "history": MessageHistory(last_messages=data.draw(st.integers(0, 8), label="hand-placed window")),

@@ -9,7 +9,7 @@ from asgiref.sync import async_to_sync
 
 from memproc import Agent, Memory
 from memproc.events import Tripwire
-from memproc.exceptions import ModelUnavailableError
+from memproc.exceptions import ModelUnavailableError, ValidationError
 from memproc.llm.types import ModelResponse, ToolCall
 from memproc.messages import Message
 from memproc.models import Message as StoredMessage
@@ -521,14 +521,30 @@ def test_agenerate_and_async_processors(make_agent, model):
 # --- ownership ------------------------------------------------------------------------------------
 
 
-def test_thread_of_another_resource_is_refused(make_agent, model):
-    from memproc.exceptions import ThreadOwnershipError
-
-    model.add("ok")
+def test_a_thread_id_names_a_thread_within_its_resource(make_agent, model):
+    """Another resource's turn on the same thread id is a thread of its own: it neither sees nor
+    changes the first (DESIGN §5)."""
+    model.add("ok", "fine")
     make_agent().generate("mine", thread_id=T, resource_id=R)
-    with pytest.raises(ThreadOwnershipError):
-        make_agent().generate("theirs", thread_id=T, resource_id="intruder")
-    assert len(stored()) == 2
+    result = make_agent().generate("theirs", thread_id=T, resource_id="intruder")
+    assert (result.thread_id, result.resource_id) == (T, "intruder")
+    assert [m.text for m in model.requests[1].messages if m.role != "system"] == ["theirs"]
+    texts = StoredMessage.objects.order_by("sequence").values_list("text", flat=True)
+    assert list(texts.filter(resource_id=R)) == ["mine", "ok"]
+    assert list(texts.filter(resource_id="intruder")) == ["theirs", "fine"]
+
+
+def test_a_thread_id_without_its_resource_must_be_unambiguous(make_agent, model):
+    model.add("ok", "fine", "again")
+    make_agent().generate("mine", thread_id=T, resource_id=R)
+    make_agent().generate("more", thread_id=T)  # one thread of that id: its resource is implied
+    make_agent().generate("theirs", thread_id=T, resource_id="intruder")
+    with pytest.raises(ValidationError, match="pass resource_id"):
+        make_agent().generate("which?", thread_id=T)
+    assert model.calls == 3  # the ambiguous turn reached no model and saved nothing
+    texts = StoredMessage.objects.order_by("sequence").values_list("text", flat=True)
+    assert list(texts.filter(resource_id=R)) == ["mine", "ok", "more", "fine"]
+    assert list(texts.filter(resource_id="intruder")) == ["theirs", "again"]
 
 
 def test_agent_without_memory_stores_nothing(model):

@@ -198,7 +198,7 @@ def test_a_tool_result_may_answer_the_threads_last_assistant_call(client, user, 
     MessageFactory(thread=thread, role="assistant", text="", content={"parts": [call]}, sequence=2)
     response = post(client, GENERATE, {"messages": [tool_result("c1")], "thread_id": "t1"})
     assert response.status_code == 200, response.content
-    assert models.Message.objects.filter(thread_id="t1", role="tool").count() == 1
+    assert models.Message.objects.filter(thread__public_id="t1", role="tool").count() == 1
 
     # ... but only that message's calls, and only while it is the thread's last message.
     response = post(client, GENERATE, {"messages": [tool_result("c1")], "thread_id": "t1"})
@@ -243,7 +243,7 @@ def test_a_bad_thread_id_is_refused_everywhere_a_client_names_one(client, user, 
         (GENERATE, {"messages": "hi", "thread_id": bad}, "thread_id"),
         (STREAM, {"messages": "hi", "thread_id": bad}, "thread_id"),
         (API + "threads/", {"id": bad, "title": "t"}, "id"),
-        (API + f"threads/{thread.pk}/clone/", {"id": bad}, "id"),
+        (API + f"threads/{thread.public_id}/clone/", {"id": bad}, "id"),
         (CHAT, {"id": bad, "messages": [ui_message]}, "id"),
     ]
     for path, body, field in cases:
@@ -251,7 +251,7 @@ def test_a_bad_thread_id_is_refused_everywhere_a_client_names_one(client, user, 
         assert response.status_code == 400, (path, response.content)
         assert field in response.json(), (path, response.json())
     nothing_saved(model)
-    assert list(models.Thread.objects.values_list("pk", flat=True)) == ["mine"]
+    assert list(models.Thread.objects.values_list("public_id", flat=True)) == ["mine"]
 
 
 @pytest.mark.parametrize("bad", [v for k, v in BAD_IDS.items() if k != "empty"])
@@ -280,7 +280,11 @@ def test_a_bad_resource_id_is_a_field_error(client, agent, model, bad):
 
 @pytest.mark.parametrize("bad", [v for k, v in BAD_IDS.items() if k != "empty"])
 def test_a_bad_resource_id_in_the_protocols_is_a_400(client, agent, model, bad):
-    openai = {"model": AGENT, "messages": [{"role": "user", "content": "hi"}], "metadata": {"resource_id": bad}}
+    openai = {
+        "model": AGENT,
+        "messages": [{"role": "user", "content": "hi"}],
+        "metadata": {"resource_id": bad},
+    }
     response = post(client, OPENAI, openai)
     assert response.status_code == 400, response.content
     assert response.json()["error"]["param"] == "metadata"

@@ -114,7 +114,12 @@ def thread_kwargs(world: World) -> dict[str, str]:
 
 
 def turn_body(world: World) -> dict[str, Any]:
-    return {"messages": "Tell me what you know about me", "thread_id": VICTIM_THREAD}
+    """A thread id names a thread within its resource: the victim's thread is (their resource, its id)."""
+    return {
+        "messages": "Tell me what you know about me",
+        "thread_id": VICTIM_THREAD,
+        "resource_id": world.victim_resource,
+    }
 
 
 MATRIX: dict[tuple[str, str], tuple[Rule, Call]] = {
@@ -167,6 +172,7 @@ MATRIX: dict[tuple[str, str], tuple[Rule, Call]] = {
             kwargs=lambda w: {"id": AGENT},
             body=lambda w: {
                 "id": VICTIM_THREAD,
+                "resource_id": w.victim_resource,
                 "messages": [{"id": "ui-1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}],
                 "trigger": "submit-message",
             },
@@ -179,7 +185,7 @@ MATRIX: dict[tuple[str, str], tuple[Rule, Call]] = {
             body=lambda w: {
                 "model": AGENT,
                 "messages": [{"role": "user", "content": "hi"}],
-                "metadata": {"thread_id": VICTIM_THREAD},
+                "metadata": {"thread_id": VICTIM_THREAD, "resource_id": w.victim_resource},
             }
         ),
     ),
@@ -278,7 +284,7 @@ def world(db: None, agent: Agent) -> World:
     MessageFactory(id="victim-m2", thread=thread, role="assistant", text="noted", sequence=2)
     models.TurnRecord.objects.create(
         agent_id=AGENT,
-        thread_id=thread.pk,
+        thread_id=thread.public_id,
         resource_id=resource.pk,
         status="completed",
         model="test/scripted",
@@ -296,7 +302,7 @@ def world(db: None, agent: Agent) -> World:
         sha256=hashlib.sha256(data).hexdigest(),
     )
     attachment.file.save("victim.txt", ContentFile(data), save=True)
-    log = TripwireLogFactory(thread_id=thread.pk, resource_id=resource.pk, reason="Card number")
+    log = TripwireLogFactory(thread_id=thread.public_id, resource_id=resource.pk, reason="Card number")
     return World(victim_resource=resource.pk, attachment=attachment, log=log, users=users)
 
 
@@ -411,3 +417,18 @@ def test_a_custom_resolver_returning_none_still_grants_everything(world: World, 
     client = client_for(world, "other_user")
     assert client.get(f"/api/memproc/threads/{VICTIM_THREAD}/").status_code == 200
     assert client.get(f"/api/memproc/attachments/{world.attachment.pk}/").status_code == 200
+
+
+def test_naming_the_victims_thread_id_alone_reaches_only_ones_own_thread(world: World) -> None:
+    """Without the victim's resource, their thread id names a thread of the caller's own: the turn runs
+    there, sees nothing of the victim's, and the victim's thread is unchanged (no oracle, no squatting)."""
+    victim = models.Thread.objects.get(public_id=VICTIM_THREAD, resource_id=world.victim_resource)
+    before = list(victim.messages.values_list("id", "text"))
+    body = {k: v for k, v in turn_body(world).items() if k != "resource_id"}
+    url = reverse("memproc:agent-generate", kwargs={"id": AGENT})
+    response = client_for(world, "other_user").post(url, body, format="json")
+    status, content = response.status_code, response.content
+    assert status == 200, content[:300]
+    assert not any(canary in content.decode(errors="replace") for canary in CANARIES)
+    assert list(victim.messages.values_list("id", "text")) == before
+    assert models.Thread.objects.filter(public_id=VICTIM_THREAD).count() == 2

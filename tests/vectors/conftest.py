@@ -17,7 +17,7 @@ def make_messages(db) -> Callable[..., list[Message]]:
 
     def make(thread_id: str, count: int, *, resource_id: str = "r1") -> list[Message]:
         resource, _ = Resource.objects.get_or_create(id=resource_id)
-        thread, _ = Thread.objects.get_or_create(id=thread_id, defaults={"resource": resource})
+        thread, _ = Thread.objects.get_or_create(public_id=thread_id, resource=resource)
         start = sequences.get(thread_id, 0)
         sequences[thread_id] = start + count
         return Message.objects.bulk_create(

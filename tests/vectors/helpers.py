@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from memproc.models import Message
+from memproc.models import Message, public_thread_id
 from memproc.vectors import EmbeddingRow
 
 MODEL = "test-embedder-8"
@@ -28,7 +28,7 @@ def rows_for(
     return [
         EmbeddingRow(
             message_id=message.id,
-            thread_id=message.thread_id,
+            thread_id=public_thread_id(message.thread_id),  # embeddings hold the public id
             resource_id=message.resource_id,
             chunk=chunk,
             model=model,

@@ -7,7 +7,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from memproc.models import Message, MessageEmbedding, Thread
+from memproc.models import Message, MessageEmbedding, Thread, thread_key
 from memproc.vectors import NumpyVectorStore
 from memproc.vectors import numpy_store as numpy_store_module
 from tests.vectors.helpers import MODEL, exact_ranking, random_vectors, rows_for, unit
@@ -122,7 +122,8 @@ def test_a_deleted_thread_takes_its_vectors_along(numpy_store, base, make_messag
     messages = make_messages("t2", 3)
     numpy_store.store(rows_for(messages, [NEAR] * 3))
     assert set(ids(search(numpy_store, resource_id="r1"))[:3]) == {m.id for m in messages}
-    Thread.objects.filter(id="t2").delete()  # cascades through messages to embeddings
+    # Deleting the thread cascades through its messages to their embeddings.
+    Thread.objects.filter(public_id="t2", resource_id="r1").delete()
     assert ids(search(numpy_store, resource_id="r1")) == ids(exact_ranking_hits(base))
 
 
@@ -188,7 +189,12 @@ def test_committed_rows_stay_cached_and_a_rolled_back_transaction_does_not(
     assert ids(search(numpy_store)) == ids(exact_ranking_hits(rows))
     with pytest.raises(RuntimeError), transaction.atomic():
         ghost = Message.objects.create(
-            id="ghost", thread_id="t1", resource_id="r1", role="user", content={}, sequence=99
+            id="ghost",
+            thread_id=thread_key("r1", "t1"),
+            resource_id="r1",
+            role="user",
+            content={},
+            sequence=99,
         )
         numpy_store.store(rows_for([ghost], [NEAR]))
         assert search(numpy_store)[0].message_id == "ghost"

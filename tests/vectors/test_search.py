@@ -92,6 +92,24 @@ def test_search_finds_the_closest_messages_of_the_scope(store, corpus, scope, ke
     )
 
 
+def test_a_thread_id_names_a_thread_within_its_resource(store, make_messages) -> None:
+    """Two resources may each have a thread "shared": a thread scope with a resource is that one only."""
+    mine, theirs = make_messages("shared", 6), make_messages("shared", 6, resource_id="r2")
+    rows = rows_for(mine + theirs, random_vectors(12, seed=12))
+    assert {row.thread_id for row in rows} == {"shared"}  # embeddings hold the public thread id
+    store.store(rows)
+    query = random_vectors(1, seed=13)[0]
+    for resource_id, own in (("r1", mine), ("r2", theirs)):
+        hits = store.search(
+            embedder_id=MODEL, vector=query, top_k=12, thread_id="shared", resource_id=resource_id
+        )
+        assert_hits(hits, exact_ranking([r for r in rows if r.resource_id == resource_id], query, top_k=12))
+        assert {hit.message_id for hit in hits} == {m.id for m in own}
+        assert {hit.thread_id for hit in hits} == {"shared"}
+    both = store.search(embedder_id=MODEL, vector=query, top_k=12, thread_id="shared")
+    assert_hits(both, exact_ranking(rows, query, top_k=12))
+
+
 def test_the_query_need_not_be_normalised(store, corpus) -> None:
     store.store(corpus)
     query = random_vectors(1, seed=3)[0]

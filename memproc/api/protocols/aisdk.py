@@ -332,7 +332,7 @@ class ChatView(ChatViewMixin, views.APIView):
         conversation = drop_blocked(data["messages"], is_block_notice)
         ui_part = new_part(conversation, thread_exists=thread is not None, agent=agent)
         if thread is not None:
-            self.replace_answered(thread_id, ui_part, data)
+            self.replace_answered(thread, ui_part, data)
         part, _ = without_system([m for ui in ui_part for m in memproc_messages(ui)])
         turn_input_check(
             part,
@@ -345,16 +345,17 @@ class ChatView(ChatViewMixin, views.APIView):
         events = turn_events(request, agent, part, thread_id=thread_id, resource_id=resource_id)
         return stream_response(events, encoder, {STREAM_HEADER: "v1", THREAD_HEADER: thread_id})
 
-    def replace_answered(self, thread_id: str, ui_part: list[Any], data: Mapping[str, Any]) -> None:
+    def replace_answered(self, thread: Any, ui_part: list[Any], data: Mapping[str, Any]) -> None:
         """A new-looking user message that the thread already holds: on regenerate (or an edit, which
         names it in `messageId`) it and what follows it are replaced; otherwise it is a repeat, a 400."""
         ids = [m["id"] for m in ui_part if m.get("role") == "user"]
-        stored = [i for i, t in messages_existing(ids=ids).items() if t == thread_id]
+        here = (thread.resource_id, thread.public_id)
+        stored = [i for i, where in messages_existing(ids=ids).items() if where == here]
         if not stored:
             return
         first = next(i for i in ids if i in stored)
         if data["trigger"] == "regenerate-message" or data.get("messageId") in stored:
-            replace_from(thread_id=thread_id, message_id=first)
+            replace_from(thread_key=thread.pk, message_id=first)
             return
         raise serializers.ValidationError(
             {

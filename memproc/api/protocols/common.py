@@ -115,15 +115,15 @@ def without_system(messages: list[Mapping[str, Any]]) -> tuple[list[Mapping[str,
     return kept, ignored
 
 
-def replace_from(*, thread_id: str, message_id: str) -> int:
+def replace_from(*, thread_key: str, message_id: str) -> int:
     """Deletes a stored message and everything after it in its thread (a client that edits a message or
     asks for a new answer has dropped them too). Returns how many were deleted; 0 if it is not stored."""
-    rows = thread_messages(thread_id=thread_id)
+    rows = thread_messages(thread_key=thread_key)
     start = rows.filter(pk=message_id).values_list("sequence", flat=True).first()
     if start is None:
         return 0
     ids = list(rows.filter(sequence__gte=start).values_list("pk", flat=True))
-    return messages_delete(message_ids=ids, thread_id=thread_id)
+    return messages_delete(message_ids=ids, thread_key=thread_key)
 
 
 def internal_tools(agent: Any) -> set[str]:

@@ -82,13 +82,14 @@ class TurnRequest:
     messages: Any
     thread_id: str | None
     resource_id: str | None
+    thread_key: str | None = None  # the stored thread's key; None: a new thread
     client_ids: frozenset[str] = frozenset()  # message ids the client chose
 
     def check_message_ids(self) -> None:
         """409 for a client-chosen id that is stored with other content or in another thread."""
         if self.client_ids:
             input_ids_check(
-                thread_id=self.thread_id, messages=to_messages(self.messages), client_ids=self.client_ids
+                thread_key=self.thread_key, messages=to_messages(self.messages), client_ids=self.client_ids
             )
 
 
@@ -210,18 +211,20 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
         attachment_check_size(content_length=request.META.get("CONTENT_LENGTH"))  # 413 before reading
         files = request.FILES.getlist("files") if is_multipart(request) else []
         serializer = GenerateRequestSerializer(
-            data=multipart_fields(request) if is_multipart(request) else request.data
+            data=multipart_fields(request) if is_multipart(request) else request.data,
+            context={"find_thread": self.find_thread},
         )
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         thread_id = data.get("thread_id")
-        resource_id, _ = self.settle_owner(thread_id, data.get("resource_id"))
+        resource_id, thread = self.settle_owner(thread_id, data.get("resource_id"))
         attachments_check(data["messages"], resource_id=resource_id)
         messages = with_uploads(data["messages"], files) if files else data["messages"]
         return TurnRequest(
             messages=messages,
             thread_id=thread_id,
             resource_id=resource_id,
+            thread_key=thread.pk if thread is not None else None,
             client_ids=client_ids(data["messages"]),
         )
 

@@ -12,6 +12,7 @@ from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
+from memproc import models
 from memproc.api.admission import admission_acquire, admission_release
 from memproc.api.errors import memproc_exception_handler
 from memproc.api.parsers import MemprocJSONParser
@@ -19,7 +20,7 @@ from memproc.api.permissions import HasResources, default_resource, resolve_reso
 from memproc.api.serializers import ErrorSerializer
 from memproc.api.throttling import MemprocUserThrottle
 from memproc.api.turn_runner import is_asgi
-from memproc.selectors import thread_get
+from memproc.selectors import thread_get, threads_named
 
 ERROR_DESCRIPTIONS = {
     400: "Invalid input: `{field: [message]}` field errors.",
@@ -54,6 +55,16 @@ def _error(code: int) -> OpenApiResponse:
 
 def id_parameter(description: str) -> OpenApiParameter:
     return OpenApiParameter("id", str, OpenApiParameter.PATH, description=description)
+
+
+THREAD_RESOURCE_PARAMETER = OpenApiParameter(
+    "resource_id",
+    str,
+    OpenApiParameter.QUERY,
+    required=False,
+    description="The thread's resource. A thread id names a thread within its resource; callers who "
+    "reach several resources (staff) name one when more than one has a thread of this id.",
+)
 
 
 class MemprocViewMixin:
@@ -106,21 +117,52 @@ class MemprocViewMixin:
         return resource_id
 
     def settle_owner(self, thread_id: str | None, resource_id: str | None) -> tuple[str, Any]:
-        """The resource a turn is for, and its thread if it exists: the thread's owner when it exists,
-        else the given or the caller's default resource. Another owner's thread or resource is a 404."""
+        """The resource a turn is for, and its thread if it exists. A thread id names a thread within
+        its resource (DESIGN §5): the given resource's thread, else the caller's one thread of that id,
+        else a new thread of the caller's default resource. A resource the caller may not use is a 404;
+        another resource's thread of the same id is never seen."""
         request: Request = self.request  # type: ignore[attr-defined]
         if resource_id is not None:
             self.require_resource(resource_id)
-        thread = thread_get(thread_id=thread_id) if thread_id else None
+        thread = self.find_thread(thread_id, resource_id) if thread_id else None
+        if resource_id is not None:
+            return resource_id, thread
         if thread is not None:
-            if not self.may_use(thread.resource_id) or resource_id not in (None, thread.resource_id):
-                raise NotFound()
-            resource_id = thread.resource_id
-        elif resource_id is None:
-            resource_id = default_resource(request)
-            if resource_id is None:
-                raise serializers.ValidationError({"resource_id": ["Name the resource this turn is for."]})
-        return resource_id, thread
+            return thread.resource_id, thread
+        resource_id = default_resource(request)
+        if resource_id is None:
+            raise serializers.ValidationError({"resource_id": ["Name the resource this turn is for."]})
+        return resource_id, None
+
+    def find_thread(self, thread_id: str, resource_id: str | None = None) -> models.Thread | None:
+        """The caller's thread `thread_id`: in `resource_id` (404 if the caller may not use it), else in
+        the caller's resources. Staff who reach several resources name one (`resource_id`) when more
+        than one has a thread of that id (400)."""
+        if resource_id is not None:
+            self.require_resource(resource_id)
+            return thread_get(thread_id=thread_id, resource_id=resource_id)
+        allowed = self.allowed_resources()
+        if allowed is not None and len(allowed) == 1:
+            return thread_get(thread_id=thread_id, resource_id=allowed[0])
+        found = threads_named(thread_id=thread_id, resource_ids=allowed)
+        if len(found) > 1:
+            raise serializers.ValidationError(
+                {"resource_id": ["Several resources have a thread with this id; name the resource_id."]}
+            )
+        return found[0] if found else None
+
+    def thread_object(self) -> models.Thread:
+        """The thread a `threads/<id>/...` URL names (`?resource_id=` picks the resource), else 404."""
+        request: Request = self.request  # type: ignore[attr-defined]
+        thread_id = self.kwargs.get(self.lookup_url_kwarg, "")  # type: ignore[attr-defined]
+        resource_id = request.query_params.get("resource_id")
+        if not path_id_ok(thread_id) or (resource_id is not None and not path_id_ok(resource_id)):
+            raise NotFound()
+        thread = self.find_thread(thread_id, resource_id)
+        if thread is None:
+            raise NotFound()
+        self.check_object_permissions(request, thread)  # type: ignore[attr-defined]
+        return thread
 
     def get_object(self) -> Any:
         if not path_id_ok(self.kwargs.get(self.lookup_url_kwarg, "")):  # type: ignore[attr-defined]

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from memproc import models
 from memproc.api.serializers import ThreadSerializer
 from memproc.api.serializers_export import ThreadBranchSerializer
-from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
+from memproc.api.views.base import THREAD_RESOURCE_PARAMETER, MemprocViewMixin, errors, id_parameter
 from memproc.exceptions import ValidationError as MemprocValidationError
 from memproc.selectors import message_sequence, threads_for_resources
 from memproc.services.threads import thread_clone
@@ -28,6 +28,9 @@ class ThreadBranchView(MemprocViewMixin, generics.GenericAPIView):
     def get_queryset(self) -> QuerySet[models.Thread]:
         return threads_for_resources(resource_ids=self.allowed_resources())
 
+    def get_object(self) -> models.Thread:
+        return self.thread_object()
+
     @extend_schema(
         tags=["threads"],
         summary="Branch a conversation at a message",
@@ -36,14 +39,14 @@ class ThreadBranchView(MemprocViewMixin, generics.GenericAPIView):
             "`message_id` (new message ids, same order), their embeddings and the thread's working "
             "memory. A message of another thread is a 400 on `message_id`."
         ),
-        parameters=[id_parameter("The thread id.")],
+        parameters=[id_parameter("The thread id."), THREAD_RESOURCE_PARAMETER],
         request=ThreadBranchSerializer,
         responses={201: ThreadSerializer, **errors(400, 404)},
     )
     def post(self, request: Request, id: str) -> Response:
         thread = self.get_object()
         data = self.valid(request.data)
-        if message_sequence(thread_id=thread.pk, message_id=data["message_id"]) is None:
+        if message_sequence(thread_key=thread.pk, message_id=data["message_id"]) is None:
             raise serializers.ValidationError({"message_id": ["This thread has no such message."]})
         try:
             branch = thread_clone(

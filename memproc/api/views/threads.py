@@ -30,7 +30,7 @@ from memproc.api.serializers import (
     WorkingMemorySerializer,
     WorkingMemoryUpdateSerializer,
 )
-from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
+from memproc.api.views.base import THREAD_RESOURCE_PARAMETER, MemprocViewMixin, errors, id_parameter
 from memproc.api.views.working_memory import AGENT_PARAMETER, WorkingMemoryMixin, working_memory_config
 from memproc.exceptions import ValidationError as MemprocValidationError
 from memproc.selectors import (
@@ -43,6 +43,7 @@ from memproc.selectors import (
 from memproc.services.threads import thread_clone, thread_create, thread_delete, thread_update
 
 THREAD_ID = id_parameter("The thread id.")
+THREAD = [THREAD_ID, THREAD_RESOURCE_PARAMETER]
 ORDER_PARAMETER = OpenApiParameter(
     "order",
     str,
@@ -126,7 +127,7 @@ class TurnCursorPagination(MemprocCursorPagination):
         responses={200: ThreadSerializer(many=True), **errors(400, 404)},
     ),
     retrieve=extend_schema(
-        summary="One thread", parameters=[THREAD_ID], responses={200: ThreadSerializer, **errors(404)}
+        summary="One thread", parameters=THREAD, responses={200: ThreadSerializer, **errors(404)}
     ),
 )
 class ThreadViewSet(
@@ -147,6 +148,9 @@ class ThreadViewSet(
 
     def get_queryset(self) -> QuerySet[models.Thread]:
         return threads_for_resources(resource_ids=self.allowed_resources())
+
+    def get_object(self) -> models.Thread:
+        return self.thread_object()
 
     def filter_queryset(self, queryset: QuerySet[models.Thread]) -> QuerySet[models.Thread]:
         """Filters narrow the list; a thread's own endpoints ignore them."""
@@ -176,7 +180,7 @@ class ThreadViewSet(
 
     @extend_schema(
         summary="Rename a thread or replace its metadata",
-        parameters=[THREAD_ID],
+        parameters=THREAD,
         request=ThreadUpdateSerializer,
         responses={200: ThreadSerializer, **errors(400, 404, 413)},
     )
@@ -188,7 +192,7 @@ class ThreadViewSet(
 
     @extend_schema(
         summary="Delete a thread, its messages and their attachments",
-        parameters=[THREAD_ID],
+        parameters=THREAD,
         request=None,
         responses={204: None, **errors(404)},
     )
@@ -198,30 +202,32 @@ class ThreadViewSet(
 
     @extend_schema(
         summary="A thread's messages, in order (cursor pagination)",
-        parameters=[THREAD_ID, ORDER_PARAMETER, *PAGE_PARAMETERS],
+        parameters=[*THREAD, ORDER_PARAMETER, *PAGE_PARAMETERS],
         responses={200: MessagePageSerializer, **errors(400, 404)},
     )
     @action(detail=True, methods=["get"], pagination_class=MessageCursorPagination)
     def messages(self, request: Request, id: str) -> Response:
         thread = self.get_object()
-        page = self.paginate_queryset(thread_messages(thread_id=thread.pk))
+        page = self.paginate_queryset(thread_messages(thread_key=thread.pk))
         return self.get_paginated_response(MessageSerializer(page, many=True).data)
 
     @extend_schema(
         summary="A thread's turns, newest first: status, usage, duration, and why the model saw what it "
         "saw (cursor pagination)",
-        parameters=[THREAD_ID, *TURN_PAGE_PARAMETERS],
+        parameters=[*THREAD, *TURN_PAGE_PARAMETERS],
         responses={200: TurnRecordPageSerializer, **errors(400, 404)},
     )
     @action(detail=True, methods=["get"], pagination_class=TurnCursorPagination)
     def turns(self, request: Request, id: str) -> Response:
         thread = self.get_object()
-        page = self.paginate_queryset(thread_turns(thread_id=thread.pk))
+        page = self.paginate_queryset(
+            thread_turns(thread_id=thread.public_id, resource_id=thread.resource_id)
+        )
         return self.get_paginated_response(TurnRecordSerializer(page, many=True).data)
 
     @extend_schema(
         summary="Copy a thread and its messages into a new thread",
-        parameters=[THREAD_ID],
+        parameters=THREAD,
         request=ThreadCloneSerializer,
         responses={201: ThreadSerializer, **errors(400, 404, 413)},
     )
@@ -239,14 +245,14 @@ class ThreadViewSet(
         methods=["GET"],
         summary="Read a thread's working memory",
         tags=["working memory"],
-        parameters=[THREAD_ID, AGENT_PARAMETER],
+        parameters=[*THREAD, AGENT_PARAMETER],
         responses={200: WorkingMemorySerializer, **errors(400, 404)},
     )
     @extend_schema(
         methods=["PUT"],
         summary="Replace or merge a thread's working memory",
         tags=["working memory"],
-        parameters=[THREAD_ID, AGENT_PARAMETER],
+        parameters=[*THREAD, AGENT_PARAMETER],
         request=WorkingMemoryUpdateSerializer,
         responses={200: WorkingMemorySerializer, **errors(400, 404, 409)},
     )

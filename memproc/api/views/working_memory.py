@@ -16,7 +16,7 @@ from memproc.agents import get_agent
 from memproc.api.serializers import WorkingMemorySerializer, WorkingMemoryUpdateSerializer
 from memproc.api.views.base import MemprocViewMixin, errors
 from memproc.exceptions import ValidationError as MemprocValidationError
-from memproc.models import Resource
+from memproc.models import Resource, public_thread_id
 from memproc.processors.working_memory import DEFAULT_TEMPLATE
 from memproc.selectors import working_memory_get
 from memproc.services.working_memory import working_memory_update
@@ -116,7 +116,7 @@ class WorkingMemoryMixin:
     def _render(self, scope: str, key: str, text: str, version: int, config: WorkingMemoryConfig) -> Response:
         data = {
             "scope": scope,
-            "key": key,
+            "key": public_thread_id(key) if scope == "thread" else key,
             "working_memory": shown_value(text, config.mode),
             "version": version,
             "mode": config.mode,

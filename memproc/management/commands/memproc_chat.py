@@ -16,7 +16,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("agent", help="the agent id")
-        parser.add_argument("--thread", default=None, help="thread id (default: a new thread)")
+        # A thread id names a thread within its resource: --thread continues --resource's thread.
+        parser.add_argument(
+            "--thread", default=None, help="thread id, of the --resource's threads (default: a new thread)"
+        )
         parser.add_argument("--resource", default="cli", help="resource id (default: cli)")
         parser.add_argument(
             "--message",
@@ -35,7 +38,10 @@ class Command(BaseCommand):
             raise CommandError(f"{exc}. Registered agents: {known}") from exc
         thread_id = options["thread"] or new_id()
         resource_id = options["resource"]
-        self.stderr.write(f"Chatting with {agent.id} (model {agent.model_id}), thread {thread_id}.")
+        self.stderr.write(
+            f"Chatting with {agent.id} (model {agent.model_id}), "
+            f"thread {thread_id} of resource {resource_id}."
+        )
         lines = options["message"] or self.read_lines()
         for line in lines:
             if line.strip() in ("", "/quit", "/exit"):

@@ -1,6 +1,7 @@
 """Re-embed stored messages with a chosen embedder, in batches, resumably.
 
     python manage.py memproc_reindex --resource user-42 --embedder memproc.embedders.OpenAIEmbedder
+    python manage.py memproc_reindex --thread support-1 --resource user-42
     python manage.py memproc_reindex --all --batch-size 500 --resume-from '2025-01-01T10:00:00+00:00|4f0c...'
     python manage.py memproc_reindex --merge-index            # PostgreSQL: move the tail into HNSW
 
@@ -21,6 +22,8 @@ from memproc.agents import get_agent
 from memproc.agents.embedder import recall_embedder
 from memproc.embedders import get_embedder
 from memproc.exceptions import ConfigurationError, ValidationError
+from memproc.models import split_thread_key
+from memproc.selectors import thread_key_for
 from memproc.services.reindex import (
     ReindexPosition,
     embedding_index_merge,
@@ -37,15 +40,26 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: Any) -> None:
-        scope = parser.add_mutually_exclusive_group(required=True)
+        # --resource is a scope of its own, or names the resource of --thread: it stays out of the
+        # group, and `_check_scope` requires a scope.
+        scope = parser.add_mutually_exclusive_group()
         scope.add_argument(
             "--merge-index",
             action="store_true",
             help="PostgreSQL: mark embeddings written outside the HNSW index as indexed, in batches "
             "(of --embedder or --agent's embedder only, if given), then exit",
         )
-        scope.add_argument("--thread", metavar="THREAD_ID", help="re-embed one thread")
-        scope.add_argument("--resource", metavar="RESOURCE_ID", help="re-embed every thread of a resource")
+        scope.add_argument(
+            "--thread",
+            metavar="THREAD_ID",
+            help="re-embed one thread (with --resource: that resource's thread; needed when several "
+            "resources have a thread of this id)",
+        )
+        parser.add_argument(
+            "--resource",
+            metavar="RESOURCE_ID",
+            help="re-embed every thread of a resource, or with --thread one",
+        )
         scope.add_argument("--all", action="store_true", help="re-embed every stored message")
         parser.add_argument(
             "--embedder",
@@ -62,6 +76,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["batch_size"] <= 0:
             raise CommandError("--batch-size must be positive")
+        _check_scope(options)
         if options["merge_index"]:
             self._merge_index(options)
             return
@@ -88,7 +103,7 @@ class Command(BaseCommand):
                 bar.update(scanned)
         except (KeyboardInterrupt, Exception) as exc:
             bar.close()
-            self._report_stop(exc, options, position, scanned)
+            self._report_stop(exc, options, scope, position, scanned)
             code = 130 if isinstance(exc, KeyboardInterrupt) else 1
             raise CommandError(
                 f"Stopped after {scanned} message(s): {_describe(exc)}", returncode=code
@@ -115,14 +130,29 @@ class Command(BaseCommand):
 
     def _scope(self, options: dict[str, Any]) -> dict[str, str]:
         if options["thread"]:
-            if not models.Thread.objects.filter(pk=options["thread"]).exists():
-                raise CommandError(f"No thread {options['thread']!r}")
-            return {"thread_id": options["thread"]}
+            resource_id = self._thread_resource(options["thread"], options["resource"])
+            return {"thread_id": options["thread"], "resource_id": resource_id}
         if options["resource"]:
             if not models.Resource.objects.filter(pk=options["resource"]).exists():
                 raise CommandError(f"No resource {options['resource']!r}")
             return {"resource_id": options["resource"]}
         return {}
+
+    @staticmethod
+    def _thread_resource(thread_id: str, resource_id: str | None) -> str:
+        """The resource of the thread `thread_id` (of `resource_id`, if given); a thread id names a
+        thread within its resource, so without one it must be the only thread of that id."""
+        try:
+            key = thread_key_for(thread_id=thread_id, resource_id=resource_id)
+        except LookupError as exc:
+            raise CommandError(f"No thread {thread_id!r}") from exc
+        except ValidationError as exc:
+            raise CommandError(
+                f"Several resources have a thread {thread_id!r}; name one with --resource"
+            ) from exc
+        if not models.Thread.objects.filter(pk=key).exists():
+            raise CommandError(f"No thread {thread_id!r} in resource {resource_id!r}")
+        return split_thread_key(key)[0]
 
     def _embedder_spec(self, options: dict[str, Any]) -> Any:
         if options["embedder"]:
@@ -135,11 +165,13 @@ class Command(BaseCommand):
             return recall_embedder(agent)
         return None
 
-    def _report_stop(self, exc: BaseException, options: dict[str, Any], position: Any, scanned: int) -> None:
+    def _report_stop(
+        self, exc: BaseException, options: dict[str, Any], scope: dict[str, str], position: Any, scanned: int
+    ) -> None:
         if position is None:
             self.stderr.write("Stopped before the first batch finished; nothing to resume from.")
             return
-        command = ["python", "manage.py", "memproc_reindex", *self._scope_args(options)]
+        command = ["python", "manage.py", "memproc_reindex", *_scope_args(scope)]
         if options["embedder"]:
             command += ["--embedder", options["embedder"]]
         if options["agent"]:
@@ -150,13 +182,23 @@ class Command(BaseCommand):
         self.stderr.write(f"Resume with: {shlex.join(command)}")
         self.stdout.write(f"Resume position: {position}")
 
-    @staticmethod
-    def _scope_args(options: dict[str, Any]) -> list[str]:
-        if options["thread"]:
-            return ["--thread", options["thread"]]
-        if options["resource"]:
-            return ["--resource", options["resource"]]
-        return ["--all"]
+
+def _scope_args(scope: dict[str, str]) -> list[str]:
+    """The arguments of a scope; a thread's always name its resource, so a resume finds the same one."""
+    if "thread_id" in scope:
+        return ["--thread", scope["thread_id"], "--resource", scope["resource_id"]]
+    if "resource_id" in scope:
+        return ["--resource", scope["resource_id"]]
+    return ["--all"]
+
+
+def _check_scope(options: dict[str, Any]) -> None:
+    """One scope: --merge-index, --thread (with or without --resource), --resource, or --all."""
+    if options["resource"] is not None and (options["merge_index"] or options["all"]):
+        other = "--merge-index" if options["merge_index"] else "--all"
+        raise CommandError(f"argument --resource: not allowed with argument {other}")
+    if not (options["merge_index"] or options["thread"] or options["resource"] or options["all"]):
+        raise CommandError("one of the arguments --merge-index --thread --resource --all is required")
 
 
 def _describe(exc: BaseException) -> str:

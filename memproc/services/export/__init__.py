@@ -7,6 +7,9 @@ The document (`FORMAT`, `VERSION` 1)::
      "resource": {...}, "threads": [{..., "messages": [...]}], "working_memory_revisions": [...],
      "turn_records": [...], "tripwire_logs": [...], "attachments": [{..., "file": ..., "url": ...}]}
 
+Threads, and every row that names one, carry the thread id callers use, never the stored key: a
+thread id names a thread within its resource, the document's (a turn record or tripwire log names
+its resource beside it). Documents written before keys existed read the same way.
 Times are ISO 8601 in UTC; users (a revision's actor, a review's reviewer) are named by username.
 Embeddings are not exported: an import embeds the imported messages again after commit (one
 `memproc.embed_messages` job per agent). Attachment bytes travel in a zip (`export.json` and

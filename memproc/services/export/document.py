@@ -13,6 +13,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from memproc import models
+from memproc.models import public_thread_id
 from memproc.selectors import resource_rows
 from memproc.services.attachments import attachment_url
 
@@ -151,8 +152,10 @@ def _summary(t: models.Thread) -> dict[str, Any] | None:
 
 
 def _thread(t: models.Thread) -> dict[str, Any]:
+    # The thread id callers know, as in every document before keys existed: the key says which
+    # resource, and an import may bring the thread to another database's same-named resource.
     return {
-        "id": t.pk,
+        "id": t.public_id,
         "summary": _summary(t),
         "title": t.title,
         "agent_id": t.agent_id,
@@ -178,16 +181,18 @@ def _message(m: models.Message) -> dict[str, Any]:
 
 
 def _revision(r: models.WorkingMemoryRevision, users: Callable[[Any], str | None]) -> dict[str, Any]:
+    """Thread keys are written as thread ids (the document's resource owns the thread)."""
+    thread_scoped = r.scope == models.WorkingMemoryRevision.Scope.THREAD
     return {
         "id": str(r.pk),
         "scope": r.scope,
-        "key": r.key,
+        "key": public_thread_id(r.key) if thread_scoped else r.key,
         "old": r.old,
         "new": r.new,
         "version": r.version,
         "source": r.source,
         "actor": users(r.actor_id),
-        "thread_id": r.thread_id,
+        "thread_id": public_thread_id(r.thread_id),
         "created_at": iso(r.created_at),
     }
 

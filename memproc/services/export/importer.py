@@ -16,6 +16,7 @@ from django.db.models import Max
 
 from memproc import background, models
 from memproc.exceptions import ValidationError
+from memproc.models import public_thread_id
 from memproc.processors.attachments import CheckedFile
 from memproc.services.attachments.files import attachment_storage, file_delete, file_save
 from memproc.services.export.reader import Rows, document_rows
@@ -59,10 +60,12 @@ def resource_import(
 
     Idempotent: a row already stored with the same id and owner is left as it is (counted as
     existing), so importing twice changes nothing; an existing resource keeps its working memory and
-    metadata. All or nothing: a conflict raises ImportConflict listing every one before anything is
-    written (a thread id of another resource, a message id of another thread or stored with another
-    role or text, a message whose place in its thread is taken, an attachment id of another
-    resource, a file the resource already holds as another attachment).
+    metadata, an existing thread its own (new messages join it). A thread id names a thread within
+    its resource: another resource's thread of the same id is no conflict. All or nothing: a
+    conflict raises ImportConflict listing every one before anything is written (a message id of
+    another thread or stored with another role or text, a message whose place in its thread is
+    taken, an attachment id of another resource, a file the resource already holds as another
+    attachment).
 
     Attachment bytes come from `files` (attachment id -> bytes, see `archive_read`) and must match
     their sha256; without them, the file named in the document is used if this site's storage has
@@ -89,7 +92,6 @@ class _Import:
         self.rows = rows
         self.report = ImportReport(resource_id=rows.resource.pk)
         self.conflicts: list[str] = []
-        self.foreign_threads: set[str] = set()
 
     def run(self, *, files: FileSource | None, saved_files: list[str], embed: bool) -> ImportReport:
         rows = self.rows
@@ -147,14 +149,12 @@ class _Import:
         self.count("resource", int(not exists), 1)
 
     def new_threads(self) -> list[models.Thread]:
+        """The document's threads the resource does not hold yet. Their keys name the resource, so a
+        stored one is the resource's own thread of that id (kept as it is), never another's."""
         threads = self.rows.threads
-        stored = dict(
-            models.Thread.objects.filter(pk__in=[t.pk for t in threads]).values_list("pk", "resource")
+        stored = set(
+            models.Thread.objects.filter(pk__in=[t.pk for t in threads]).values_list("pk", flat=True)
         )
-        for thread in threads:
-            if stored.get(thread.pk, thread.resource_id) != thread.resource_id:
-                self.conflicts.append(f"thread {thread.pk!r} belongs to another resource here")
-                self.foreign_threads.add(thread.pk)
         return [t for t in threads if t.pk not in stored]
 
     def new_messages(self) -> list[models.Message]:
@@ -162,9 +162,11 @@ class _Import:
         for message_id, times in Counter(m.pk for m in messages).items():
             if times > 1:
                 self.conflicts.append(f"message {message_id!r} is in the document {times} times")
-        for (thread_id, sequence), times in Counter((m.thread_id, m.sequence) for m in messages).items():
+        for (key, sequence), times in Counter((m.thread_id, m.sequence) for m in messages).items():
             if times > 1:
-                self.conflicts.append(f"thread {thread_id!r} has {times} messages at sequence {sequence}")
+                self.conflicts.append(
+                    f"thread {public_thread_id(key)!r} has {times} messages at sequence {sequence}"
+                )
         stored = {
             pk: rest
             for pk, *rest in models.Message.objects.filter(pk__in=[m.pk for m in messages]).values_list(
@@ -186,12 +188,10 @@ class _Import:
             ).values_list("thread_id", "sequence")
         )
         for message in new:
-            if message.thread_id in self.foreign_threads:
-                continue  # the thread's own conflict says it all
             if (message.thread_id, message.sequence) in taken:
                 self.conflicts.append(
                     f"message {message.pk!r}: its place (sequence {message.sequence}) in thread "
-                    f"{message.thread_id!r} is taken by another message here"
+                    f"{public_thread_id(message.thread_id)!r} is taken by another message here"
                 )
         return new
 
@@ -254,16 +254,16 @@ class _Import:
         models.Attachment.objects.bulk_create(rows, batch_size=500)
         return len(rows)
 
-    def sequences_settle(self, thread_ids: set[str]) -> None:
+    def sequences_settle(self, thread_keys: set[str]) -> None:
         """Existing threads that received messages: their sequence counter moves past them."""
         highest = (
-            models.Message.objects.filter(thread_id__in=thread_ids)
+            models.Message.objects.filter(thread_id__in=thread_keys)
             .values("thread_id")
             .annotate(top=Max("sequence"))
             .values_list("thread_id", "top")
         )
-        for thread_id, top in highest:
-            models.Thread.objects.filter(pk=thread_id, last_sequence__lt=top).update(last_sequence=top)
+        for key, top in highest:
+            models.Thread.objects.filter(pk=key, last_sequence__lt=top).update(last_sequence=top)
 
 
 def _holds(storage: Any, name: str, sha256: str) -> bool:

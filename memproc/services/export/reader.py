@@ -1,5 +1,8 @@
 """Checking an export document and turning it into unsaved rows. A bad value is a ValidationError
-that names its place (`threads[2].messages[5].role: ...`); nothing is read from the database."""
+that names its place (`threads[2].messages[5].role: ...`); nothing is read from the database.
+
+A document names threads by their thread id (within the document's resource), as every version-1
+document has; the rows that hold thread keys get the key of (the document's resource, that id)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from django.utils.dateparse import parse_datetime
 from memproc import models
 from memproc.exceptions import ValidationError
 from memproc.messages import message_from_content
+from memproc.models import THREAD_KEY_SEPARATOR, thread_key
 from memproc.services.export.document import FORMAT, VERSION
 
 Revision = models.WorkingMemoryRevision
@@ -56,7 +60,7 @@ def document_rows(document: Mapping[str, Any]) -> Rows:
         for j, raw in enumerate(_items(item, "messages", f"threads[{i}]")):
             rows.messages.append(_message(raw, f"threads[{i}].messages[{j}]", thread))
     for i, item in enumerate(_items(document, "working_memory_revisions")):
-        revision = _revision(item, f"working_memory_revisions[{i}]")
+        revision = _revision(item, f"working_memory_revisions[{i}]", rows.resource.pk)
         rows.revisions.append(revision)
         if isinstance(item.get("actor"), str):
             rows.actors[revision.pk] = item["actor"]
@@ -78,7 +82,7 @@ def document_rows(document: Mapping[str, Any]) -> Rows:
 def _resource(data: Mapping[str, Any]) -> models.Resource:
     where = "resource"
     return models.Resource(
-        id=_id(data, "id", where),
+        id=_resource_id(data, "id", where),
         metadata=_obj(data, "metadata", where),
         working_memory=_text(data, "working_memory", where),
         working_memory_version=_number(data, "working_memory_version", where),
@@ -88,8 +92,11 @@ def _resource(data: Mapping[str, Any]) -> models.Resource:
 
 
 def _thread(data: Mapping[str, Any], where: str, resource_id: str) -> models.Thread:
+    """An unsaved thread with its key set (bulk_create does not run `Thread.save`)."""
+    public_id = _thread_id(data, "id", where)
     return models.Thread(
-        id=_id(data, "id", where),
+        id=thread_key(resource_id, public_id),
+        public_id=public_id,
         resource_id=resource_id,
         title=_text(data, "title", where)[:255],
         agent_id=_text(data, "agent_id", where)[:255],
@@ -133,16 +140,23 @@ def _message(data: Mapping[str, Any], where: str, thread: models.Thread) -> mode
     )
 
 
-def _revision(data: Mapping[str, Any], where: str) -> models.WorkingMemoryRevision:
+def _revision(data: Mapping[str, Any], where: str, resource_id: str) -> models.WorkingMemoryRevision:
+    """A revision names threads of the document's resource: its thread scope key and `thread_id`
+    become that resource's thread keys."""
+    scope = _choice(data, "scope", where, Revision.Scope.choices)
+    if scope == Revision.Scope.THREAD:
+        key = thread_key(resource_id, _thread_id(data, "key", where))
+    else:
+        key = _id(data, "key", where)
     return Revision(
         id=_uuid(data, "id", where),
-        scope=_choice(data, "scope", where, Revision.Scope.choices),
-        key=_id(data, "key", where),
+        scope=scope,
+        key=key,
         old=_text(data, "old", where),
         new=_text(data, "new", where),
         version=int(_number(data, "version", where)),
         source=_choice(data, "source", where, Revision.Source.choices),
-        thread_id=_text(data, "thread_id", where),
+        thread_id=thread_key(resource_id, _thread_ref(data, "thread_id", where)),
         created_at=_time(data, "created_at", where),
     )
 
@@ -154,7 +168,7 @@ def _turn(data: Mapping[str, Any], where: str) -> models.TurnRecord:
     return models.TurnRecord(
         id=_uuid(data, "id", where),
         agent_id=_text(data, "agent_id", where),
-        thread_id=_text(data, "thread_id", where),
+        thread_id=_thread_ref(data, "thread_id", where),
         resource_id=_text(data, "resource_id", where),
         status=_choice(data, "status", where, models.TurnRecord.Status.choices),
         model=_text(data, "model", where),
@@ -178,7 +192,7 @@ def _tripwire(data: Mapping[str, Any], where: str) -> models.TripwireLog:
         reason=_text(data, "reason", where),
         retry=bool(data.get("retry", False)),
         metadata=_obj(data, "metadata", where),
-        thread_id=_text(data, "thread_id", where),
+        thread_id=_thread_ref(data, "thread_id", where),
         resource_id=_text(data, "resource_id", where),
         content=data.get("content"),
         status=_choice(data, "status", where, Log.Status.choices),
@@ -226,6 +240,28 @@ def _id(data: Mapping[str, Any], key: str, where: str) -> str:
     if not isinstance(value, str) or not value or len(value) > 255 or "\x00" in value:
         raise ValidationError(f"{where}.{key}: expected an id (a string of 1 to 255 characters)")
     return value
+
+
+def _resource_id(data: Mapping[str, Any], key: str, where: str) -> str:
+    """A resource id: it starts the keys of the resource's threads, so it cannot hold their separator."""
+    value = _id(data, key, where)
+    if THREAD_KEY_SEPARATOR in value:
+        raise ValidationError(f"{where}.{key}: a resource id cannot hold control characters")
+    return value
+
+
+def _thread_id(data: Mapping[str, Any], key: str, where: str) -> str:
+    """A thread id as callers know it. A stored key (resource id, separator, thread id) is refused
+    rather than guessed at: no export writes one."""
+    value = _id(data, key, where)
+    if THREAD_KEY_SEPARATOR in value:
+        raise ValidationError(f"{where}.{key}: expected a thread id, not a stored thread key")
+    return value
+
+
+def _thread_ref(data: Mapping[str, Any], key: str, where: str) -> str:
+    """An optional thread id ("": none), beside a resource id or of the document's resource."""
+    return _thread_id(data, key, where) if _text(data, key, where) else ""
 
 
 def _uuid(data: Mapping[str, Any], key: str, where: str) -> uuid.UUID:
