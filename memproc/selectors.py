@@ -153,7 +153,7 @@ def threads_named(*, thread_id: str, resource_ids: Iterable[str] | None = None) 
     qs = models.Thread.objects.filter(public_id=thread_id)
     if resource_ids is not None:
         qs = qs.filter(resource_id__in=list(resource_ids))
-    return list(qs.order_by("id")[:2])
+    return list(qs.order_by("key")[:2])
 
 
 def thread_key_for(*, thread_id: str, resource_id: str | None = None) -> str:
@@ -179,7 +179,7 @@ def threads_for_resources(*, resource_ids: Iterable[str] | None) -> QuerySet[mod
     qs = models.Thread.objects.all()
     if resource_ids is not None:
         qs = qs.filter(resource_id__in=list(resource_ids))
-    return qs.order_by("-updated_at", "id")
+    return qs.order_by("-updated_at", "key")
 
 
 def threads_with_stats() -> QuerySet[models.Thread]:
@@ -362,8 +362,8 @@ def threads_page(
     if cursor:
         value, last_id = _thread_cursor_decode(cursor, order_by)
         past = Q(**{f"{field}__{'lt' if order_by.startswith('-') else 'gt'}": value})
-        qs = qs.filter(past | Q(**{field: value, "id__gt": last_id}))
-    qs = qs.order_by(order_by, "id")
+        qs = qs.filter(past | Q(**{field: value, "key__gt": last_id}))
+    qs = qs.order_by(order_by, "key")
     if limit is None:
         return ThreadList(qs)
     rows = list(qs[: limit + 1])
@@ -456,7 +456,7 @@ def resource_rows(*, resource_id: str) -> dict[str, QuerySet[Any]]:
     Rows are found by the resource's id and also through its threads (a revision, turn record or
     tripwire log names a thread; a message or attachment may carry a stale resource id).
     """
-    thread_keys = models.Thread.objects.filter(resource_id=resource_id).values("id")
+    thread_keys = models.Thread.objects.filter(resource_id=resource_id).values("key")
     thread_ids = models.Thread.objects.filter(resource_id=resource_id).values("public_id")
     messages = models.Message.objects.filter(Q(resource_id=resource_id) | Q(thread_id__in=thread_keys))
     return {

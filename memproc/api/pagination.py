@@ -76,15 +76,15 @@ class MessageCursorPagination(MemprocCursorPagination):
 
 class ThreadCursorPagination(MemprocCursorPagination):
     """Threads, most recently active first unless `?ordering=` names another of THREAD_ORDERINGS
-    (anything else is a 400); ties broken by id, so pages are stable."""
+    (anything else is a 400); ties broken by the key, so pages are stable."""
 
-    ordering = ("-updated_at", "id")
+    ordering = ("-updated_at", "key")
 
     def get_ordering(self, request: Request, queryset: Any, view: Any) -> tuple[str, ...]:
         ordering = request.query_params.get("ordering", self.ordering[0])
         if ordering not in THREAD_ORDERINGS:
             raise ValidationError({"ordering": [f"Must be one of: {', '.join(THREAD_ORDERINGS)}."]})
-        return (ordering, "id")
+        return (ordering, "key")
 
 
 class TripwireCursorPagination(MemprocCursorPagination):

@@ -70,7 +70,7 @@ def test_a_cloned_thread_keeps_the_file_when_the_original_goes(two_threads, comm
     with committing():
         thread_delete(thread=Thread.objects.get(public_id="a"))
         thread_delete(thread=Thread.objects.get(public_id="b"))
-    assert Attachment.objects.get().message.thread_id == clone.id and len(stored_files()) == 1
+    assert Attachment.objects.get().message.thread_id == clone.pk and len(stored_files()) == 1
 
 
 def test_deleting_a_resource_deletes_all_its_files(make_agent, model, committing):

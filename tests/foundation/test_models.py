@@ -2,7 +2,16 @@ import numpy as np
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from memproc.models import Message, MessageEmbedding, Resource, Thread
+from memproc.exceptions import ValidationError
+from memproc.models import (
+    Message,
+    MessageEmbedding,
+    Resource,
+    Thread,
+    public_thread_id,
+    split_thread_key,
+    thread_key,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -73,3 +82,22 @@ def test_postgres_column_is_pgvector_and_orders_by_cosine_distance(thread: Threa
             ["[1,0,0]"],
         )
         assert [r[0] for r in cursor.fetchall()] == ["t1-m0", "t1-m2"]
+
+
+def test_a_thread_is_named_by_its_id_within_its_resource(thread: Thread) -> None:
+    """`thread.id` is the id callers use (DESIGN §3); the primary key joins resource and id, so
+    another resource may use the same id, and the same resource may not use it twice."""
+    twin = Thread.objects.create(public_id="t1", resource=Resource.objects.create(id="user-2"))
+    assert (thread.id, twin.id) == ("t1", "t1")
+    assert (thread.pk, twin.pk) == (thread_key("user-1", "t1"), thread_key("user-2", "t1"))
+    assert split_thread_key(twin.pk) == ("user-2", "t1") and public_thread_id(twin.pk) == "t1"
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Thread.objects.create(public_id="t1", resource=thread.resource)
+    with pytest.raises(AttributeError):
+        thread.id = "renamed"  # the id is the key's to keep; rename means a new thread
+
+
+def test_a_resource_id_with_the_key_separator_is_refused() -> None:
+    with pytest.raises(ValidationError):
+        thread_key("a\x1fb", "t1")
+    assert thread_key("user-1", "") == ""  # no thread: no key
