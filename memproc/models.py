@@ -95,16 +95,16 @@ class Thread(models.Model):
     def __str__(self) -> str:
         return self.title or self.public_id
 
-    @property
-    def id(self) -> str:
-        """The thread id callers use (DESIGN §3), within its resource; the primary key is `key`."""
-        return self.public_id
-
     def save(self, *args: Any, **kwargs: Any) -> None:
         if not self.public_id:
             raise ValueError("a thread needs its public_id (the id callers use)")
         self.key = thread_key(self.resource_id, self.public_id)
         super().save(*args, **kwargs)
+
+    @property
+    def id(self) -> str:
+        """The thread id callers use (DESIGN §3), within its resource; the primary key is `key`."""
+        return self.public_id
 
 
 # Quarantine statuses that keep a message out of history and recall ("cleared" lets it back in).
