@@ -263,3 +263,39 @@ def test_an_id_another_resource_uses_is_free_and_reveals_nothing(owner_client, t
 
 def test_nul_in_a_path_id_is_a_404(owner_client, resource):
     assert owner_client.get(thread_url("bad%00id")).status_code == 404
+
+
+def test_staff_name_the_resource_when_several_have_the_thread_id(staff, thread, other_thread):
+    """Staff who reach every resource and name an id two resources use get a 400 asking which one;
+    `?resource_id=` picks it, and a resource without that thread is a 404."""
+    staff.user_permissions.add(Permission.objects.get(codename="change_thread"))
+    twin = ThreadFactory(id=thread.public_id, resource=other_thread.resource, title="Twin")
+    staff_client = client_for(staff)
+    ambiguous = staff_client.get(thread_url(thread.public_id))
+    assert ambiguous.status_code == 400 and set(ambiguous.json()) == {"resource_id"}
+    for chosen in (thread, twin):
+        response = staff_client.get(thread_url(thread.public_id), {"resource_id": chosen.resource_id})
+        assert (response.status_code, response.json()["title"]) == (200, chosen.title)
+        messages = staff_client.get(
+            thread_url(thread.public_id, "messages/"), {"resource_id": chosen.resource_id}
+        )
+        assert messages.status_code == 200
+    renamed = staff_client.patch(
+        thread_url(thread.public_id) + f"?resource_id={twin.resource_id}", {"title": "Renamed"}, format="json"
+    )
+    assert renamed.status_code == 200
+    twin.refresh_from_db()
+    thread.refresh_from_db()
+    assert (twin.title, thread.title) == ("Renamed", "Mine")
+    nowhere = staff_client.get(thread_url(thread.public_id), {"resource_id": "nobody-here"})
+    assert nowhere.status_code == 404
+
+
+def test_a_user_sees_only_their_own_thread_of_a_shared_id(owner_client, thread, other_thread):
+    ThreadFactory(id=thread.public_id, resource=other_thread.resource, title="Not yours")
+    body = owner_client.get(thread_url(thread.public_id)).json()
+    assert (body["title"], body["resource_id"]) == ("Mine", thread.resource_id)
+    listed = [t["id"] for t in owner_client.get(API + "threads/").json()["results"]]
+    assert listed == [thread.public_id]
+    elsewhere = owner_client.get(thread_url(thread.public_id), {"resource_id": other_thread.resource_id})
+    assert elsewhere.status_code == 404
