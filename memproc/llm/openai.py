@@ -285,12 +285,14 @@ class OpenAIChatModel:
         # The protocol promises system messages first; some local chat templates reject them later.
         ordered = [m for m in request.messages if m.role == "system"]
         ordered += [m for m in request.messages if m.role != "system"]
-        params: dict[str, Any] = {"model": self.model, "messages": to_openai(ordered)}
+        # The messages and tools travel in `extra_body`, which the SDK merges into the JSON body as it
+        # is: given as `messages=`, the SDK walks every message against its TypedDicts before sending
+        # (~1.6 ms of CPU for a 13-message request, the largest part of a streamed turn's CPU under
+        # ASGI). memproc builds them JSON-ready, so the request on the wire is the same.
+        body: dict[str, Any] = {**options.extra_body, "messages": to_openai(ordered)}
         if request.tools:
-            params["tools"] = [tool.to_openai() for tool in request.tools]
-        if options.extra_body:
-            params["extra_body"] = options.extra_body
-        return params
+            body["tools"] = [tool.to_openai() for tool in request.tools]
+        return {"model": self.model, "messages": [], "extra_body": body}
 
     def _tool_call(
         self, call_id: str | None, name: str | None, arguments: str | Mapping[str, Any] | None, index: int
