@@ -128,6 +128,11 @@ Part = TextPart | FilePart | ToolCallPart | ToolResultPart | AttachmentRef
 PART_TYPES: dict[str, type] = {
     cls.type: cls for cls in (TextPart, FilePart, ToolCallPart, ToolResultPart, AttachmentRef)
 }
+_PART_CLASSES = tuple(PART_TYPES.values())
+# The field names of each part type: reading a stored message builds several parts per message.
+_PART_FIELDS: dict[type, frozenset[str]] = {
+    cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in _PART_CLASSES
+}
 
 
 def new_id() -> str:
@@ -153,7 +158,7 @@ class Message:
         if not isinstance(self.parts, tuple):
             object.__setattr__(self, "parts", tuple(self.parts))
         for part in self.parts:
-            if not isinstance(part, tuple(PART_TYPES.values())):
+            if not isinstance(part, _PART_CLASSES):
                 raise ValidationError(f"Not a message part: {part!r}")
         object.__setattr__(self, "metadata", freeze(self.metadata))
 
@@ -210,7 +215,7 @@ def part_from_json(data: Mapping[str, Any]) -> Part:
     cls = PART_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ValidationError(f"Unknown part type {kind!r}; expected one of {', '.join(PART_TYPES)}")
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = _PART_FIELDS[cls]
     try:
         return cls(**{k: v for k, v in data.items() if k in names})
     except TypeError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import binascii
 import json
 import math
@@ -25,7 +26,14 @@ MESSAGE_FIELDS = ("id", "thread_id", "resource_id", "role", "content", "created_
 
 # The per-turn reads below are plain SQL: the ORM spends ~1 ms compiling each query on a 2-core
 # machine, more than the database spends answering them. Anything not on a turn's path uses the ORM.
-_MESSAGE_COLUMNS = "m.id, m.thread_id, m.resource_id, m.role, m.content, m.created_at, m.sequence"
+# The content comes as JSON text on every database (PostgreSQL would decode it), so a row is hashable
+# and its parsed message can be cached (`_message_cached`).
+_MESSAGE_COLUMNS = "m.id, m.thread_id, m.resource_id, m.role, {content}, m.created_at, m.sequence"
+_CONTENT_AS_TEXT = {"postgresql": "m.content::text"}
+
+
+def _message_columns() -> str:
+    return _MESSAGE_COLUMNS.format(content=_CONTENT_AS_TEXT.get(connection.vendor, "m.content"))
 
 
 def _table(model: type[models.Model]) -> str:
@@ -50,6 +58,21 @@ def _datetime(value: Any) -> datetime | None:
 
 
 def _message_from_raw(row: Sequence[Any]) -> Message:
+    """A stored message from a raw row. A history window is read again every turn, so parsed rows are
+    cached by their exact values: an edit (content), a move or a new row is a new key. Messages are
+    immutable, so sharing one is safe."""
+    row = tuple(row)
+    if isinstance(row[4], str):
+        return _message_cached(row)
+    return _message_parsed(row)
+
+
+@functools.lru_cache(maxsize=4096)
+def _message_cached(row: tuple[Any, ...]) -> Message:
+    return _message_parsed(row)
+
+
+def _message_parsed(row: Sequence[Any]) -> Message:
     content = row[4]
     if isinstance(content, (str, bytes)):
         content = json.loads(content)
@@ -89,14 +112,14 @@ def messages_recent(*, thread_key: str, limit: int, last_sequence: int | None = 
     table = _table(models.Message)
     if last_sequence is not None:
         rows = _fetch(
-            f"SELECT {_MESSAGE_COLUMNS} FROM {table} m WHERE m.thread_id = %s AND m.sequence > %s "
+            f"SELECT {_message_columns()} FROM {table} m WHERE m.thread_id = %s AND m.sequence > %s "
             "ORDER BY m.sequence",
             [thread_key, last_sequence - limit],
         )
         if len(rows) >= min(limit, last_sequence):
             return [_message_from_raw(r) for r in rows[-limit:]]
     rows = _fetch(
-        f"SELECT {_MESSAGE_COLUMNS} FROM {table} m WHERE m.thread_id = %s ORDER BY m.sequence DESC LIMIT %s",
+        f"SELECT {_message_columns()} FROM {table} m WHERE m.thread_id = %s ORDER BY m.sequence DESC LIMIT %s",
         [thread_key, limit],
     )
     return [_message_from_raw(r) for r in reversed(rows)]
@@ -123,7 +146,7 @@ def messages_around(*, message_ids: Sequence[str], before: int, after: int) -> d
     table = _table(models.Message)
     marks = ", ".join(["%s"] * len(message_ids))
     rows = _fetch(
-        f"SELECT DISTINCT {_MESSAGE_COLUMNS} FROM {table} h JOIN {table} m "
+        f"SELECT DISTINCT {_message_columns()} FROM {table} h JOIN {table} m "
         "ON m.thread_id = h.thread_id AND m.sequence BETWEEN h.sequence - %s AND h.sequence + %s "
         f"WHERE h.id IN ({marks}) AND NOT m.quarantined ORDER BY m.thread_id, m.sequence",
         [before, after, *message_ids],
