@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import base64
-import functools
 import binascii
+import functools
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -119,7 +119,8 @@ def messages_recent(*, thread_key: str, limit: int, last_sequence: int | None = 
         if len(rows) >= min(limit, last_sequence):
             return [_message_from_raw(r) for r in rows[-limit:]]
     rows = _fetch(
-        f"SELECT {_message_columns()} FROM {table} m WHERE m.thread_id = %s ORDER BY m.sequence DESC LIMIT %s",
+        f"SELECT {_message_columns()} FROM {table} m WHERE m.thread_id = %s "
+        "ORDER BY m.sequence DESC LIMIT %s",
         [thread_key, limit],
     )
     return [_message_from_raw(r) for r in reversed(rows)]
