@@ -5,7 +5,7 @@ turn saves; see memproc.guardrails._channels); the database derives `Message.qua
 status, and history and recall skip quarantined messages. So a review is one UPDATE of the content:
 "confirmed" and "flagged" keep the message out of memory, "cleared" lets it back in. A message that
 becomes quarantined loses its embeddings (recall cannot find it any more); a cleared one is embedded
-again after commit.
+again after commit, and a compaction summary that covers one is dropped and folded again without it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from memproc import background, models
 from memproc.exceptions import ValidationError
+from memproc.services.threads import summaries_forget
 
 STATUSES = ("flagged", "confirmed", "cleared")
 
@@ -46,6 +47,8 @@ def message_quarantine_review(
         active = status in models.QUARANTINE_ACTIVE
         if active and not was_active:
             models.MessageEmbedding.objects.filter(message_id=row.pk).delete()
+            # A summary folded before the flag may repeat what the message said: it is refolded.
+            summaries_forget([(row.pk, row.thread_id, row.sequence)])
         elif was_active and not active and row.role in ("user", "assistant"):
             background.enqueue("memproc.embed_messages", kwargs={"message_ids": [row.pk]})
     return models.Message.objects.get(pk=row.pk)

@@ -428,14 +428,15 @@ def messages_delete(*, message_ids: Sequence[str], thread_key: str | None = None
     ids = [row[0] for row in rows]
     with transaction.atomic():
         attachments_release(message_ids=ids)
-        _summaries_forget(rows)
+        summaries_forget(rows)
         _, by_model = models.Message.objects.filter(id__in=ids).delete()
     return by_model.get(models.Message._meta.label, 0)  # not the embeddings that went with them
 
 
-def _summaries_forget(rows: Sequence[tuple[str, str, int]]) -> None:
-    """A compaction summary that covers a deleted message still says what it said: it goes, with its
-    revisions, and the thread's next fold starts over from the messages that remain."""
+def summaries_forget(rows: Sequence[tuple[str, str, int]]) -> None:
+    """A compaction summary that covers a deleted or quarantined message (rows of (message id, thread
+    key, sequence)) still says what it said: it goes, with its revisions, and the thread's next fold
+    starts over from the messages that remain (folds skip quarantined ones)."""
     first_deleted: dict[str, int] = {}
     for _, thread_id, sequence in rows:
         first_deleted[thread_id] = min(sequence, first_deleted.get(thread_id, sequence))

@@ -674,3 +674,27 @@ def test_deleting_a_covered_message_drops_the_summary_that_repeats_it():
     messages_delete(message_ids=[saved[1].id])  # covered: it goes, with its revisions
     assert not ThreadSummary.objects.filter(thread__public_id=T).exists()
     assert not SummaryRevision.objects.filter(thread__public_id=T).exists()
+
+
+def test_quarantining_a_covered_message_drops_the_summary_that_may_repeat_it():
+    """An operator flags an old message as an injection: a summary folded before the flag may carry
+    it into every later prompt, so it goes and the next fold leaves the message out."""
+    from memproc.services.quarantine import message_quarantine_review
+
+    memory = Memory(last_messages=4)
+    saved = memory.save_messages(
+        [Message.create("user" if i % 2 == 0 else "assistant", f"fact number {i}") for i in range(6)],
+        thread_id=T,
+        resource_id=R,
+    )
+    ThreadSummary.objects.create(thread_id=K, text="fact number 1 ...", covered_sequence=2, token_count=5)
+    SummaryRevision.objects.create(thread_id=K, version=1, text="fact number 1 ...", covered_sequence=2)
+
+    message_quarantine_review(message=StoredMessage.objects.get(pk=saved[4].id), status="confirmed")
+    assert ThreadSummary.objects.filter(thread_id=K).exists()  # after what it covers: it stays
+    message_quarantine_review(message=StoredMessage.objects.get(pk=saved[1].id), status="confirmed")
+    assert not ThreadSummary.objects.filter(thread_id=K).exists()
+    assert not SummaryRevision.objects.filter(thread_id=K).exists()
+    revisions = thread_compact(thread_key=K, through_sequence=6, trigger_tokens=1, keep_tokens=1000)
+    summary = revisions[-1].text
+    assert "fact number 1" not in summary and "fact number 0" in summary
