@@ -9,9 +9,10 @@ from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.db.models import Exists, OuterRef
 from django.http import HttpRequest
+from django.template.response import SimpleTemplateResponse
 from django.urls import NoReverseMatch, reverse
-from django.utils.html import conditional_escape, format_html
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from memproc.models import THREAD_KEY_SEPARATOR, Thread, split_thread_key, thread_key
@@ -61,10 +62,42 @@ def thread_admin_link(key: str, *, with_resource: bool = False) -> SafeString | 
     return admin_link("thread", key, label)
 
 
-def key_safe_html(html: Any) -> SafeString:
-    """`html` (escaped unless safe) with each key separator written as a character reference: the
-    browser reads and submits the same value, and the page holds no raw control character."""
-    return mark_safe(str(conditional_escape(html)).replace(THREAD_KEY_SEPARATOR, "&#31;"))
+_SEPARATOR_BYTES = THREAD_KEY_SEPARATOR.encode()
+_SEPARATOR_REFERENCE = f"&#{ord(THREAD_KEY_SEPARATOR)};".encode()
+
+
+def _separator_as_reference(response: Any) -> None:
+    response.content = response.content.replace(_SEPARATOR_BYTES, _SEPARATOR_REFERENCE)
+
+
+class KeySafePagesMixin:
+    """A thread's pk (its key) holds a control character, which Django writes as it is wherever a pk
+    goes into a page (checkbox values, hidden inputs of filters, the delete confirmation). Each page
+    writes it as a character reference instead, after rendering: the browser reads and submits the
+    same key, and no page holds a raw control character. JSON in a page escapes it already."""
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        return _key_safe(super().changelist_view(request, extra_context))  # type: ignore[misc]
+
+    def changeform_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        return _key_safe(super().changeform_view(request, *args, **kwargs))  # type: ignore[misc]
+
+    def delete_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        return _key_safe(super().delete_view(request, *args, **kwargs))  # type: ignore[misc]
+
+    def history_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        return _key_safe(super().history_view(request, *args, **kwargs))  # type: ignore[misc]
+
+
+def _key_safe(response: Any) -> Any:
+    if isinstance(response, SimpleTemplateResponse):
+        if response.is_rendered:
+            _separator_as_reference(response)
+        else:
+            response.add_post_render_callback(_separator_as_reference)
+    elif getattr(response, "streaming", True) is False and "html" in response.get("Content-Type", ""):
+        _separator_as_reference(response)
+    return response
 
 
 def pretty_json(value: Any, *, limit: int = JSON_DISPLAY_CHARS) -> tuple[str, bool]:
@@ -87,7 +120,7 @@ def one_line(value: Any, *, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(KeySafePagesMixin, admin.ModelAdmin):
     """For rows memproc writes itself: operators read them, never add or edit them by hand."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:

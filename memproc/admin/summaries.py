@@ -17,6 +17,7 @@ from django.utils.translation import gettext_lazy as _
 from memproc import models
 from memproc.admin.common import (
     ADMIN_MEDIA_CSS,
+    KeySafePagesMixin,
     ReadOnlyAdmin,
     ThreadKeyPkMixin,
     admin_link,
@@ -76,7 +77,7 @@ class ThreadSummaryForm(forms.ModelForm):
 
 
 @admin.register(models.ThreadSummary)
-class ThreadSummaryAdmin(ThreadKeyPkMixin, admin.ModelAdmin):
+class ThreadSummaryAdmin(KeySafePagesMixin, ThreadKeyPkMixin, admin.ModelAdmin):
     form = ThreadSummaryForm
     thread_id_lookup = "thread__public_id"
     list_display = ("thread_link", "covered_sequence", "version", "token_count", "updated_at", "excerpt")

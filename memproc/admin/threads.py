@@ -21,12 +21,12 @@ from django.utils.translation import gettext_lazy as _
 from memproc import models
 from memproc.admin.common import (
     ADMIN_MEDIA_CSS,
+    KeySafePagesMixin,
     ReadOnlyAdmin,
     ThreadKeyPkMixin,
     admin_link,
     admin_url,
     changelist_url,
-    key_safe_html,
     thread_label,
 )
 from memproc.admin.transcript import message_views, transcript_context
@@ -110,7 +110,7 @@ class ResourceForm(WorkingMemoryForm):
 
 
 @admin.register(models.Resource)
-class ResourceAdmin(WorkingMemoryAdminMixin, admin.ModelAdmin):
+class ResourceAdmin(KeySafePagesMixin, WorkingMemoryAdminMixin, admin.ModelAdmin):
     form = ResourceForm
     working_memory_scope = "resource"
     list_display = ("id", "thread_count", "working_memory_preview", "working_memory_version", "updated_at")
@@ -171,7 +171,7 @@ class ResourceAdmin(WorkingMemoryAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(models.Thread)
-class ThreadAdmin(ThreadKeyPkMixin, WorkingMemoryAdminMixin, admin.ModelAdmin):
+class ThreadAdmin(KeySafePagesMixin, ThreadKeyPkMixin, WorkingMemoryAdminMixin, admin.ModelAdmin):
     form = ThreadForm
     working_memory_scope = "thread"
     list_display = (
@@ -297,10 +297,6 @@ class ThreadAdmin(ThreadKeyPkMixin, WorkingMemoryAdminMixin, admin.ModelAdmin):
     @admin.display(description=_("Title"), ordering="title")
     def display_title(self, obj: models.Thread) -> str:
         return obj.title or _("(untitled) %(id)s") % {"id": obj.public_id}
-
-    def action_checkbox(self, obj: models.Thread) -> SafeString:
-        """Django's checkbox, its value (the key) without a raw control character in the page."""
-        return key_safe_html(super().action_checkbox(obj))
 
     @admin.display(description=_("Resource"), ordering="resource_id")
     def resource_link(self, obj: models.Thread) -> Any:

@@ -53,12 +53,3 @@ def memproc_duration(ms: Any) -> str:
         return f"{ms / 1000:.2f} s"
     minutes, seconds = divmod(round(ms / 1000), 60)
     return f"{minutes} min {seconds:02d} s"
-
-
-@register.filter
-def memproc_key_safe(value: Any) -> str:
-    """`value` escaped, a thread key's separator (a control character) written as a character
-    reference: a form still submits the key, and the page holds no raw control character."""
-    from memproc.admin.common import key_safe_html
-
-    return key_safe_html(value)
