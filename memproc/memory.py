@@ -247,8 +247,8 @@ class Memory:
         instead (errors logged, not retried), rather than on a worker that would use the settings'.
         """
         from memproc import background
+        from memproc.services.messages import messages_save_with_files
         from memproc.services.recall import sources_embed, sources_for
-        from memproc.services.threads import messages_save_with_files
 
         values = to_messages(messages)
         # Inline files are offloaded to the attachment storage, as in a turn: rows never hold bytes.
@@ -302,7 +302,7 @@ class Memory:
                 self._importing = False
 
     def delete_messages(self, message_ids: Sequence[str]) -> int:
-        from memproc.services.threads import messages_delete
+        from memproc.services.messages import messages_delete
 
         return messages_delete(message_ids=message_ids)
 
@@ -415,8 +415,8 @@ class Memory:
         (`embed` decides otherwise). See `messages_update` for what an edit may not change.
         """
         from memproc.selectors import messages_by_id
+        from memproc.services.messages import messages_update
         from memproc.services.recall import EMBEDDABLE_ROLES
-        from memproc.services.threads import messages_update
 
         items = list(messages)
         stored = messages_by_id(ids=[_item_id(item) for item in items])

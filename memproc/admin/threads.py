@@ -35,8 +35,9 @@ from memproc.admin.working_memory import (
     WorkingMemoryForm,
     working_memory_scope_in_use,
 )
+from memproc.services.messages import messages_delete
 from memproc.services.purge import resource_purge
-from memproc.services.threads import messages_delete, thread_delete, thread_update
+from memproc.services.threads import thread_delete, thread_update
 
 
 def deletion_summary(objs: Any, counts: dict[Any, int]) -> tuple[list[str], dict[Any, int], set[str], list]:

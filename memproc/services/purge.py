@@ -15,7 +15,7 @@ from memproc import models
 from memproc.conf import DEFAULT_RETENTION, settings
 from memproc.selectors import resource_rows
 from memproc.services.attachments import attachment_delete
-from memproc.services.threads import messages_delete
+from memproc.services.messages import messages_delete
 
 logger = logging.getLogger(__name__)
 

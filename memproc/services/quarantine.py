@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from memproc import background, models
 from memproc.exceptions import ValidationError
-from memproc.services.threads import summaries_forget
+from memproc.services.messages import summaries_forget
 
 STATUSES = ("flagged", "confirmed", "cleared")
 

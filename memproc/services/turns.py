@@ -55,9 +55,10 @@ from memproc.services.attachments import (
     attachments_resolve,
 )
 from memproc.services.compaction import compaction_enqueue
+from memproc.services.messages import messages_insert
 from memproc.services.recall import sources_embed, sources_for
 from memproc.services.store import DjangoMemoryStore
-from memproc.services.threads import messages_insert, thread_ensure
+from memproc.services.threads import thread_ensure
 from memproc.services.tripwires import tripwire_log
 from memproc.services.turn_records import turn_record_alone, turn_record_insert
 from memproc.services.working_memory import working_memory_update

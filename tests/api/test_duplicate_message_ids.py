@@ -15,7 +15,7 @@ from memproc import Memory, models
 from memproc.exceptions import MessageConflict, ValidationError
 from memproc.llm.types import ModelRequest
 from memproc.messages import Message
-from memproc.services.threads import messages_save
+from memproc.services.messages import messages_save
 from memproc.testing import ScriptedModel
 from tests.api.conftest import API, client_for
 

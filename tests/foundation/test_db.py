@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from memproc import models
 from memproc.db import COPY_MIN_ROWS, insert_rows
-from memproc.services.threads import MESSAGE_COLUMNS
+from memproc.services.messages import MESSAGE_COLUMNS
 from memproc.vectors.base import EMBEDDING_COLUMNS
 
 pytestmark = pytest.mark.django_db

@@ -654,7 +654,7 @@ def test_quarantined_messages_never_reach_the_summary():
 
 def test_deleting_a_covered_message_drops_the_summary_that_repeats_it():
     """Retention or an operator deletes a message: the summary must not keep saying what it said."""
-    from memproc.services.threads import messages_delete
+    from memproc.services.messages import messages_delete
 
     memory = Memory(last_messages=4)
     saved = memory.save_messages(

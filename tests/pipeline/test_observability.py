@@ -243,7 +243,7 @@ def test_thread_deleted_signal(make_agent, model, received, django_capture_on_co
 
 
 def test_signals_wait_for_the_commit(make_agent, model, received, django_capture_on_commit_callbacks):
-    from memproc.services.threads import messages_save
+    from memproc.services.messages import messages_save
 
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         messages_save(thread_id="t-wait", resource_id=R, messages=[Message.create("user", "hi")])

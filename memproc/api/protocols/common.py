@@ -15,7 +15,7 @@ from memproc.conf import settings as memproc_settings
 from memproc.exceptions import MemprocError
 from memproc.messages import to_messages
 from memproc.selectors import thread_messages
-from memproc.services.threads import messages_delete
+from memproc.services.messages import messages_delete
 from memproc.tools import WORKING_MEMORY_TOOL
 
 THREAD_HEADER = "X-Memproc-Thread-Id"

@@ -39,7 +39,7 @@ from memproc.conf import settings as memproc_settings
 from memproc.exceptions import AttachmentError
 from memproc.messages import FilePart, Message, to_messages
 from memproc.services.attachments import attachment_check_size
-from memproc.services.threads import input_ids_check
+from memproc.services.messages import input_ids_check
 
 STREAM_DESCRIPTION = """Runs one turn and streams it as Server-Sent Events (`text/event-stream`).
 

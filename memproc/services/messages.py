@@ -1,0 +1,379 @@
+"""Writes of messages: appended in order under the thread's lock, checked for ids in use, deleted,
+edited. Each service owns its transaction; threads are created in memproc.services.threads."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import TextField
+from django.db.models.functions import Cast
+from django.utils import timezone
+
+from memproc import models
+from memproc.db import insert_rows
+from memproc.exceptions import (
+    AttachmentError,
+    MessageConflict,
+    TripWire,
+    ValidationError,
+)
+from memproc.messages import FilePart, Message, message_from_content
+from memproc.models import public_thread_id, thread_key
+from memproc.processors.attachments import AttachmentUploader
+from memproc.processors.base import ProcessorContext
+from memproc.processors.tokens import get_token_counter
+from memproc.selectors import thread_owner
+from memproc.services.attachments import (
+    DjangoAttachmentStore,
+    attachment_delete,
+    attachments_commit,
+    attachments_discard,
+    attachments_link,
+    attachments_release,
+)
+from memproc.services.attachments.files import parse_uuid
+from memproc.services.threads import thread_ensure
+from memproc.signals import messages_saved, send_after_commit
+
+
+def sequences_allocate(*, thread_key: str, count: int) -> int:
+    """Reserves `count` sequence numbers for a thread; returns the first. One locking UPDATE.
+
+    The UPDATE takes the thread's row lock (PostgreSQL) or the database write lock (SQLite) until the
+    surrounding transaction ends, so concurrent turns on one thread never interleave.
+    """
+    table = models.Thread._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET last_sequence = last_sequence + %s, updated_at = %s "
+            f"WHERE id = %s RETURNING last_sequence",
+            [count, timezone.now(), thread_key],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise ValidationError(f"Thread {public_thread_id(thread_key)!r} does not exist")
+    return int(row[0]) - count + 1
+
+
+MESSAGE_COLUMNS = (
+    "id",
+    "thread",
+    "resource_id",
+    "role",
+    "content",
+    "text",
+    "token_count",
+    "created_at",
+    "sequence",
+)
+
+
+def messages_insert(
+    *, thread_id: str, resource_id: str, messages: Sequence[Message], agent_id: str = ""
+) -> None:
+    """Appends messages to an existing thread, in order: one sequence UPDATE and one INSERT.
+
+    Call inside a transaction: the UPDATE's lock keeps concurrent turns from interleaving.
+    """
+    if not messages:
+        return
+    key = thread_key(resource_id, thread_id)
+    first = sequences_allocate(thread_key=key, count=len(messages))
+    now = timezone.now()
+    rows = []
+    for offset, message in enumerate(messages):
+        if message.role == "system":
+            raise ValidationError("System messages are never saved")
+        rows.append(
+            {
+                "id": message.id,
+                "thread": key,
+                "resource_id": resource_id,
+                "role": message.role,
+                "content": message.to_content(),
+                "text": message.text,
+                "token_count": message.metadata.get("token_count"),
+                "created_at": message.created_at or now + timedelta(microseconds=offset),
+                "sequence": first + offset,
+            }
+        )
+    try:
+        insert_rows(models.Message, rows, fields=MESSAGE_COLUMNS)
+    except IntegrityError as exc:
+        # The sequence numbers are ours (the UPDATE above holds the thread's lock) and foreign keys are
+        # checked at commit, so a clash here is a message id that a concurrent request saved first.
+        # The caller's transaction rolls back: nothing of the request is saved.
+        raise MessageConflict(
+            "A message id of this request was saved by another request meanwhile; nothing was saved."
+        ) from exc
+    send_after_commit(
+        messages_saved,
+        models.Message,
+        messages=list(messages),
+        agent_id=agent_id,
+        thread_id=thread_id,
+        resource_id=resource_id,
+    )
+
+
+@transaction.atomic(savepoint=False)  # inside a caller's transaction a failure aborts it whole anyway
+def messages_save(
+    *,
+    thread_id: str,
+    resource_id: str,
+    messages: Sequence[Message],
+    agent_id: str = "",
+    thread_exists: bool = False,
+    skip_existing: bool = True,
+) -> list[Message]:
+    """Saves messages at the end of a thread, in order, together; returns those it saved. Ids already
+    stored in this thread are skipped; an id stored in another thread is a MessageConflict (a
+    ValidationError), and so is one that a concurrent request saves first."""
+    key = thread_key(resource_id, thread_id)
+    if not thread_exists and thread_owner(thread_key=key) is None:  # plain SQL: cheaper than the ORM
+        thread_ensure(thread_id=thread_id, resource_id=resource_id, agent_id=agent_id)
+    messages = [m for m in messages if m.role != "system"]
+    if skip_existing and messages:
+        stored = message_ids_check(thread_key=key, messages=messages)
+        messages = [m for m in messages if m.id not in stored]
+    messages_insert(thread_id=thread_id, resource_id=resource_id, messages=messages, agent_id=agent_id)
+    return messages
+
+
+def message_ids_check(
+    *, thread_key: str | None, messages: Sequence[Message], unchanged: Collection[str] = ()
+) -> set[str]:
+    """The ids of `messages` already stored in the thread `thread_key` (None: a thread not created yet).
+    One query; none without messages.
+
+    An id stored in another thread is a MessageConflict, whoever owns that thread: the error reads
+    the same as a conflict within the caller's own data, and names nothing but the caller's own ids.
+    So is an id in `unchanged` stored here with another role or text (or other tool call ids)."""
+    by_id = {m.id: m for m in messages}
+    if not by_id:
+        return set()
+    columns = ("id", "thread_id", "role", "text", "content") if unchanged else ("id", "thread_id")
+    here: set[str] = set()
+    clash: list[str] = []
+    for row in models.Message.objects.filter(id__in=list(by_id)).values_list(*columns):
+        message_id, stored_thread = row[0], row[1]
+        if stored_thread != thread_key or (
+            message_id in unchanged and not _same_message(by_id[message_id], *row[2:])
+        ):
+            clash.append(message_id)
+        else:
+            here.add(message_id)
+    if clash:
+        raise MessageConflict(
+            f"Message ids already in use: {', '.join(sorted(clash))}; nothing was saved. A stored message "
+            "may be sent again only unchanged and in its own thread; a new message needs a new id."
+        )
+    return here
+
+
+def input_ids_check(
+    *, thread_key: str | None, messages: Sequence[Message], client_ids: Collection[str]
+) -> None:
+    """A turn's input as a client sends it, checked before the turn runs (the HTTP API does).
+
+    Messages before the input's last assistant message are the client's copy of the conversation:
+    stored ones are history, and the stored copy wins (rule 11). What follows is the turn's new input:
+    an id of it that is stored with other content, or any client-chosen id stored in another
+    thread, is a MessageConflict. Only ids the client chose are looked up (none: no query)."""
+    chosen = [m for m in messages if m.id in client_ids]
+    if not chosen:
+        return
+    last_answer = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
+    new = {m.id for m in messages[last_answer + 1 :]}
+    message_ids_check(thread_key=thread_key, messages=chosen, unchanged=new & set(client_ids))
+
+
+def _same_message(message: Message, role: str, text: str, content: Any) -> bool:
+    """The comparison of rule 17: role, text (outer whitespace aside) and tool call ids."""
+    parts = (content or {}).get("parts", []) if isinstance(content, dict) else []
+
+    def ids(kind: str) -> list[Any]:
+        return [p.get("tool_call_id") for p in parts if isinstance(p, dict) and p.get("type") == kind]
+
+    return (
+        message.role == role
+        and message.text.strip() == (text or "").strip()
+        and [c.tool_call_id for c in message.tool_calls] == ids("tool-call")
+        and [r.tool_call_id for r in message.tool_results] == ids("tool-result")
+    )
+
+
+@transaction.atomic
+def messages_delete(*, message_ids: Sequence[str], thread_key: str | None = None) -> int:
+    """Deletes messages (and their embeddings); attachment files no other message uses go too."""
+    qs = models.Message.objects.filter(id__in=list(message_ids))
+    if thread_key is not None:
+        qs = qs.filter(thread_id=thread_key)
+    rows = list(qs.values_list("id", "thread_id", "sequence"))
+    ids = [row[0] for row in rows]
+    with transaction.atomic():
+        attachments_release(message_ids=ids)
+        summaries_forget(rows)
+        _, by_model = models.Message.objects.filter(id__in=ids).delete()
+    return by_model.get(models.Message._meta.label, 0)  # not the embeddings that went with them
+
+
+def summaries_forget(rows: Sequence[tuple[str, str, int]]) -> None:
+    """A compaction summary that covers a deleted or quarantined message (rows of (message id, thread
+    key, sequence)) still says what it said: it goes, with its revisions, and the thread's next fold
+    starts over from the messages that remain (folds skip quarantined ones)."""
+    first_deleted: dict[str, int] = {}
+    for _, thread_id, sequence in rows:
+        first_deleted[thread_id] = min(sequence, first_deleted.get(thread_id, sequence))
+    if not first_deleted:
+        return
+    covering = [
+        thread_id
+        for thread_id, covered in models.ThreadSummary.objects.filter(
+            thread_id__in=list(first_deleted)
+        ).values_list("thread_id", "covered_sequence")
+        if covered >= first_deleted[thread_id]
+    ]
+    if covering:
+        models.SummaryRevision.objects.filter(thread_id__in=covering).delete()
+        models.ThreadSummary.objects.filter(thread_id__in=covering).delete()
+
+
+def messages_save_with_files(
+    *, thread_id: str, resource_id: str, messages: Sequence[Message]
+) -> list[Message]:
+    """`messages_save` for messages that may carry inline files: the files are checked and stored
+    like a turn's (AttachmentUploader), the rows written with the messages, references linked.
+    A refused file raises AttachmentError and nothing is saved."""
+    uploader = AttachmentUploader(storage=DjangoAttachmentStore())
+    ctx = ProcessorContext(processor_id=uploader.id, messages=tuple(messages), resource_id=resource_id)
+    try:
+        offloaded = uploader.process_input(ctx)
+    except TripWire as exc:
+        raise AttachmentError(exc.reason, code=exc.metadata.get("code"), metadata=exc.metadata) from exc
+    staged = ctx.state.get("staged", [])
+    try:
+        with transaction.atomic():
+            values = attachments_commit(staged=staged, messages=offloaded or list(messages))
+            saved = messages_save(thread_id=thread_id, resource_id=resource_id, messages=values)
+            attachments_link(resource_id=resource_id, messages=saved)
+    except BaseException:
+        attachments_discard(staged=staged)
+        raise
+    return saved
+
+
+@transaction.atomic
+def messages_update(
+    *, messages: Sequence[Message], thread_key: str | None = None
+) -> tuple[list[Message], list[str]]:
+    """Replaces the content (parts and metadata) of stored messages; id, role, thread, time and
+    sequence stay. Returns the updated messages and the ids whose embeddings were deleted.
+
+    `text` follows the new parts and `token_count` is counted again (the TOKENIZER setting) when the
+    row had one, so neither describes the old content. The old embeddings go in the same transaction;
+    the caller embeds the new text after commit. An attachment a message no longer references is
+    released (row now, file after commit) unless another message references it; one it newly
+    references is linked.
+
+    Refused with a ValidationError, nothing changed: an id that is not stored (or not in
+    `thread_key`), the same id twice, another role, other tool calls or results than the stored
+    message holds (their pairing is the conversation's), an inline file (`save_messages` offloads
+    those), a reference to an attachment the message's resource does not hold.
+    """
+    by_id = {m.id: m for m in messages}
+    if len(by_id) != len(messages):
+        raise ValidationError("Each message may be updated once per call")
+    rows = {r.pk: r for r in models.Message.objects.select_for_update().filter(id__in=list(by_id))}
+    missing = [i for i in by_id if i not in rows or thread_key not in (None, rows[i].thread_id)]
+    if missing:
+        raise ValidationError(f"No stored message with id {', '.join(map(repr, sorted(missing)))}")
+    for message in by_id.values():
+        _check_edit(rows[message.id], message)
+    counter = get_token_counter() if any(r.token_count is not None for r in rows.values()) else None
+    updated: list[Message] = []
+    for message in by_id.values():
+        row = rows[message.id]
+        before = _attachment_ids(row.content)
+        row.content = message.to_content()
+        row.text = message.text
+        if row.token_count is not None and counter is not None:
+            row.token_count = counter.count_message(message)
+        saved = message_from_content(
+            id=row.pk,
+            role=row.role,
+            content=row.content,
+            created_at=row.created_at,
+            thread_id=public_thread_id(row.thread_id),
+            resource_id=row.resource_id,
+            sequence=row.sequence,
+        )
+        updated.append(saved)
+        _attachments_unreferenced(row, before - _attachment_ids(row.content))
+        attachments_link(resource_id=row.resource_id, messages=[saved])
+    models.Message.objects.bulk_update(list(rows.values()), ["content", "text", "token_count"])
+    embeddings = models.MessageEmbedding.objects.filter(message_id__in=list(rows))
+    dropped = sorted(set(embeddings.values_list("message_id", flat=True)))
+    if dropped:
+        embeddings.delete()
+    return updated, dropped
+
+
+def _check_edit(row: models.Message, message: Message) -> None:
+    if message.role != row.role:
+        raise ValidationError(f"Message {row.pk!r} is a {row.role} message; its role cannot change")
+    stored = message_from_content(id=row.pk, role=row.role, content=row.content or {})
+    calls = ([c.tool_call_id for c in m.tool_calls] for m in (stored, message))
+    results = ([r.tool_call_id for r in m.tool_results] for m in (stored, message))
+    if len({tuple(ids) for ids in calls}) > 1 or len({tuple(ids) for ids in results}) > 1:
+        raise ValidationError(
+            f"Message {row.pk!r}: an edit may change text, files and results, not which tool calls "
+            "and results a message holds"
+        )
+    for part in message.parts:
+        if isinstance(part, FilePart) and (
+            part.data is not None or str(part.url or "")[:5].lower() == "data:"
+        ):
+            raise ValidationError(
+                f"Message {row.pk!r}: an edit cannot carry file bytes; save the file with "
+                "save_messages and reference its attachment"
+            )
+    wanted = {parse_uuid(i) for i in _attachment_ids(message.to_content())}
+    known = set(
+        models.Attachment.objects.filter(
+            pk__in=[i for i in wanted if i], resource_id=row.resource_id
+        ).values_list("pk", flat=True)
+    )
+    if wanted - known:
+        raise ValidationError(f"Message {row.pk!r} references attachments its resource does not hold")
+
+
+def _attachment_ids(content: Any) -> set[str]:
+    parts = content.get("parts", []) if isinstance(content, dict) else []
+    return {
+        str(p.get("attachment_id"))
+        for p in parts
+        if isinstance(p, dict) and p.get("type") == "attachment" and p.get("attachment_id")
+    }
+
+
+def _attachments_unreferenced(row: models.Message, dropped: set[str]) -> None:
+    """Attachments linked to `row` whose references an edit removed: relinked to another message of
+    the resource that references them, else deleted (their file after commit)."""
+    ids = [i for i in (parse_uuid(a) for a in dropped) if i is not None]
+    for attachment in models.Attachment.objects.filter(pk__in=ids, message_id=row.pk):
+        other = (
+            models.Message.objects.filter(resource_id=row.resource_id)
+            .exclude(pk=row.pk)
+            .annotate(content_text=Cast("content", TextField()))
+            .filter(content_text__contains=str(attachment.pk))
+            .values_list("pk", flat=True)
+            .first()
+        )
+        if other is not None:
+            models.Attachment.objects.filter(pk=attachment.pk).update(message_id=other)
+        else:
+            attachment_delete(attachment=attachment)
