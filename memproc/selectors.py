@@ -190,7 +190,7 @@ def thread_key_for(*, thread_id: str, resource_id: str | None = None) -> str:
     if not found:
         raise ThreadNotFoundError(f"No thread {thread_id!r}")
     if len(found) > 1:
-        raise ValidationError(f"Several resources have a thread {thread_id!r}; name the resource_id")
+        raise ValidationError(f"Several resources have a thread {thread_id!r}; pass resource_id")
     return found[0].pk
 
 

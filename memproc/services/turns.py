@@ -29,7 +29,7 @@ from django.utils import timezone
 from memproc import background, logs, telemetry
 from memproc.conf import settings
 from memproc.events import GenerateResult, StreamEvent, Tripwire
-from memproc.exceptions import ToolError, ValidationError
+from memproc.exceptions import ThreadNotFoundError, ToolError, ValidationError
 from memproc.llm.types import ModelRequest, ModelResponse, ToolCall
 from memproc.messages import (
     AttachmentRef,
@@ -42,12 +42,12 @@ from memproc.messages import (
     thaw,
     to_messages,
 )
-from memproc.models import thread_key
+from memproc.models import split_thread_key, thread_key
 from memproc.processors.conversation import Conversation
 from memproc.processors.message_history import savable
 from memproc.processors.runner import Blocked, ProcessorRunner, StepView
 from memproc.processors.turn import PendingWorkingMemory, Turn, TurnWrites
-from memproc.selectors import threads_named
+from memproc.selectors import thread_key_for
 from memproc.services.attachments import (
     attachments_commit,
     attachments_discard,
@@ -334,12 +334,12 @@ def _resource_of(thread_id: str | None) -> str:
     """The resource of the one thread called `thread_id`, for a caller who named no resource (Python;
     the HTTP API always settles it). A thread id names a thread within its resource, so an id that
     several resources use needs the caller to say which."""
-    found = threads_named(thread_id=thread_id) if thread_id else []
-    if len(found) > 1:
-        raise ValidationError(f"Several resources have a thread {thread_id!r}; pass resource_id")
-    if not found:
+    if not thread_id:
         raise ValidationError("resource_id is required to start a thread")
-    return found[0].resource_id
+    try:
+        return split_thread_key(thread_key_for(thread_id=thread_id))[0]
+    except ThreadNotFoundError:
+        raise ValidationError("resource_id is required to start a thread") from None
 
 
 class TurnEngine:
