@@ -464,7 +464,10 @@
             this.emit("tripwire", t);
           } else if (chunk.type === "finish") {
             finished = true;
-            if (reply) reply.classList.remove("pending");
+            if (reply) {
+              this.renderReply(reply, { now: true }); // the finished message shows its last delta
+              reply.classList.remove("pending");
+            }
             userLi.classList.remove("pending");
             this.emit("finish", chunk.messageMetadata || {});
           } else if (chunk.type === "error") {
@@ -508,12 +511,19 @@
 
     appendText(reply, text) { reply.__texts.push(text); }
 
-    renderReply(reply) {
-      if (reply.__frame) return;
-      reply.__frame = requestAnimationFrame(() => {
+    // Deltas render once per frame; `now` renders at once (a reply that just finished).
+    renderReply(reply, { now = false } = {}) {
+      const render = () => {
         reply.__frame = null;
         reply.__body.replaceChildren(renderMarkdown(reply.__texts.filter(Boolean).join("\n\n")));
-      });
+      };
+      if (now) {
+        if (reply.__frame) cancelAnimationFrame(reply.__frame);
+        render();
+        return;
+      }
+      if (reply.__frame) return;
+      reply.__frame = requestAnimationFrame(render);
     }
 
     addTool(reply, name, input) {
