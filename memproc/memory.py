@@ -159,14 +159,11 @@ class Memory:
     def get_thread(self, thread_id: str, *, resource_id: str | None = None) -> Any:
         """The resource's thread `thread_id`, or None. A thread id names a thread within its resource:
         without `resource_id`, the one thread of that id (several is a ValidationError)."""
-        from memproc.selectors import thread_get, threads_named
+        from memproc.selectors import thread_get, thread_named
 
         if resource_id is not None:
             return thread_get(thread_id=thread_id, resource_id=resource_id)
-        found = threads_named(thread_id=thread_id)
-        if len(found) > 1:
-            raise ValidationError(f"Several resources have a thread {thread_id!r}; pass resource_id")
-        return found[0] if found else None
+        return thread_named(thread_id=thread_id)
 
     def list_threads(
         self,

@@ -180,18 +180,26 @@ def threads_named(*, thread_id: str, resource_ids: Iterable[str] | None = None) 
     return list(qs.order_by("key")[:2])
 
 
+def thread_named(*, thread_id: str, resource_ids: Iterable[str] | None = None) -> models.Thread | None:
+    """The one thread called `thread_id` in `resource_ids` (None: in every resource), or None. A thread
+    id names a thread within its resource, so an id that several of them use is a ValidationError: the
+    caller must name the resource. One query."""
+    found = threads_named(thread_id=thread_id, resource_ids=resource_ids)
+    if len(found) > 1:
+        raise ValidationError(f"Several resources have a thread {thread_id!r}; pass resource_id")
+    return found[0] if found else None
+
+
 def thread_key_for(*, thread_id: str, resource_id: str | None = None) -> str:
     """The key of `resource_id`'s thread `thread_id` (no query). Without a resource, the key of the one
     thread with that id (one query): a ThreadNotFoundError when there is none, a ValidationError
     when several resources use the id."""
     if resource_id is not None:
         return thread_key(resource_id, thread_id)
-    found = threads_named(thread_id=thread_id)
-    if not found:
+    thread = thread_named(thread_id=thread_id)
+    if thread is None:
         raise ThreadNotFoundError(f"No thread {thread_id!r}")
-    if len(found) > 1:
-        raise ValidationError(f"Several resources have a thread {thread_id!r}; pass resource_id")
-    return found[0].pk
+    return thread.pk
 
 
 def thread_messages(*, thread_key: str) -> QuerySet[models.Message]:

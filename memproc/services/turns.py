@@ -819,6 +819,7 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
             turn_record_alone(**record)
         return
     assert turn.thread_id and turn.resource_id
+    key = thread_key(turn.resource_id, turn.thread_id)
     with transaction.atomic():
         if record is not None:
             turn_record_insert(**record)
@@ -839,13 +840,13 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
         for wm in writes.working_memory:
             working_memory_update(
                 scope=wm.scope,
-                key=thread_key(turn.resource_id, wm.key) if wm.scope == "thread" else wm.key,
+                key=key if wm.scope == "thread" else wm.key,
                 value=wm.value,
                 source="model",
                 mode=wm.mode,
                 template=wm.template,
                 schema=wm.schema,
-                thread_key=thread_key(turn.resource_id, turn.thread_id),
+                thread_key=key,
                 resource_id=turn.resource_id,
                 agent_id=turn.agent.id,
             )
@@ -855,7 +856,7 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
         if compaction and compaction.get("due") and writes.messages:
             # In the turn's transaction, so the outbox keeps it if the broker is down.
             compaction_enqueue(
-                thread_key=thread_key(turn.resource_id, turn.thread_id),
+                thread_key=key,
                 agent_id=turn.agent.id,
                 request=compaction,
             )

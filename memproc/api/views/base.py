@@ -20,7 +20,8 @@ from memproc.api.permissions import HasResources, default_resource, resolve_reso
 from memproc.api.serializers import ErrorSerializer
 from memproc.api.throttling import MemprocUserThrottle
 from memproc.api.turn_runner import is_asgi
-from memproc.selectors import thread_get, threads_named
+from memproc.exceptions import ValidationError as MemprocValidationError
+from memproc.selectors import thread_get, thread_named
 
 ERROR_DESCRIPTIONS = {
     400: "Invalid input: `{field: [message]}` field errors.",
@@ -124,9 +125,10 @@ class MemprocViewMixin:
         request: Request = self.request  # type: ignore[attr-defined]
         if resource_id is not None:
             self.require_resource(resource_id)
-        thread = self.find_thread(thread_id, resource_id) if thread_id else None
-        if resource_id is not None:
-            return resource_id, thread
+            return resource_id, thread_get(
+                thread_id=thread_id, resource_id=resource_id
+            ) if thread_id else None
+        thread = self.find_thread(thread_id) if thread_id else None
         if thread is not None:
             return thread.resource_id, thread
         resource_id = default_resource(request)
@@ -144,12 +146,12 @@ class MemprocViewMixin:
         allowed = self.allowed_resources()
         if allowed is not None and len(allowed) == 1:
             return thread_get(thread_id=thread_id, resource_id=allowed[0])
-        found = threads_named(thread_id=thread_id, resource_ids=allowed)
-        if len(found) > 1:
+        try:
+            return thread_named(thread_id=thread_id, resource_ids=allowed)
+        except MemprocValidationError as exc:
             raise serializers.ValidationError(
                 {"resource_id": ["Several resources have a thread with this id; name the resource_id."]}
-            )
-        return found[0] if found else None
+            ) from exc
 
     def thread_object(self) -> models.Thread:
         """The thread a `threads/<id>/...` URL names (`?resource_id=` picks the resource), else 404."""

@@ -22,8 +22,7 @@ from memproc.agents import get_agent
 from memproc.agents.embedder import recall_embedder
 from memproc.embedders import get_embedder
 from memproc.exceptions import ConfigurationError, ValidationError
-from memproc.models import split_thread_key
-from memproc.selectors import thread_key_for
+from memproc.selectors import thread_get, thread_named
 from memproc.services.reindex import (
     ReindexPosition,
     embedding_index_merge,
@@ -142,17 +141,19 @@ class Command(BaseCommand):
     def _thread_resource(thread_id: str, resource_id: str | None) -> str:
         """The resource of the thread `thread_id` (of `resource_id`, if given); a thread id names a
         thread within its resource, so without one it must be the only thread of that id."""
+        if resource_id is not None:
+            if thread_get(thread_id=thread_id, resource_id=resource_id) is None:
+                raise CommandError(f"No thread {thread_id!r} in resource {resource_id!r}")
+            return resource_id
         try:
-            key = thread_key_for(thread_id=thread_id, resource_id=resource_id)
-        except LookupError as exc:
-            raise CommandError(f"No thread {thread_id!r}") from exc
+            thread = thread_named(thread_id=thread_id)
         except ValidationError as exc:
             raise CommandError(
                 f"Several resources have a thread {thread_id!r}; name one with --resource"
             ) from exc
-        if not models.Thread.objects.filter(pk=key).exists():
-            raise CommandError(f"No thread {thread_id!r} in resource {resource_id!r}")
-        return split_thread_key(key)[0]
+        if thread is None:
+            raise CommandError(f"No thread {thread_id!r}")
+        return thread.resource_id
 
     def _embedder_spec(self, options: dict[str, Any]) -> Any:
         if options["embedder"]:
