@@ -12,7 +12,7 @@ from memproc.processors.compaction import CompactionOptions, fold_due, summary_m
 from memproc.processors.conversation import echoed_prefix
 from memproc.processors.store import ThreadSummaryValue
 from memproc.processors.token_limiter import tool_call_groups
-from memproc.processors.tokens import TokenCounter, get_token_counter, is_token_counter
+from memproc.processors.tokens import TokenCounter, check_counter_spec, get_token_counter
 
 __all__ = ["MessageHistory", "newest_within", "savable"]
 
@@ -59,15 +59,7 @@ class MessageHistory:
             isinstance(history_tokens, bool) or not isinstance(history_tokens, int) or history_tokens <= 0
         ):
             raise ConfigurationError("MessageHistory(history_tokens=...) must be a positive integer or None")
-        if (
-            counter is not None
-            and not isinstance(counter, (str, Mapping, type))
-            and not is_token_counter(counter)
-        ):
-            raise ConfigurationError(
-                "MessageHistory(counter=...) must be a token counter, a dotted path, or "
-                '{"CLASS": ..., "OPTIONS": {...}}'
-            )
+        check_counter_spec(counter, owner="MessageHistory")
         self.last_messages = last_messages
         self.history_tokens = history_tokens
         self.compaction = CompactionOptions.of(compaction)

@@ -10,7 +10,7 @@ from memproc.events import StreamEvent
 from memproc.exceptions import ConfigurationError
 from memproc.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from memproc.processors.base import ProcessorContext
-from memproc.processors.tokens import TokenCounter, get_token_counter, is_token_counter
+from memproc.processors.tokens import TokenCounter, check_counter_spec, get_token_counter
 
 __all__ = ["TokenLimiter", "tool_call_groups", "truncate_to_tokens"]
 
@@ -63,15 +63,7 @@ class TokenLimiter:
                 f"TokenLimiter(output_strategy=...) must be one of {', '.join(OUTPUT_STRATEGIES)}, "
                 f"not {output_strategy!r}"
             )
-        if (
-            counter is not None
-            and not isinstance(counter, (str, Mapping, type))
-            and not is_token_counter(counter)
-        ):
-            raise ConfigurationError(
-                "TokenLimiter(counter=...) must be a token counter, a dotted path, or "
-                '{"CLASS": ..., "OPTIONS": {...}}'
-            )
+        check_counter_spec(counter, owner="TokenLimiter")
         self.limit = limit
         self.counter = counter
         self.output_limit = output_limit

@@ -26,6 +26,7 @@ __all__ = [
     "MessageCounter",
     "QuicktokCounter",
     "TokenCounter",
+    "check_counter_spec",
     "get_token_counter",
     "is_token_counter",
     "reset_token_counters",
@@ -49,6 +50,17 @@ def is_token_counter(value: Any) -> bool:
         not isinstance(value, type)
         and callable(getattr(value, "count_text", None))
         and callable(getattr(value, "count_message", None))
+    )
+
+
+def check_counter_spec(counter: Any, *, owner: str) -> None:
+    """`counter=` of a processor: None (the TOKENIZER setting), a counter, a dotted path, a class or a
+    `{"CLASS", "OPTIONS"}` dict; anything else is a ConfigurationError naming `owner`."""
+    if counter is None or isinstance(counter, (str, Mapping, type)) or is_token_counter(counter):
+        return
+    raise ConfigurationError(
+        f"{owner}(counter=...) must be a token counter, a dotted path, or "
+        '{"CLASS": ..., "OPTIONS": {...}}'
     )
 
 
