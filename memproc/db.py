@@ -35,6 +35,19 @@ def _columns(model: type[models.Model], names: tuple[str, ...]) -> tuple[str, tu
     return model._meta.db_table, fields
 
 
+# Fewer parameters than any supported database's cap on one statement (SQLite before 3.32: 999).
+_ALWAYS_BINDABLE = 999
+
+
+@cache
+def _stores_text_as_is(field: models.Field) -> bool:
+    """Whether the field saves a `str` unchanged (Char/Text fields and keys to them), so the per-turn
+    insert can skip its `get_db_prep_save` for str values, which only re-checks that they are str."""
+    if isinstance(field, models.ForeignKey):
+        return _stores_text_as_is(field.target_field)
+    return type(field) in (models.CharField, models.TextField)
+
+
 def insert_rows(
     model: type[models.Model],
     rows: Sequence[Mapping[str, Any]],
@@ -61,9 +74,21 @@ def insert_rows(
             return
         except _NoTemporaryTables:
             connection.memproc_no_temporary_tables = True  # this role may not: INSERT from now on
-    values = [[f.get_db_prep_save(row[f.name], connection) for f in model_fields] for row in rows]
+    text = [_stores_text_as_is(f) for f in model_fields]
+    values = [
+        [
+            value if kept and type(value) is str else field.get_db_prep_save(value, connection)
+            for field, kept in zip(model_fields, text, strict=True)
+            for value in (row[field.name],)
+        ]
+        for row in rows
+    ]
     # SQLite caps bound parameters per statement (32,766 since 3.32, 999 before).
-    per_statement = connection.ops.bulk_batch_size(list(model_fields), rows) or len(rows)
+    per_statement = (
+        len(rows)
+        if len(rows) * len(model_fields) <= _ALWAYS_BINDABLE
+        else connection.ops.bulk_batch_size(list(model_fields), rows) or len(rows)
+    )
     for start in range(0, len(values), per_statement):
         _insert(connection, quoted, columns, values[start : start + per_statement], ignore_conflicts)
 

@@ -21,7 +21,7 @@ import logging
 from contextvars import ContextVar, Token
 from typing import Any
 
-__all__ = ["FIELDS", "TurnContextFilter", "bind", "current", "unbind"]
+__all__ = ["FIELDS", "TurnContextFilter", "bind", "current", "rebind", "unbind"]
 
 FIELDS = ("agent_id", "thread_id", "resource_id", "turn_id")
 _EMPTY: dict[str, str] = dict.fromkeys(FIELDS, "")
@@ -37,6 +37,17 @@ def bind(*, agent_id: str, thread_id: str | None, resource_id: str | None, turn_
             "turn_id": str(turn_id),
         }
     )
+
+
+def rebind(*, thread_id: str | None, resource_id: str | None) -> None:
+    """Completes a binding once the turn knows its thread (a new thread's id, a resource read from
+    the thread). The bound fields are one dict shared by every context copied from the binding one
+    (worker threads of an async turn), so they all see the change."""
+    fields = _turn.get()
+    if fields is None:
+        return
+    fields["thread_id"] = thread_id or ""
+    fields["resource_id"] = resource_id or ""
 
 
 def unbind(token: Token[Any]) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import os
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
@@ -37,6 +37,23 @@ class FrozenDict(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._data)
+
+    # The dict's own lookups: Mapping's mixins go through __getitem__ and catch KeyError, and a
+    # missing key (`metadata.get("quarantine")` on every stored message) is the common case.
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def keys(self) -> KeysView[str]:
+        return self._data.keys()
+
+    def items(self) -> ItemsView[str, Any]:
+        return self._data.items()
+
+    def values(self) -> ValuesView[Any]:
+        return self._data.values()
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise TypeError("FrozenDict is immutable")
@@ -136,7 +153,15 @@ _PART_FIELDS: dict[type, frozenset[str]] = {
 
 
 def new_id() -> str:
-    return uuid.uuid4().hex
+    """A random (version 4) UUID as 32 hex digits: `uuid.uuid4().hex`, without building a UUID object
+    (two or more ids per turn; the object's checks cost three times the random bytes)."""
+    value = int.from_bytes(os.urandom(16), "big")
+    return "%032x" % ((value & _UUID4_KEEP) | _UUID4_BITS)
+
+
+# The version (4) and variant (RFC 4122) bits of a random UUID, as uuid.UUID(version=4) sets them.
+_UUID4_BITS = (0x4000 << 64) | (0x8000 << 48)
+_UUID4_KEEP = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +194,13 @@ class Message:
         return cls(id=fields.pop("id", None) or new_id(), role=role, parts=parts, **fields)
 
     def replace(self, **changes: Any) -> Message:
+        if type(self) is Message and changes.keys() <= _UNCHECKED_FIELDS:
+            # Nothing __post_init__ checks or freezes changes: copy the slots (a turn replaces
+            # every message's ids and times; dataclasses.replace re-validated every part each time).
+            copy = object.__new__(Message)
+            for name in _MESSAGE_FIELDS:
+                object.__setattr__(copy, name, changes[name] if name in changes else getattr(self, name))
+            return copy
         return dataclasses.replace(self, **changes)
 
     @property
@@ -193,6 +225,11 @@ class Message:
         if self.metadata:
             content["metadata"] = thaw(self.metadata)
         return content
+
+
+_MESSAGE_FIELDS = tuple(f.name for f in dataclasses.fields(Message))
+# The fields Message.__post_init__ neither checks nor converts.
+_UNCHECKED_FIELDS = frozenset(_MESSAGE_FIELDS) - {"role", "parts", "metadata"}
 
 
 # --- stored JSON ----------------------------------------------------------------------------------

@@ -56,12 +56,21 @@ def enabled() -> bool:
 
 
 def current_span() -> Any:
-    """The span current in this context (the request's), or None."""
-    trace = _api()
+    """The span current in this context (the request's), or None; None too while no SDK is set up,
+    since the turn's own span would then be a no-op whatever its parent."""
+    trace = _configured()
     if trace is None:
         return None
     current = trace.get_current_span()
     return current if current.get_span_context().is_valid else None
+
+
+def _configured() -> Any:
+    """The `opentelemetry.trace` module when an SDK tracer provider is set, else None."""
+    trace = _api()
+    if trace is None or isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return None
+    return trace
 
 
 def start_span(
@@ -70,8 +79,8 @@ def start_span(
     """A started span (end it yourself), child of `parent` when given, else of the current span."""
     if parent is NO_SPAN:
         return NO_SPAN  # the child of an untraced turn (decided once, when the turn starts)
-    trace = _api()
-    if trace is None or isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    trace = _configured()
+    if trace is None:
         return NO_SPAN  # no SDK configured (yet): every span would be a no-op, skip making them
     context = trace.set_span_in_context(parent) if parent is not None else None
     kind = trace.SpanKind.CLIENT if client else trace.SpanKind.INTERNAL

@@ -21,20 +21,33 @@ def vector_problem(vector: Any, dimensions: int) -> str | None:
     sequence of exactly `dimensions` finite float32 numbers whose norm is not zero (a zero vector
     has no direction: nothing is similar to it, and cosine similarity divides by its norm).
     """
-    if isinstance(vector, (str, bytes, dict)) or vector is None:
-        return f"not a vector but {type(vector).__name__}"
-    try:
-        with np.errstate(over="ignore", invalid="ignore"):  # beyond float32's range: inf, refused below
-            array = np.asarray(vector, dtype=np.float32)
-    except (TypeError, ValueError):
-        return "not a sequence of numbers"
+    if type(vector) is np.ndarray and vector.dtype == np.float32:
+        array = vector  # what embed_checked returns, checked again before it is stored: no copy
+    else:
+        if isinstance(vector, (str, bytes, dict)) or vector is None:
+            return f"not a vector but {type(vector).__name__}"
+        array = _float32(vector)
+        if array is None:
+            return "not a sequence of numbers"
     if array.ndim != 1:
         return f"not a flat vector (shape {array.shape})"
     if array.size != dimensions:
         return f"{array.size}-d, expected {dimensions}"
-    if not np.all(np.isfinite(array)):
+    return _values_problem(array)
+
+
+def _float32(value: Any) -> np.ndarray | None:
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):  # beyond float32's range: inf, refused after
+            return np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError):
+        return None
+
+
+def _values_problem(array: np.ndarray) -> str | None:
+    if not np.isfinite(array).all():
         return "not finite (NaN or infinity)"
-    if not np.any(array):
+    if not array.any():
         return "all zeros"
     return None
 
@@ -57,6 +70,17 @@ def embed_checked(embedder: Embedder, texts: list[str]) -> np.ndarray:
     if count != len(texts):
         raise EmbedderUnavailable(f"{embedder.id} answered {count} vectors for {len(texts)} texts")
     dimensions = int(embedder.dimensions)
+    if not isinstance(vectors, (str, bytes, dict)):
+        # The whole batch at once when it is a clean (count, dimensions) matrix of usable rows; else
+        # each vector on its own below, to name the first bad one.
+        matrix = _float32(vectors)
+        if (
+            matrix is not None
+            and matrix.shape == (count, dimensions)
+            and (count == 0 or (np.isfinite(matrix).all() and matrix.any(axis=1).all()))
+            and not any(isinstance(v, (str, bytes, dict)) for v in vectors)
+        ):
+            return matrix
     for index, vector in enumerate(vectors):
         problem = vector_problem(vector, dimensions)
         if problem is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -55,16 +56,31 @@ def build_chains(
 
 def call_hook(hook: Callable[..., Any], *args: Any) -> Any:
     """Calls a sync or async hook from sync code."""
-    if inspect.iscoroutinefunction(hook):
+    if _is_async(hook):
         return async_to_sync(hook)(*args)
     result = hook(*args)
-    if inspect.isawaitable(result):
+    if result is not None and not isinstance(result, list) and inspect.isawaitable(result):
 
         async def _await() -> Any:
             return await result
 
         return async_to_sync(_await)()
     return result
+
+
+# Whether a hook's function is a coroutine function, by function: inspect's check unwraps and reads
+# flags on every call, and every hook call of every turn asks.
+_ASYNC_HOOKS: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def _is_async(hook: Callable[..., Any]) -> bool:
+    function = getattr(hook, "__func__", None)
+    if function is None:  # not a bound method: a partial, a callable object, ...; not cached
+        return inspect.iscoroutinefunction(hook)
+    known = _ASYNC_HOOKS.get(function)
+    if known is None:
+        known = _ASYNC_HOOKS[function] = inspect.iscoroutinefunction(hook)
+    return known
 
 
 class StepView:
@@ -108,7 +124,7 @@ class ProcessorRunner:
     def _call(self, processor: Any, hook_name: str, ctx: ProcessorContext, *args: Any) -> Any:
         """One hook call: timed for the turn record, traced as a span (stream parts: timed only)."""
         pid = ctx.processor_id
-        traced = hook_name != "process_output_stream"
+        traced = hook_name != "process_output_stream" and self.turn.trace is not telemetry.NO_SPAN
         current = (
             telemetry.start_span(
                 f"memproc.processor {pid} {hook_name}",

@@ -23,15 +23,19 @@ from memproc.vectors import get_vector_store
 class DjangoMemoryStore:
     """Reads through selectors and the configured vector store. Writes go through the turn.
 
-    One per turn: the thread's summary comes with the turn's first read (`thread_owner`) and is
-    kept for `thread_summary`, so compaction costs the turn no query of its own.
+    One per turn. With `summaries` (the turn compacts), the thread's summary comes with the turn's
+    first read (`thread_owner`) and is kept for `thread_summary`, so compaction costs the turn no
+    query of its own; without, that read skips the summary table.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, summaries: bool = True) -> None:
+        self.summaries = summaries
         self._summaries: dict[str, ThreadSummaryValue | None] = {}
 
     def thread_owner(self, *, thread_id: str, resource_id: str) -> tuple[str, str, int] | None:
         key = thread_key(resource_id, thread_id)
+        if not self.summaries:
+            return selectors.thread_owner(thread_key=key)
         owner, summary = thread_owner_with_summary(thread_key=key)
         self._summaries[key] = summary
         return owner

@@ -279,8 +279,10 @@ def turn_start(
     thread_id: str | None,
     resource_id: str | None,
     memory_options: dict[str, Any] | None = None,
+    summaries: bool = True,
 ) -> Turn:
-    """Normalises input and checks thread ownership (one query when the agent has memory).
+    """Normalises input and checks thread ownership (one query when the agent has memory; with
+    `summaries`, the one query also reads the thread's compaction summary).
 
     System messages in the input are kept apart: used for this turn after the instructions, never
     saved (rule 18)."""
@@ -291,11 +293,12 @@ def turn_start(
         for item in raw
         if isinstance(item, Message) or (isinstance(item, dict) and item.get("id"))
     }
-    given = [
+    given = to_messages(messages)
+    system_input = [
         m.replace(created_at=m.created_at or now, thread_id=thread_id, resource_id=resource_id)
-        for m in to_messages(messages)
+        for m in given
+        if m.role == "system"
     ]
-    system_input = [m for m in given if m.role == "system"]
     inputs = [m for m in given if m.role != "system"]
     if not inputs:
         raise ValidationError("messages need at least one message that is not a system message")
@@ -303,7 +306,7 @@ def turn_start(
     store = None
     exists, title, last_sequence = False, "", None
     if memory is not None:
-        store = DjangoMemoryStore()
+        store = DjangoMemoryStore(summaries=summaries)
         if not resource_id:
             resource_id = _resource_of(thread_id)
         thread_id = thread_id or new_id()
@@ -311,7 +314,10 @@ def turn_start(
         if row is not None:
             _, title, last_sequence = row
             exists = True
-        inputs = [m.replace(thread_id=thread_id, resource_id=resource_id) for m in inputs]
+    inputs = [
+        m.replace(created_at=m.created_at or now, thread_id=thread_id, resource_id=resource_id)
+        for m in inputs
+    ]
     turn = Turn(
         agent=agent,
         thread_id=thread_id,
@@ -392,23 +398,24 @@ class TurnEngine:
 
     def _start(self) -> Turn:
         messages, thread_id, resource_id, memory_options = self._start_args
+        self.input_chain, self.output_chain = self.agent.processor_chains(memory_options or None)
         return turn_start(
-            self.agent, messages, thread_id=thread_id, resource_id=resource_id, memory_options=memory_options
+            self.agent,
+            messages,
+            thread_id=thread_id,
+            resource_id=resource_id,
+            memory_options=memory_options,
+            summaries=any(getattr(p, "compaction", None) is not None for p in self.input_chain),
         )
 
     def _setup(self, turn: Turn) -> None:
         self.turn = turn
         turn.trace = self.span
-        self._log_binding = logs.bind(
-            agent_id=self.agent.id,
-            thread_id=turn.thread_id,
-            resource_id=turn.resource_id,
-            turn_id=self.record_id,
-        )
+        if self._log_binding is not None:
+            logs.rebind(thread_id=turn.thread_id, resource_id=turn.resource_id)
         self.span.set_attributes(
             {"gen_ai.conversation.id": turn.thread_id, "memproc.resource.id": turn.resource_id}
         )
-        self.input_chain, self.output_chain = self.agent.processor_chains(turn.memory_options or None)
         # process_tool_result runs on every processor that has it, input side first, each once.
         self.tool_result_chain = list({id(p): p for p in [*self.input_chain, *self.output_chain]}.values())
         self.has_step_hooks = any(
@@ -471,27 +478,32 @@ class TurnEngine:
             **extra,
         }
 
+    def _begin(self) -> None:
+        """The turn's reads and its input processors: one blocking step (one worker-thread hop for
+        the async driver). A Blocked from an input processor leaves `self.turn` set."""
+        self._setup(self._start())
+        self.runner.run_input(self.input_chain)
+
     def _run(self) -> EngineStep:
-        self._setup((yield Blocking(self._start)))
-        turn = self.turn
-        assert turn is not None
+        # Bound here, in the driver's context, which the worker threads' contexts copy; completed by
+        # `_setup` once the thread is known.
+        _, thread_id, resource_id, _ = self._start_args
+        self._log_binding = logs.bind(
+            agent_id=self.agent.id, thread_id=thread_id, resource_id=resource_id, turn_id=self.record_id
+        )
         try:
-            yield Blocking(self.runner.run_input, (self.input_chain,))
+            yield Blocking(self._begin)
         except Blocked as blocked:
             return (yield from self._blocked(blocked.tripwire))
+        turn = self.turn
+        assert turn is not None
         feedback: list[Message] = []
         while True:
             turn.writes = TurnWrites()
             self.draft = []
             try:
                 responses = yield from self._model_loop(feedback)
-                responses = yield from self._hooks(
-                    "process_output_result",
-                    self.runner.run_output,
-                    self.output_chain,
-                    responses,
-                    responses=responses,
-                )
+                responses, record = yield Blocking(self._finish, (responses,))
             except Blocked as blocked:
                 tripwire = blocked.tripwire
                 if tripwire.retry and tripwire.phase == "output" and self.retries < self.max_retries:
@@ -502,15 +514,6 @@ class TurnEngine:
                     continue
                 return (yield from self._blocked(tripwire))
             break
-        # The manifest is built only when it is kept (RECORD_TURNS): no work on the turn otherwise.
-        record = (
-            self._record("completed", message_ids=[m.id for m in turn.writes.messages])
-            if settings.RECORD_TURNS
-            else None
-        )
-        with telemetry.span("memproc.save", parent=self.span) as save_span:
-            save_span.set_attribute("memproc.save.messages", len(turn.writes.messages))
-            yield Blocking(partial(turn_commit, turn, record=record))
         saved = turn.writes.messages or savable(
             [*self.conversation.new_input, *responses], internal_tools=turn.internal_tool_names
         )
@@ -532,6 +535,24 @@ class TurnEngine:
         if self.streaming:
             yield StreamEvent(type="finish", result=result, usage=self.usage)
         return result
+
+    def _finish(self, responses: list[Message]) -> tuple[list[Message], dict[str, Any] | None]:
+        """The output processors, then the atomic save: one blocking step. A Blocked from an output
+        processor comes before anything is saved (the caller may retry the turn's model loop)."""
+        turn = self.turn
+        assert turn is not None
+        if any(getattr(p, "process_output_result", None) is not None for p in self.output_chain):
+            responses = self.runner.run_output(self.output_chain, responses=responses)
+        # The manifest is built only when it is kept (RECORD_TURNS): no work on the turn otherwise.
+        record = (
+            self._record("completed", message_ids=[m.id for m in turn.writes.messages])
+            if settings.RECORD_TURNS
+            else None
+        )
+        with telemetry.span("memproc.save", parent=self.span) as save_span:
+            save_span.set_attribute("memproc.save.messages", len(turn.writes.messages))
+            turn_commit(turn, record=record)
+        return responses, record
 
     def _hooks(
         self, hook: str, method: Callable[..., Any], chain: Sequence[Any], unchanged: Any, **kwargs: Any
@@ -689,7 +710,11 @@ class TurnEngine:
         """Attachment references become URLs or bytes for the request only (what is saved keeps them).
         Resolved once per message object, so later steps cost no query; no references, no step."""
         todo = [m for m in messages if id(m) not in self._resolved]
-        if any(isinstance(p, AttachmentRef) for m in todo for p in m.parts):
+        if not any(isinstance(p, AttachmentRef) for m in todo for p in m.parts):
+            if not self._resolved:  # nothing resolved so far, nothing to resolve: the prompt as it is
+                return list(messages)
+            resolved = todo
+        else:
             turn = self.turn
             assert turn is not None
             resolved = yield Blocking(
@@ -701,8 +726,6 @@ class TurnEngine:
                     staged=turn.attachments,
                 )
             )
-        else:
-            resolved = todo
         for original, done in zip(todo, resolved, strict=True):
             self._resolved[id(original)] = (original, done)
         return [self._resolved[id(m)][1] for m in messages]

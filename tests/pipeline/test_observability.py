@@ -307,3 +307,50 @@ def test_memproc_own_log_lines_pass_the_turn_as_extra(make_agent, model, caplog)
     make_agent(tools=[broken]).generate("go", thread_id=T, resource_id=R)
     [failure] = [r for r in caplog.records if "tool broken failed" in r.getMessage()]
     assert (failure.agent_id, failure.thread_id, failure.resource_id) == ("test-agent", T, R)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_turn_log_lines_carry_the_turn_in_worker_threads_and_on_the_loop(caplog):
+    """An async turn's reads and input processors run in a worker thread, its model on the event
+    loop: a log line from either carries the turn, including a thread id the turn made itself."""
+    import logging
+
+    from asgiref.sync import async_to_sync
+
+    from memproc import Agent
+    from memproc.logs import TurnContextFilter
+
+    library = logging.getLogger("some.library")
+
+    class LoggingInput:
+        id = "logging-input"
+
+        def process_input(self, ctx):
+            library.warning("input hook")
+
+    class LoopModel:
+        id = "test/loop"
+
+        def generate(self, request):
+            raise AssertionError("the async driver awaits agenerate")
+
+        async def agenerate(self, request):
+            library.warning("model on the loop")
+            return ModelResponse(text="ok")
+
+    agent = Agent(
+        id="async-logs", model=LoopModel(), memory=Memory(last_messages=4), input_processors=[LoggingInput()]
+    )
+    handler_filter = TurnContextFilter()
+    caplog.handler.addFilter(handler_filter)
+    try:
+        with caplog.at_level(logging.WARNING, logger="some.library"):
+            result = async_to_sync(agent.agenerate)("go", resource_id=R)
+    finally:
+        caplog.handler.removeFilter(handler_filter)
+    lines = {r.getMessage(): r for r in caplog.records if r.name == "some.library"}
+    record = TurnRecord.objects.get()
+    for message in ("input hook", "model on the loop"):
+        line = lines[message]
+        assert (line.agent_id, line.thread_id, line.resource_id) == ("async-logs", result.thread_id, R)
+        assert line.turn_id == str(record.pk)
