@@ -37,6 +37,8 @@ def vector_problem(vector: Any, dimensions: int) -> str | None:
 
 
 def _float32(value: Any) -> np.ndarray | None:
+    if type(value) is np.ndarray and value.dtype == np.float32:
+        return value
     try:
         with np.errstate(over="ignore", invalid="ignore"):  # beyond float32's range: inf, refused after
             return np.asarray(value, dtype=np.float32)
@@ -77,8 +79,9 @@ def embed_checked(embedder: Embedder, texts: list[str]) -> np.ndarray:
         if (
             matrix is not None
             and matrix.shape == (count, dimensions)
-            and (count == 0 or (np.isfinite(matrix).all() and matrix.any(axis=1).all()))
             and not any(isinstance(v, (str, bytes, dict)) for v in vectors)
+            and bool(np.isfinite(matrix).all())
+            and bool(matrix.any(axis=1).all())
         ):
             return matrix
     for index, vector in enumerate(vectors):

@@ -195,3 +195,22 @@ def test_recall_scale_smoke(tmp_path: Path) -> None:
         assert row["branch"] == ("exact" if row["scope_rows"] <= 400 else "hnsw"), scope
     assert searches["large"]["branch"] == "exact" and searches["large"]["recall_at_10"] == 1.0
     assert set(rows[-1]["targets"]) == {"all", "small", "large"}
+
+
+def test_instructions_loop_runs_and_arguments_are_checked(tmp_path):
+    """bench/instructions.py: the loop it runs under valgrind (here without it, 2 turns), and its
+    refusal of a turn range that would divide by zero. The valgrind runs themselves take minutes; their
+    figures are in bench/RESULTS.md."""
+    assert run_script(tmp_path, "bench/instructions.py", "--workload", "W3", "--inner", "2") == []
+    env = {**os.environ}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    refused = subprocess.run(
+        [sys.executable, "bench/instructions.py", "--low", "5", "--high", "5"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 2 and "--high must be larger than --low" in refused.stderr
