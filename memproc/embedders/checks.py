@@ -21,14 +21,11 @@ def vector_problem(vector: Any, dimensions: int) -> str | None:
     sequence of exactly `dimensions` finite float32 numbers whose norm is not zero (a zero vector
     has no direction: nothing is similar to it, and cosine similarity divides by its norm).
     """
-    if type(vector) is np.ndarray and vector.dtype == np.float32:
-        array = vector  # what embed_checked returns, checked again before it is stored: no copy
-    else:
-        if isinstance(vector, (str, bytes, dict)) or vector is None:
-            return f"not a vector but {type(vector).__name__}"
-        array = _float32(vector)
-        if array is None:
-            return "not a sequence of numbers"
+    if isinstance(vector, (str, bytes, dict)) or vector is None:
+        return f"not a vector but {type(vector).__name__}"
+    array = _float32(vector)
+    if array is None:
+        return "not a sequence of numbers"
     if array.ndim != 1:
         return f"not a flat vector (shape {array.shape})"
     if array.size != dimensions:
@@ -37,6 +34,8 @@ def vector_problem(vector: Any, dimensions: int) -> str | None:
 
 
 def _float32(value: Any) -> np.ndarray | None:
+    """`value` as float32 numbers, or None; a float32 array as it is (what embed_checked returns is
+    checked again before it is stored: no copy, and no `errstate`, which costs more than the check)."""
     if type(value) is np.ndarray and value.dtype == np.float32:
         return value
     try:
@@ -79,7 +78,6 @@ def embed_checked(embedder: Embedder, texts: list[str]) -> np.ndarray:
         if (
             matrix is not None
             and matrix.shape == (count, dimensions)
-            and not any(isinstance(v, (str, bytes, dict)) for v in vectors)
             and bool(np.isfinite(matrix).all())
             and bool(matrix.any(axis=1).all())
         ):

@@ -411,8 +411,7 @@ class TurnEngine:
     def _setup(self, turn: Turn) -> None:
         self.turn = turn
         turn.trace = self.span
-        if self._log_binding is not None:
-            logs.rebind(thread_id=turn.thread_id, resource_id=turn.resource_id)
+        logs.rebind(thread_id=turn.thread_id, resource_id=turn.resource_id)
         self.span.set_attributes(
             {"gen_ai.conversation.id": turn.thread_id, "memproc.resource.id": turn.resource_id}
         )
@@ -541,8 +540,7 @@ class TurnEngine:
         processor comes before anything is saved (the caller may retry the turn's model loop)."""
         turn = self.turn
         assert turn is not None
-        if any(getattr(p, "process_output_result", None) is not None for p in self.output_chain):
-            responses = self.runner.run_output(self.output_chain, responses=responses)
+        responses = self.runner.run_output(self.output_chain, responses=responses)
         # The manifest is built only when it is kept (RECORD_TURNS): no work on the turn otherwise.
         record = (
             self._record("completed", message_ids=[m.id for m in turn.writes.messages])
