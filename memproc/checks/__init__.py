@@ -25,6 +25,7 @@ never build it: no model is loaded and no connection is opened.
 | memproc.E016 | ATTACHMENT_CONTENT_TYPES is not a list of content types |
 | memproc.E017 | HNSW_BUILD_MEMORY is not a PostgreSQL memory size |
 | memproc.E018 | HNSW_EF_CONSTRUCTION below twice HNSW_M |
+| memproc.E019 | HNSW_INDEX_TYPE is not "vector" or "halfvec" |
 | memproc.W001 | semantic recall without pgvector uses exact in-process search (`check --database`) |
 | memproc.W003 | a model provider in use has neither an API key nor a base_url |
 | memproc.W004 | INLINE_ATTACHMENT_BYTES above MAX_ATTACHMENT_BYTES |
@@ -59,6 +60,7 @@ VALIDATORS: dict[str, Validator] = {
     "HNSW_M": values.integer(2, 100),
     "HNSW_EF_CONSTRUCTION": values.integer(4, 1000),
     "HNSW_BUILD_MEMORY": values.postgres_memory,
+    "HNSW_INDEX_TYPE": values.hnsw_index_type,
     "EXACT_SEARCH_MAX_ROWS": values.integer(0, unit="rows"),
     "EMBEDDING_CHUNK_CHARS": values.integer(1, unit="characters"),
     "ATTACHMENT_STORAGE": values.storage_alias,

@@ -13,6 +13,7 @@ from memproc.checks.base import Validator, did_you_mean, error, installed, is_in
 from memproc.conf import DEFAULT_RETENTION, DEFAULTS
 
 BACKGROUND_MODES = ("inline", "celery")
+HNSW_INDEX_TYPES = ("vector", "halfvec")
 # A PostgreSQL memory size: a number of kB, or a number with a (case-sensitive) unit.
 POSTGRES_MEMORY = re.compile(r"^[1-9][0-9]*\s*(B|kB|MB|GB|TB)?$")
 # "type/subtype", "type/*", "*/*" or "*", as `type_allowed` matches them.
@@ -74,6 +75,20 @@ def background(key: str, value: Any) -> list[CheckMessage]:
             )
         ]
     return []
+
+
+def hnsw_index_type(key: str, value: Any) -> list[CheckMessage]:
+    if value in HNSW_INDEX_TYPES:
+        return []
+    return [
+        error(
+            key,
+            f"is {show(value)}.{did_you_mean(value, HNSW_INDEX_TYPES)}",
+            hint='Use "vector" (full precision, up to 2,000 dimensions) or "halfvec" (half the index, up '
+            "to 4,000 dimensions).",
+            id="E019",
+        )
+    ]
 
 
 def retention(key: str, value: Any) -> list[CheckMessage]:

@@ -1,10 +1,11 @@
 """pgvector search on PostgreSQL: a partial HNSW cosine index per embedder, one statement per search.
 
 The `vector` column is untyped so embedders of any size share the table; each (embedder, dimensions)
-gets `memproc_emb_hnsw_<hash>` on `(vector::vector(d)) vector_cosine_ops WHERE model = ... AND
-dimensions = d AND indexed` (the dimensions guard keeps an embedder id reused at another size from
-breaking the cast, and so inserts). It is created on the first store or search of that embedder in a
-process.
+gets `memproc_emb_hnsw_<hash>` on `(vector::halfvec(d)) halfvec_cosine_ops WHERE model = ... AND
+dimensions = d AND indexed` (`vector(d)` with HNSW_INDEX_TYPE "vector"; the dimensions guard keeps an
+embedder id reused at another size from breaking the cast, and so inserts). It is created on the
+first store or search of that embedder in a process. The HNSW branch orders by the index's type and
+returns full-precision distances.
 
 This store writes new rows with `indexed = false` (the column's default, for other writers, is
 true: their rows enter the graph on insert), so a turn's embeddings pay no HNSW insertion (a graph
@@ -26,7 +27,10 @@ HNSW index expression with iterative scanning, so a filter on one resource or th
 `top_k` rows when the scope is a small fraction of the table. In that branch the planner may still
 prefer the (model, resource_id) btree and a sort for a selective scope; that answer is exact. The
 HNSW branch is joined by an exact scan of the scope's tail (through the partial btree
-`memproc_emb_tail`), and the two candidate lists are merged by distance.
+`memproc_emb_tail`), and the two candidate lists are merged by distance. The statement also returns
+the count; a scope found larger than the limit is searched without the count (and without the exact
+branch) for LARGE_SCOPE_SECONDS: scopes grow as conversations do, and the count is an index scan of
+up to `exact_max_rows + 1` entries on every search.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -67,6 +73,11 @@ logger = logging.getLogger("memproc.vectors")
 CHUNK_OVERFETCH = 4
 # Unmarked rows a process writes for one embedder before it enqueues a merge of the tail.
 MERGE_AFTER_ROWS = 500
+# How long a scope found larger than `exact_max_rows` is searched without counting it again, and how
+# many such scopes a process remembers. A scope that shrinks meanwhile (a thread deleted by another
+# process) is still answered, by the HNSW branch, until its entry expires.
+LARGE_SCOPE_SECONDS = 300.0
+LARGE_SCOPE_ENTRIES = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +101,7 @@ _deferred: set[tuple[str, str, int]] = set()  # indexes this process holds back 
 _pgvector_versions: dict[str, tuple[int, ...]] = {}
 _unmerged: dict[tuple[str, str, int], int] = {}  # rows this process wrote unmarked since its last merge
 _merging: dict[tuple[str | None, str, int], threading.Thread] = {}  # inline merges running in threads
+_large_scopes: OrderedDict[tuple[Any, ...], float] = OrderedDict()  # scope -> when it was counted large
 _lock = threading.Lock()
 
 
@@ -126,19 +138,24 @@ class PgvectorStore(DjangoVectorStore):
         if not rows:
             return
         alias = self.db_for_write()
-        keys = {(alias, row.model, int(row.dimensions)) for row in rows}
-        for _, model, dimensions in keys:
+        keys = {_index_key(alias, row.model, row.dimensions) for row in rows}
+        for _, model, dimensions, _ in keys:
             self.ensure_index(model, dimensions)
         with _lock:
             deferred = {key for key in keys if key in _deferred}
         now = timezone.now()
         values = [
-            {**embedding_values(row, now), "indexed": (alias, row.model, int(row.dimensions)) in deferred}
+            {
+                **embedding_values(row, now),
+                "indexed": _index_key(alias, row.model, row.dimensions) in deferred,
+            }
             for row in rows
         ]
         fields = (*EMBEDDING_COLUMNS, "indexed")
         insert_rows(MessageEmbedding, values, fields=fields, using=alias, ignore_conflicts=True)
-        self._count_unmerged([row for row in rows if (alias, row.model, int(row.dimensions)) not in deferred])
+        self._count_unmerged(
+            [row for row in rows if _index_key(alias, row.model, row.dimensions) not in deferred]
+        )
 
     def _count_unmerged(self, rows: Sequence[EmbeddingRow]) -> None:
         if self.merge_after is None or not rows:
@@ -171,7 +188,7 @@ class PgvectorStore(DjangoVectorStore):
         alias = self.db_for_read()
         connection = connections[alias]
         self.ensure_index(embedder_id, query.size, using=alias)
-        sql = self.search_sql(
+        sql, large_key = self._search(
             connection,
             embedder_id=embedder_id,
             query=query,
@@ -184,7 +201,10 @@ class PgvectorStore(DjangoVectorStore):
         with connection.cursor() as cursor:
             cursor.execute(sql)
             rows = last_result(cursor, connection)
-        return [VectorHit(message_id, thread, 1.0 - float(distance)) for message_id, thread, distance in rows]
+        if large_key is not None and rows and rows[0][3] > large_key[-1] and not connection.in_atomic_block:
+            # Counted outside a transaction: no uncommitted rows of a caller's made it look large.
+            _remember_large_scope(large_key)
+        return [VectorHit(row[0], row[1], 1.0 - float(row[2])) for row in rows]
 
     def search_sql(
         self,
@@ -205,6 +225,32 @@ class PgvectorStore(DjangoVectorStore):
         A `filter` joins the scope as `message_id IN (admitted messages)`: the HNSW branch's
         iterative scan keeps going until `top_k` admitted rows are found.
         """
+        sql, _ = self._search(
+            connection,
+            embedder_id=embedder_id,
+            query=query,
+            top_k=top_k,
+            thread_id=thread_id,
+            resource_id=resource_id,
+            threshold=threshold,
+            filter=filter,
+        )
+        return sql
+
+    def _search(
+        self,
+        connection: Any,
+        *,
+        embedder_id: str,
+        query: np.ndarray,
+        top_k: int,
+        thread_id: str | None,
+        resource_id: str | None,
+        threshold: float | None,
+        filter: SearchFilter | None,
+    ) -> tuple[str, tuple[Any, ...] | None]:
+        """The search's SQL and, when its rows carry the scope's count, the key to remember a large
+        scope by (its last item is the limit). A filtered scope is counted on every search."""
         ef_search = self.ef_search or int(settings.HNSW_EF_SEARCH)
         exact_max_rows = self.exact_max_rows
         if exact_max_rows is None:
@@ -217,22 +263,28 @@ class PgvectorStore(DjangoVectorStore):
         if self.pgvector_version(connection) >= (0, 8):
             prefix += "SET LOCAL hnsw.iterative_scan = relaxed_order; "
         scope, scope_params = _scope_clause(connection, embedder_id, thread_id, resource_id)
+        key = None
         if filter:
             admitted, admitted_params = _admitted_sql(connection, filter, thread_id, resource_id)
             scope = f"{scope} AND {_columns(connection)['message']} IN ({admitted})"
             scope_params = [*scope_params, *admitted_params]
-        select = _select_sql(
-            connection, scope, dims=int(query.size), top_k=top_k, exact_max_rows=exact_max_rows
+        else:
+            key = (connection.alias, embedder_id, int(query.size), thread_id, resource_id, exact_max_rows)
+        counted = key is None or not _scope_is_large(key)
+        select, params = _select_sql(
+            connection,
+            scope,
+            scope_params,
+            literal=vector_literal(query),
+            dims=int(query.size),
+            top_k=top_k,
+            exact_max_rows=exact_max_rows if counted else None,
         )
-        literal = vector_literal(query)
-        params: list[Any] = [*scope_params, literal, *scope_params]  # the count, the exact branch
-        params += [literal, *scope_params, literal]  # the HNSW branch (select list, scope, order)
-        params += [literal, *scope_params]  # the tail branch
         if threshold is not None:
             select += " HAVING MIN(distance) <= %s"
             params.append(1.0 - float(threshold))
         select += f" ORDER BY distance, message_id LIMIT {int(top_k)}"
-        return prefix + connection.ops.compose_sql(select, params)
+        return prefix + connection.ops.compose_sql(select, params), key if counted else None
 
     def ensure_index(
         self, embedder_id: str, dimensions: int, *, using: str | None = None, concurrently: bool = False
@@ -244,7 +296,7 @@ class PgvectorStore(DjangoVectorStore):
         load holds the index back (`deferred_index`, in any process), nothing is created or cached.
         """
         alias = using or self.db_for_write()
-        key = (alias, embedder_id, int(dimensions))
+        key = _index_key(alias, embedder_id, dimensions)
         with _lock:
             state = _known_indexes.get(key)
             if key in _deferred or (state is not None and state.settled()):
@@ -287,7 +339,8 @@ class PgvectorStore(DjangoVectorStore):
         re-creating it by an advisory lock, and at the end it is built CONCURRENTLY (writes go on) and
         the table is vacuumed and analysed. Searches meanwhile stay correct: without the index they
         score rows exactly. Call it outside a transaction; the build takes `maintenance_work_mem`
-        (the graph of N d-dimensional rows needs about N * (4d + 200) bytes to build in memory).
+        (the graph of N d-dimensional rows needs about N * (2d + 200) bytes to build in memory with
+        a halfvec index, N * (4d + 200) with a vector one).
         """
         alias = self.db_for_write()
         connection = connections[alias]
@@ -297,7 +350,7 @@ class PgvectorStore(DjangoVectorStore):
             raise ValueError(
                 "deferred_index() must start outside a transaction: it drops and builds an index"
             )
-        key = (alias, embedder_id, int(dimensions))
+        key = _index_key(alias, embedder_id, dimensions)
         name = index_name(embedder_id, int(dimensions))
         qn = connection.ops.quote_name
         with connection.cursor() as cursor:
@@ -318,7 +371,7 @@ class PgvectorStore(DjangoVectorStore):
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [deferral_lock(name)])
 
-    def build_index(self, embedder_id: str, dimensions: int) -> None:
+    def build_index(self, embedder_id: str, dimensions: int, *, analyze: bool = True) -> None:
         """Builds the embedder's index CONCURRENTLY (an interrupted build leaves an invalid index:
         it is dropped, so the next call starts over), then VACUUM ANALYZE for the planner's statistics
         and the visibility map that the capped scope count scans."""
@@ -336,12 +389,13 @@ class PgvectorStore(DjangoVectorStore):
                 except BaseException:
                     cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {qn(name)}")
                     raise
-                cursor.execute(f"VACUUM (ANALYZE) {qn(MessageEmbedding._meta.db_table)}")
+                if analyze:
+                    cursor.execute(f"VACUUM (ANALYZE) {qn(MessageEmbedding._meta.db_table)}")
             finally:
                 if memory:
                     cursor.execute("RESET maintenance_work_mem")
         with _lock:
-            _known_indexes[(alias, embedder_id, int(dimensions))] = _IndexState(True, None)
+            _known_indexes[_index_key(alias, embedder_id, dimensions)] = _IndexState(True, None)
 
     def pgvector_version(self, connection: Any) -> tuple[int, ...]:
         """The installed extension's version, asked once per database and process."""
@@ -357,6 +411,66 @@ class PgvectorStore(DjangoVectorStore):
                 )
             version = _pgvector_versions[connection.alias] = _parse_version(row[0])
         return version
+
+
+@dataclass
+class IndexBuild:
+    """What `build_indexes` did: index names built, dropped, and (name, error) of builds that failed."""
+
+    built: list[str]
+    dropped: list[str]
+    failed: list[tuple[str, str]]
+
+
+def build_indexes(*, using: str | None = None) -> IndexBuild:
+    """Builds the missing HNSW index of every embedder with stored rows, in HNSW_INDEX_TYPE's type,
+    CONCURRENTLY (writes go on), then drops that embedder's index of the other type, if any.
+
+    For deploying indexes ahead of the first search (on a large table the lazy build of
+    `ensure_index` would hold writes back while it runs) and for switching HNSW_INDEX_TYPE. An
+    embedder keeps its old index when the new one fails to build (a `vector` index takes at most
+    2,000 dimensions). Call it outside a transaction.
+    """
+    store = PgvectorStore(using=using)
+    alias = store.db_for_write()
+    connection = connections[alias]
+    if not is_postgres(connection):
+        raise ConfigurationError("HNSW indexes need PostgreSQL with the pgvector extension")
+    if connection.in_atomic_block:
+        raise ValueError("build_indexes() must run outside a transaction: it builds CONCURRENTLY")
+    kind = index_type()
+    other = "vector" if kind == "halfvec" else "halfvec"
+    qn = connection.ops.quote_name
+    pairs = MessageEmbedding.objects.using(alias).order_by().values_list("model", "dimensions").distinct()
+    existing = _hnsw_index_names(connection)
+    done = IndexBuild([], [], [])
+    for model, dimensions in list(pairs):
+        name = index_name(model, dimensions, kind)
+        if name not in existing:
+            try:
+                store.build_index(model, dimensions, analyze=False)
+            except DatabaseError as exc:
+                done.failed.append((name, str(exc).strip()))
+                continue
+            done.built.append(name)
+        stale = index_name(model, dimensions, other)
+        if stale in existing:
+            with connection.cursor() as cursor:
+                cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {qn(stale)}")
+            done.dropped.append(stale)
+    if done.built:
+        with connection.cursor() as cursor:
+            cursor.execute(f"VACUUM (ANALYZE) {qn(MessageEmbedding._meta.db_table)}")
+    return done
+
+
+def _hnsw_index_names(connection: Any) -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = %s AND indexname LIKE %s",
+            [MessageEmbedding._meta.db_table, "memproc\\_emb\\_hnsw\\_%"],
+        )
+        return {row[0] for row in cursor.fetchall()}
 
 
 def merge_in_thread(kwargs: dict[str, Any]) -> threading.Thread | None:
@@ -384,10 +498,18 @@ def merge_in_thread(kwargs: dict[str, Any]) -> threading.Thread | None:
     return thread
 
 
-def index_name(embedder_id: str, dimensions: int) -> str:
+def index_type() -> str:
+    """What the HNSW indexes hold (the HNSW_INDEX_TYPE setting): "vector" or "halfvec"."""
+    return str(settings.HNSW_INDEX_TYPE)
+
+
+def index_name(embedder_id: str, dimensions: int, kind: str | None = None) -> str:
     # "\x00indexed": the partial index over marked rows (migration 0009) is named apart from the full
-    # index that preceded it.
-    digest = hashlib.sha256(f"{embedder_id}\x00{dimensions}\x00indexed".encode()).hexdigest()[:16]
+    # index that preceded it; a halfvec index is named apart from the vector one, so that switching
+    # HNSW_INDEX_TYPE finds (or builds) its own.
+    kind = kind or index_type()
+    suffix = "" if kind == "vector" else f"\x00{kind}"
+    digest = hashlib.sha256(f"{embedder_id}\x00{dimensions}\x00indexed{suffix}".encode()).hexdigest()[:16]
     return f"memproc_emb_hnsw_{digest}"
 
 
@@ -396,13 +518,16 @@ def deferral_lock(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
 
 
-def index_sql(connection: Any, embedder_id: str, dimensions: int, *, concurrently: bool = False) -> str:
+def index_sql(
+    connection: Any, embedder_id: str, dimensions: int, *, concurrently: bool = False, kind: str | None = None
+) -> str:
     column = _columns(connection)
     qn = connection.ops.quote_name
+    kind = kind or index_type()
     return connection.ops.compose_sql(
         f"CREATE INDEX {'CONCURRENTLY ' if concurrently else ''}IF NOT EXISTS "
-        f"{qn(index_name(embedder_id, dimensions))} ON {qn(MessageEmbedding._meta.db_table)} "
-        f"USING hnsw (({column['vector']}::vector({int(dimensions)})) vector_cosine_ops) "
+        f"{qn(index_name(embedder_id, dimensions, kind))} ON {qn(MessageEmbedding._meta.db_table)} "
+        f"USING hnsw (({column['vector']}::{kind}({int(dimensions)})) {kind}_cosine_ops) "
         f"WITH (m = {int(settings.HNSW_M)}, ef_construction = {int(settings.HNSW_EF_CONSTRUCTION)}) "
         f"WHERE {column['model']} = %s AND {column['dimensions']} = {int(dimensions)} "
         f"AND {column['indexed']}",
@@ -425,10 +550,35 @@ def last_result(cursor: Any, connection: Any) -> list[tuple[Any, ...]]:
 
 
 def forget_indexes() -> None:
-    """Forgets which indexes exist (for tests that drop them)."""
+    """Forgets which indexes exist and which scopes were large (for tests that drop or delete them)."""
     with _lock:
         _known_indexes.clear()
         _pgvector_versions.clear()
+        _large_scopes.clear()
+
+
+def _index_key(alias: str, embedder_id: str, dimensions: int) -> tuple[str, str, int, str]:
+    """What this process knows about an index (created, held back) is keyed by this."""
+    return (alias, embedder_id, int(dimensions), index_type())
+
+
+def _scope_is_large(key: tuple[Any, ...]) -> bool:
+    with _lock:
+        seen = _large_scopes.get(key)
+        if seen is None:
+            return False
+        if time.monotonic() - seen > LARGE_SCOPE_SECONDS:
+            del _large_scopes[key]
+            return False
+        return True
+
+
+def _remember_large_scope(key: tuple[Any, ...]) -> None:
+    with _lock:
+        _large_scopes[key] = time.monotonic()
+        _large_scopes.move_to_end(key)
+        while len(_large_scopes) > LARGE_SCOPE_ENTRIES:
+            _large_scopes.popitem(last=False)
 
 
 def _scope_clause(
@@ -454,8 +604,18 @@ def _admitted_sql(
     return sql, list(params)
 
 
-def _select_sql(connection: Any, scope: str, *, dims: int, top_k: int, exact_max_rows: int) -> str:
-    """Counts the scope (capped), then runs the exact branch or the HNSW and tail branches.
+def _select_sql(
+    connection: Any,
+    scope: str,
+    scope_params: list[Any],
+    *,
+    literal: str,
+    dims: int,
+    top_k: int,
+    exact_max_rows: int | None,
+) -> tuple[str, list[Any]]:
+    """Counts the scope (capped), then runs the exact branch or the HNSW and tail branches; with
+    `exact_max_rows` None (a scope known to be large), the HNSW and tail branches alone.
 
     Each branch is gated on the count by a one-time filter, so the other is never executed. The exact
     branch measures distance on the untyped column, which no index matches: it scores every row of
@@ -465,32 +625,53 @@ def _select_sql(connection: Any, scope: str, *, dims: int, top_k: int, exact_max
     messages; the tail branch scores the scope's unmarked rows (not yet in the graph) exactly, through
     the partial btree on them, and GROUP BY with the caller's ORDER BY merges the two lists by
     distance. The threshold is a HAVING on the best chunk: a WHERE on the distance could be pushed
-    into the exact branch and evaluated on rows of another size before the dimensions test.
+    into the exact branch and evaluated on rows of another size before the dimensions test. A counted
+    search returns the count as a fourth column.
     """
     column = _columns(connection)
     table = connection.ops.quote_name(MessageEmbedding._meta.db_table)
-    scope_rows = "(SELECT n FROM scope_rows)"
     same_size = f"{column['dimensions']} = {dims}"
-    index_distance = f"({column['vector']}::vector({dims})) <=> %s::vector({dims})"
-    return (
-        f"WITH scope_rows AS (SELECT COUNT(*) AS n FROM "
-        f"(SELECT 1 FROM {table} WHERE {scope} LIMIT {exact_max_rows + 1}) AS capped), "
-        f"candidates AS ("
+    # The HNSW branch orders by the index's expression (in its type) and returns the full-precision
+    # distance, so that a halfvec index merges with the exact branches on equal terms.
+    kind = index_type()
+    index_order = f"({column['vector']}::{kind}({dims})) <=> %s::{kind}({dims})"
+    distance = f"({column['vector']}::vector({dims})) <=> %s::vector({dims})"
+    limit = top_k * CHUNK_OVERFETCH
+    large = exact = count = ""
+    params: list[Any] = []
+    if exact_max_rows is not None:
+        scope_rows = "(SELECT n FROM scope_rows)"
+        large = f" AND {scope_rows} > {exact_max_rows}"
+        count = f", {scope_rows} AS scope_rows"
+        exact = (
+            f"scope_rows AS (SELECT COUNT(*) AS n FROM "
+            f"(SELECT 1 FROM {table} WHERE {scope} LIMIT {exact_max_rows + 1}) AS capped), "
+        )
+        params += scope_params
+    sql = f"WITH {exact}candidates AS ("
+    if exact_max_rows is not None:
+        sql += (
+            f"(SELECT {column['message']} AS message_id, {column['thread_id']} AS thread_id, "
+            f"({column['vector']} <=> %s::vector) AS distance FROM {table} "
+            f"WHERE {scope} AND {same_size} AND {scope_rows} <= {exact_max_rows} "
+            f"ORDER BY 3 LIMIT {limit}) UNION ALL "
+        )
+        params += [literal, *scope_params]
+    sql += (
         f"(SELECT {column['message']} AS message_id, {column['thread_id']} AS thread_id, "
-        f"({column['vector']} <=> %s::vector) AS distance FROM {table} "
-        f"WHERE {scope} AND {same_size} AND {scope_rows} <= {exact_max_rows} "
-        f"ORDER BY 3 LIMIT {top_k * CHUNK_OVERFETCH}) "
+        f"{distance} AS distance FROM {table} "
+        f"WHERE {scope} AND {same_size} AND {column['indexed']}{large} "
+        f"ORDER BY {index_order} LIMIT {limit}) "
         f"UNION ALL "
-        f"(SELECT {column['message']}, {column['thread_id']}, {index_distance} FROM {table} "
-        f"WHERE {scope} AND {same_size} AND {column['indexed']} AND {scope_rows} > {exact_max_rows} "
-        f"ORDER BY {index_distance} LIMIT {top_k * CHUNK_OVERFETCH}) "
-        f"UNION ALL "
-        f"(SELECT {column['message']}, {column['thread_id']}, {index_distance} FROM {table} "
-        f"WHERE {scope} AND {same_size} AND NOT {column['indexed']} AND {scope_rows} > {exact_max_rows} "
-        f"ORDER BY 3 LIMIT {top_k * CHUNK_OVERFETCH})) "
-        f"SELECT message_id, thread_id, MIN(distance) AS distance FROM candidates "
+        f"(SELECT {column['message']}, {column['thread_id']}, {distance} FROM {table} "
+        f"WHERE {scope} AND {same_size} AND NOT {column['indexed']}{large} "
+        f"ORDER BY 3 LIMIT {limit})) "
+        f"SELECT message_id, thread_id, MIN(distance) AS distance{count} FROM candidates "
         f"GROUP BY message_id, thread_id"
     )
+    params += [literal, *scope_params, literal]  # the HNSW branch (select list, scope, order)
+    params += [literal, *scope_params]  # the tail branch
+    return sql, params
 
 
 def _columns(connection: Any) -> dict[str, str]:

@@ -191,7 +191,12 @@ def test_the_setting_embedder_by_default(conversations):
         (["--thread", "nope"], "No thread 'nope'"),
         (["--thread", "alice-0", "--resource", BOB], "No thread 'alice-0' in resource 'bob'"),
         (["--all", "--resource", BOB], "--resource: not allowed with argument --all"),
-        (["--embedder", SWITCH], "one of the arguments --merge-index --thread --resource --all is required"),
+        (["--build-index", "--resource", BOB], "--resource: not allowed with argument --build-index"),
+        (["--build-index", "--embedder", SWITCH], "builds every embedder's index"),
+        (
+            ["--embedder", SWITCH],
+            "one of the arguments --merge-index --build-index --thread --resource --all is required",
+        ),
         (["--resource", "nobody"], "No resource 'nobody'"),
         (["--all", "--embedder", "no.such.Embedder"], "cannot import 'no.such.Embedder'"),
         (["--all", "--agent", "ghost"], "No agent is registered with id 'ghost'"),
@@ -227,3 +232,10 @@ def test_messages_without_text_are_passed_over(conversations):
 def test_bad_positions_are_refused(token):
     with pytest.raises(ValidationError):
         ReindexPosition.parse(token)
+
+
+def test_build_index_needs_postgresql(conversations, on_postgres):
+    if on_postgres:
+        pytest.skip("the PostgreSQL side is in tests/vectors/test_pgvector_halfvec.py")
+    with pytest.raises(CommandError, match="need PostgreSQL with the pgvector extension"):
+        run("--build-index")

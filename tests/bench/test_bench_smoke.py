@@ -197,6 +197,25 @@ def test_recall_scale_smoke(tmp_path: Path) -> None:
     assert set(rows[-1]["targets"]) == {"all", "small", "large"}
 
 
+@pytest.mark.slow
+@pytest.mark.postgres  # it starts its own embedded PostgreSQL: once per suite run is enough
+def test_recall_workload_smoke(tmp_path: Path) -> None:
+    """W2 at 2,500 messages (past EXACT_SEARCH_MAX_ROWS: the HNSW branch answers), 10 queries."""
+    rows = run_script(
+        tmp_path,
+        "bench/recall_workload.py",
+        *("--n", "2500", "--queries", "10", "--ef", "100", "--top-k", "3", "10"),
+        timeout=240,
+    )
+    assert [(row["ef_search"], row["top_k"]) for row in rows] == [(100, 3), (100, 10)]
+    for row in rows:
+        assert row["n"] == 2500 and row["queries"] == 10
+        assert 0.0 <= row["worst"] <= row["recall"] <= 1.0
+        assert 0 <= row["queries_below_1"] <= 10
+        assert row["search_p50_ms"] > 0 and row["index_build_s"] > 0
+    assert not list(tmp_path.glob("memproc-recall-w2-*"))  # its temp folder is removed
+
+
 def test_instructions_loop_runs_and_arguments_are_checked(tmp_path):
     """bench/instructions.py: the loop it runs under valgrind (here without it, 2 turns), and its
     refusal of a turn range that would divide by zero. The valgrind runs themselves take minutes; their

@@ -464,3 +464,9 @@ def test_semantic_recall_without_pgvector_warns(on_postgres, agent):
         assert ids(warnings) == ["memproc.W001"] and "pgvector" in warnings[0].hint
     with override_settings(MEMPROC={"VECTOR_STORE": "numpy"}):
         assert check_vector_search(databases=["default"]) == []  # chosen, not fallen back to
+
+
+def test_hnsw_index_type_is_vector_or_halfvec():
+    assert check(HNSW_INDEX_TYPE="vector") == [] and check(HNSW_INDEX_TYPE="halfvec") == []
+    [message] = check(HNSW_INDEX_TYPE="halfvector")
+    assert message.id == "memproc.E019" and "halfvec" in message.msg

@@ -40,3 +40,13 @@ def make_messages(db) -> Callable[..., list[Message]]:
 def store(db) -> VectorStore:
     """The store memproc picks for the test database: NumPy on SQLite, pgvector on PostgreSQL."""
     return get_vector_store("auto")
+
+
+@pytest.fixture(autouse=True)
+def forget_large_scopes():
+    """The pgvector store remembers per process which scopes it counted as large; tests reuse ids."""
+    from memproc.vectors import pgvector_store
+
+    pgvector_store._large_scopes.clear()
+    yield
+    pgvector_store._large_scopes.clear()

@@ -51,7 +51,7 @@ def test_the_index_is_created_once_per_embedder_and_size(make_messages) -> None:
     assert creates(queries) == 1
     name = index_name("first-embedder", 8)
     definition = hnsw_indexes()[name]
-    assert "USING hnsw (((vector)::vector(8)) vector_cosine_ops)" in definition
+    assert "USING hnsw (((vector)::halfvec(8)) halfvec_cosine_ops)" in definition  # HNSW_INDEX_TYPE
     assert "(model)::text = 'first-embedder'::text" in definition and "dimensions = 8" in definition
     with CaptureQueriesContext(connection) as queries:
         store.store(rows_for(messages[4:], random_vectors(2), model="second-embedder"))

@@ -230,7 +230,8 @@ def test_migration_0009_replaces_a_full_index_by_the_partial_one(make_messages) 
     NumpyVectorStore().store(rows_for(make_messages("t1", 3), clustered(3), model=M))
     old = "memproc_emb_hnsw_" + hashlib.sha256(f"{M}\x0016".encode()).hexdigest()[:16]
     with connection.cursor() as cursor:
-        cursor.execute(f"DROP INDEX IF EXISTS {index_name(M, 16)}")
+        for kind in ("vector", "halfvec"):
+            cursor.execute(f"DROP INDEX IF EXISTS {index_name(M, 16, kind)}")
         cursor.execute(
             f"CREATE INDEX {old} ON memproc_messageembedding USING hnsw ((vector::vector(16)) vector_cosine_ops) "
             f"WITH (m = 8, ef_construction = 32) WHERE model = '{M}' AND dimensions = 16"
@@ -241,7 +242,8 @@ def test_migration_0009_replaces_a_full_index_by_the_partial_one(make_messages) 
         )
         indexes = dict(cursor.fetchall())
     assert old not in indexes
-    assert "m='8'" in indexes[index_name(M, 16)] and indexes[index_name(M, 16)].endswith("AND indexed)")
+    partial = indexes[index_name(M, 16, "vector")]  # 0014 converts it to the configured type
+    assert "m='8'" in partial and partial.endswith("AND indexed)")
     assert "memproc_emb_tail" in indexes
 
 

@@ -4,6 +4,7 @@
     python manage.py memproc_reindex --thread support-1 --resource user-42
     python manage.py memproc_reindex --all --batch-size 500 --resume-from '2025-01-01T10:00:00+00:00|4f0c...'
     python manage.py memproc_reindex --merge-index            # PostgreSQL: move the tail into HNSW
+    python manage.py memproc_reindex --build-index            # PostgreSQL: build missing HNSW indexes
 
 Messages that already have a vector from the embedder are skipped, so running it again is cheap and
 an interrupted run loses nothing: it prints the position to pass to `--resume-from`.
@@ -49,6 +50,13 @@ class Command(BaseCommand):
             "(of --embedder or --agent's embedder only, if given), then exit",
         )
         scope.add_argument(
+            "--build-index",
+            action="store_true",
+            help="PostgreSQL: build the missing HNSW index of every embedder with stored vectors, in "
+            "MEMPROC['HNSW_INDEX_TYPE'], CONCURRENTLY (writes go on), drop its index of the other type, "
+            "then exit",
+        )
+        scope.add_argument(
             "--thread",
             metavar="THREAD_ID",
             help="re-embed one thread (with --resource: that resource's thread; needed when several "
@@ -78,6 +86,9 @@ class Command(BaseCommand):
         _check_scope(options)
         if options["merge_index"]:
             self._merge_index(options)
+            return
+        if options["build_index"]:
+            self._build_index()
             return
         scope = self._scope(options)
         try:
@@ -126,6 +137,24 @@ class Command(BaseCommand):
                 raise CommandError(str(exc)) from exc
         marked = embedding_index_merge(embedder_id=embedder_id, batch_size=options["batch_size"])
         self.stdout.write(self.style.SUCCESS(f"Marked {marked} embedding(s) as indexed."))
+
+    def _build_index(self) -> None:
+        from memproc.vectors.pgvector_store import build_indexes
+
+        try:
+            done = build_indexes()
+        except ConfigurationError as exc:
+            raise CommandError(str(exc)) from exc
+        for name in done.built:
+            self.stdout.write(f"Built {name}.")
+        for name in done.dropped:
+            self.stdout.write(f"Dropped {name} (the other index type).")
+        for name, error in done.failed:
+            self.stderr.write(f"Could not build {name}: {error}")
+        summary = f"{len(done.built)} index(es) built, {len(done.dropped)} dropped."
+        if done.failed:
+            raise CommandError(f"{summary} {len(done.failed)} failed.")
+        self.stdout.write(self.style.SUCCESS(summary))
 
     def _scope(self, options: dict[str, Any]) -> dict[str, str]:
         if options["thread"]:
@@ -194,12 +223,19 @@ def _scope_args(scope: dict[str, str]) -> list[str]:
 
 
 def _check_scope(options: dict[str, Any]) -> None:
-    """One scope: --merge-index, --thread (with or without --resource), --resource, or --all."""
-    if options["resource"] is not None and (options["merge_index"] or options["all"]):
-        other = "--merge-index" if options["merge_index"] else "--all"
-        raise CommandError(f"argument --resource: not allowed with argument {other}")
-    if not (options["merge_index"] or options["thread"] or options["resource"] or options["all"]):
-        raise CommandError("one of the arguments --merge-index --thread --resource --all is required")
+    """One scope: --merge-index, --build-index, --thread (with or without --resource), --resource, or
+    --all. --embedder and --agent narrow --merge-index; --build-index takes neither."""
+    standalone = (
+        "--merge-index" if options["merge_index"] else "--build-index" if options["build_index"] else None
+    )
+    if options["resource"] is not None and (standalone or options["all"]):
+        raise CommandError(f"argument --resource: not allowed with argument {standalone or '--all'}")
+    if options["build_index"] and (options["embedder"] or options["agent"]):
+        raise CommandError("argument --build-index: builds every embedder's index; drop --embedder/--agent")
+    if not (standalone or options["thread"] or options["resource"] or options["all"]):
+        raise CommandError(
+            "one of the arguments --merge-index --build-index --thread --resource --all is required"
+        )
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,0 +1,123 @@
+"""Issue 22: a scope the search counted as large is searched without the count until the memo expires."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import numpy as np
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from memproc.vectors import PgvectorStore, pgvector_store
+from memproc.vectors.base import SearchFilter
+from tests.vectors.helpers import rows_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+M = "m16"
+
+
+def clustered(count: int, *, dims: int = 16, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(20, dims))
+    return (centers[rng.integers(0, 20, count)] + 0.3 * rng.normal(size=(count, dims))).astype(np.float32)
+
+
+@pytest.fixture
+def loaded(make_messages) -> tuple[PgvectorStore, np.ndarray]:
+    """300 rows in resource r1 (thread big), 5 in resource r2; the exact-search limit is 50."""
+    vectors = clustered(305)
+    store = PgvectorStore(exact_max_rows=50, merge_after=None)
+    store.store(rows_for(make_messages("big", 300), vectors[:300], model=M))
+    store.store(rows_for(make_messages("few", 5, resource_id="r2"), vectors[300:], model=M))
+    return store, vectors
+
+
+def search_sql_of(call) -> str:
+    with CaptureQueriesContext(connection) as queries:
+        hits = call()
+    (sql,) = [q["sql"] for q in queries.captured_queries if "hnsw.ef_search" in q["sql"]]
+    return sql, hits
+
+
+def test_a_large_scope_is_counted_once_then_searched_without_the_count(loaded) -> None:
+    store, vectors = loaded
+
+    def search():
+        return store.search(embedder_id=M, vector=vectors[7], top_k=5, resource_id="r1")
+
+    first_sql, first = search_sql_of(search)
+    second_sql, second = search_sql_of(search)
+    assert "scope_rows" in first_sql and "scope_rows" not in second_sql
+    assert [h.message_id for h in second] == [h.message_id for h in first]
+    assert second[0].score == pytest.approx(1.0, abs=1e-5)
+    # The same scope under another limit, another thread or another embedder is counted afresh.
+    other_limit = PgvectorStore(exact_max_rows=1000, merge_after=None)
+    sql, _ = search_sql_of(
+        lambda: other_limit.search(embedder_id=M, vector=vectors[7], top_k=5, resource_id="r1")
+    )
+    assert "scope_rows" in sql
+    sql, _ = search_sql_of(lambda: store.search(embedder_id=M, vector=vectors[7], top_k=5, thread_id="big"))
+    assert "scope_rows" in sql
+
+
+def test_a_small_scope_is_counted_on_every_search(loaded) -> None:
+    store, vectors = loaded
+    for _ in range(2):
+        sql, hits = search_sql_of(
+            lambda: store.search(embedder_id=M, vector=vectors[301], top_k=3, resource_id="r2")
+        )
+        assert "scope_rows" in sql
+        assert hits[0].message_id.startswith("few-")
+
+
+def test_a_filtered_search_is_always_counted(loaded) -> None:
+    store, vectors = loaded
+    only_recent = SearchFilter.of(date_range={"start": date(2000, 1, 1)})
+    for _ in range(2):
+        sql, hits = search_sql_of(
+            lambda: store.search(
+                embedder_id=M, vector=vectors[7], top_k=5, resource_id="r1", filter=only_recent
+            )
+        )
+        assert "scope_rows" in sql and hits
+
+
+def test_a_count_made_inside_a_transaction_is_not_remembered(loaded) -> None:
+    store, vectors = loaded
+    with transaction.atomic():
+        store.search(embedder_id=M, vector=vectors[7], top_k=5, resource_id="r1")
+    assert not pgvector_store._large_scopes
+    store.search(embedder_id=M, vector=vectors[7], top_k=5, resource_id="r1")
+    assert len(pgvector_store._large_scopes) == 1
+
+
+def test_the_memo_expires_and_stays_bounded(loaded, monkeypatch) -> None:
+    store, vectors = loaded
+
+    def search(**scope):
+        return search_sql_of(lambda: store.search(embedder_id=M, vector=vectors[7], top_k=5, **scope))[0]
+
+    search(resource_id="r1")
+    monkeypatch.setattr(pgvector_store, "LARGE_SCOPE_SECONDS", 0.0)
+    assert "scope_rows" in search(resource_id="r1")  # expired: counted again
+    monkeypatch.setattr(pgvector_store, "LARGE_SCOPE_SECONDS", 300.0)
+    monkeypatch.setattr(pgvector_store, "LARGE_SCOPE_ENTRIES", 2)
+    search(thread_id="big")
+    search()  # the whole embedder
+    assert len(pgvector_store._large_scopes) == 2
+    assert "scope_rows" in search(resource_id="r1")  # the oldest entry made room
+
+
+def test_a_scope_that_shrank_is_still_answered(loaded) -> None:
+    store, vectors = loaded
+    store.search(embedder_id=M, vector=vectors[7], top_k=5, thread_id="big")
+    from memproc.models import MessageEmbedding
+
+    MessageEmbedding.objects.filter(thread_id__endswith="big").exclude(message_id="big-m00007").delete()
+    sql, hits = search_sql_of(
+        lambda: store.search(embedder_id=M, vector=vectors[7], top_k=5, thread_id="big")
+    )
+    assert "scope_rows" not in sql  # the memo still says large: the index and the tail answer
+    assert [h.message_id for h in hits] == ["big-m00007"]
