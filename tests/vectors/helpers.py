@@ -59,3 +59,34 @@ def exact_ranking(
     if threshold is not None:
         ranked = [item for item in ranked if item[1] >= threshold]
     return ranked[:top_k]
+
+
+def clustered(count: int, *, dims: int = 16, seed: int = 0) -> np.ndarray:
+    """Vectors around 20 random centres: an HNSW graph over them finds true neighbours."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(20, dims))
+    return (centers[rng.integers(0, 20, count)] + 0.3 * rng.normal(size=(count, dims))).astype(np.float32)
+
+
+def hnsw_indexes() -> dict[str, str]:
+    """PostgreSQL: memproc's HNSW indexes, name -> definition."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes "
+            "WHERE tablename = 'memproc_messageembedding' AND indexname LIKE 'memproc_emb_hnsw_%%'"
+        )
+        return dict(cursor.fetchall())
+
+
+def explain(sql: str) -> str:
+    """PostgreSQL: EXPLAIN of a search statement from `PgvectorStore.search_sql` (its SETs applied)."""
+    from django.db import connection
+
+    from memproc.vectors.pgvector_store import last_result
+
+    settings_sql, select = sql.rsplit("; ", 1)
+    with connection.cursor() as cursor:
+        cursor.execute(f"{settings_sql}; EXPLAIN {select}")
+        return "\n".join(row[0] for row in last_result(cursor, connection))

@@ -13,8 +13,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from memproc.vectors import NumpyVectorStore, PgvectorStore
-from memproc.vectors.pgvector_store import forget_indexes, index_name, last_result
-from tests.vectors.helpers import rows_for
+from memproc.vectors.pgvector_store import forget_indexes, index_name
+from tests.vectors.helpers import clustered, explain, hnsw_indexes, rows_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -35,28 +35,6 @@ def no_hnsw_indexes():
     drop()
     yield
     drop()
-
-
-def clustered(count: int, *, dims: int = 16, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(size=(20, dims))
-    return (centers[rng.integers(0, 20, count)] + 0.3 * rng.normal(size=(count, dims))).astype(np.float32)
-
-
-def hnsw_indexes() -> dict[str, str]:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT indexname, indexdef FROM pg_indexes "
-            "WHERE tablename = 'memproc_messageembedding' AND indexname LIKE 'memproc_emb_hnsw_%%'"
-        )
-        return dict(cursor.fetchall())
-
-
-def explain(sql: str) -> str:
-    settings_sql, select = sql.rsplit("; ", 1)
-    with connection.cursor() as cursor:
-        cursor.execute(f"{settings_sql}; EXPLAIN {select}")
-        return "\n".join(row[0] for row in last_result(cursor, connection))
 
 
 def use_type(settings, kind: str) -> None:

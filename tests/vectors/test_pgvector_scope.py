@@ -11,17 +11,11 @@ from django.test.utils import CaptureQueriesContext
 
 from memproc.vectors import PgvectorStore, pgvector_store
 from memproc.vectors.base import SearchFilter
-from tests.vectors.helpers import rows_for
+from tests.vectors.helpers import clustered, rows_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 M = "m16"
-
-
-def clustered(count: int, *, dims: int = 16, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(size=(20, dims))
-    return (centers[rng.integers(0, 20, count)] + 0.3 * rng.normal(size=(count, dims))).astype(np.float32)
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from django.db import connection, connections, transaction
 from memproc.models import MessageEmbedding
 from memproc.services.reindex import embedding_index_merge
 from memproc.vectors import NumpyVectorStore, PgvectorStore, pgvector_store
-from memproc.vectors.pgvector_store import index_name, last_result
-from tests.vectors.helpers import rows_for
+from memproc.vectors.pgvector_store import index_name
+from tests.vectors.helpers import clustered, explain, rows_for
 
 pytestmark = pytest.mark.django_db
 
@@ -28,21 +28,8 @@ def fresh_counts():
     pgvector_store._unmerged.clear()
 
 
-def clustered(count: int, *, dims: int = 16, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(size=(20, dims))
-    return (centers[rng.integers(0, 20, count)] + 0.3 * rng.normal(size=(count, dims))).astype(np.float32)
-
-
 def tail(model: str = M) -> int:
     return MessageEmbedding.objects.filter(model=model, indexed=False).count()
-
-
-def explain(sql: str) -> str:
-    settings_sql, select = sql.rsplit("; ", 1)
-    with connection.cursor() as cursor:
-        cursor.execute(f"{settings_sql}; EXPLAIN {select}")
-        return "\n".join(row[0] for row in last_result(cursor, connection))
 
 
 def test_the_merge_does_nothing_on_sqlite(on_postgres) -> None:
