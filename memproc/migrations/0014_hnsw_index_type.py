@@ -28,6 +28,11 @@ def convert(schema_editor, kind):
     other = TYPES[1 - TYPES.index(kind)]
     qn = connection.ops.quote_name
     with connection.cursor() as cursor:
+        cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        row = cursor.fetchone()
+        version = tuple(int(part) for part in row[0].split(".") if part.isdigit()) if row else ()
+        if kind == "halfvec" and version < (0, 7):
+            return  # pgvector before 0.7 has no halfvec: memproc keeps vector indexes there
         cursor.execute(
             "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s "
             "AND indexname LIKE 'memproc\\_emb\\_hnsw\\_%%'",

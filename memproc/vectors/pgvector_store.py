@@ -102,6 +102,7 @@ _pgvector_versions: dict[str, tuple[int, ...]] = {}
 _unmerged: dict[tuple[str, str, int], int] = {}  # rows this process wrote unmarked since its last merge
 _merging: dict[tuple[str | None, str, int], threading.Thread] = {}  # inline merges running in threads
 _large_scopes: OrderedDict[tuple[Any, ...], float] = OrderedDict()  # scope -> when it was counted large
+HALFVEC_SINCE = (0, 7)  # the pgvector release that added halfvec
 _lock = threading.Lock()
 
 
@@ -306,7 +307,7 @@ class PgvectorStore(DjangoVectorStore):
             raise ConfigurationError("PgvectorStore needs PostgreSQL with the pgvector extension")
         if concurrently and connection.in_atomic_block:
             raise ValueError("CREATE INDEX CONCURRENTLY cannot run inside a transaction")
-        name = index_name(embedder_id, int(dimensions))
+        name = index_name(embedder_id, int(dimensions), index_type(connection))
         sql = index_sql(connection, embedder_id, int(dimensions), concurrently=concurrently)
         created = True
         try:
@@ -351,7 +352,7 @@ class PgvectorStore(DjangoVectorStore):
                 "deferred_index() must start outside a transaction: it drops and builds an index"
             )
         key = _index_key(alias, embedder_id, dimensions)
-        name = index_name(embedder_id, int(dimensions))
+        name = index_name(embedder_id, int(dimensions), index_type(connection))
         qn = connection.ops.quote_name
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_lock(%s)", [deferral_lock(name)])
@@ -378,7 +379,7 @@ class PgvectorStore(DjangoVectorStore):
         alias = self.db_for_write()
         connection = connections[alias]
         qn = connection.ops.quote_name
-        name = index_name(embedder_id, int(dimensions))
+        name = index_name(embedder_id, int(dimensions), index_type(connection))
         memory = settings.HNSW_BUILD_MEMORY
         with connection.cursor() as cursor:
             if memory:
@@ -398,19 +399,23 @@ class PgvectorStore(DjangoVectorStore):
             _known_indexes[_index_key(alias, embedder_id, dimensions)] = _IndexState(True, None)
 
     def pgvector_version(self, connection: Any) -> tuple[int, ...]:
-        """The installed extension's version, asked once per database and process."""
-        version = _pgvector_versions.get(connection.alias)
-        if version is None:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
-                row = cursor.fetchone()
-            if row is None:
-                raise ConfigurationError(
-                    "The pgvector extension is not installed in this database: run memproc's migrations "
-                    "(they CREATE EXTENSION vector) as a user allowed to create it."
-                )
-            version = _pgvector_versions[connection.alias] = _parse_version(row[0])
-        return version
+        return pgvector_version(connection)
+
+
+def pgvector_version(connection: Any) -> tuple[int, ...]:
+    """The installed extension's version, asked once per database and process."""
+    version = _pgvector_versions.get(connection.alias)
+    if version is None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+            row = cursor.fetchone()
+        if row is None:
+            raise ConfigurationError(
+                "The pgvector extension is not installed in this database: run memproc's migrations "
+                "(they CREATE EXTENSION vector) as a user allowed to create it."
+            )
+        version = _pgvector_versions[connection.alias] = _parse_version(row[0])
+    return version
 
 
 @dataclass
@@ -438,7 +443,7 @@ def build_indexes(*, using: str | None = None) -> IndexBuild:
         raise ConfigurationError("HNSW indexes need PostgreSQL with the pgvector extension")
     if connection.in_atomic_block:
         raise ValueError("build_indexes() must run outside a transaction: it builds CONCURRENTLY")
-    kind = index_type()
+    kind = index_type(connection)
     other = "vector" if kind == "halfvec" else "halfvec"
     qn = connection.ops.quote_name
     pairs = MessageEmbedding.objects.using(alias).order_by().values_list("model", "dimensions").distinct()
@@ -498,9 +503,13 @@ def merge_in_thread(kwargs: dict[str, Any]) -> threading.Thread | None:
     return thread
 
 
-def index_type() -> str:
-    """What the HNSW indexes hold (the HNSW_INDEX_TYPE setting): "vector" or "halfvec"."""
-    return str(settings.HNSW_INDEX_TYPE)
+def index_type(connection: Any = None) -> str:
+    """What the HNSW indexes hold (the HNSW_INDEX_TYPE setting): "vector" or "halfvec". Given a
+    connection, "vector" where its pgvector predates halfvec (0.7)."""
+    kind = str(settings.HNSW_INDEX_TYPE)
+    if kind == "halfvec" and connection is not None and pgvector_version(connection) < HALFVEC_SINCE:
+        return "vector"
+    return kind
 
 
 def index_name(embedder_id: str, dimensions: int, kind: str | None = None) -> str:
@@ -523,7 +532,7 @@ def index_sql(
 ) -> str:
     column = _columns(connection)
     qn = connection.ops.quote_name
-    kind = kind or index_type()
+    kind = kind or index_type(connection)
     return connection.ops.compose_sql(
         f"CREATE INDEX {'CONCURRENTLY ' if concurrently else ''}IF NOT EXISTS "
         f"{qn(index_name(embedder_id, dimensions, kind))} ON {qn(MessageEmbedding._meta.db_table)} "
@@ -559,7 +568,7 @@ def forget_indexes() -> None:
 
 def _index_key(alias: str, embedder_id: str, dimensions: int) -> tuple[str, str, int, str]:
     """What this process knows about an index (created, held back) is keyed by this."""
-    return (alias, embedder_id, int(dimensions), index_type())
+    return (alias, embedder_id, int(dimensions), index_type(connections[alias]))
 
 
 def _scope_is_large(key: tuple[Any, ...]) -> bool:
@@ -633,7 +642,7 @@ def _select_sql(
     same_size = f"{column['dimensions']} = {dims}"
     # The HNSW branch orders by the index's expression (in its type) and returns the full-precision
     # distance, so that a halfvec index merges with the exact branches on equal terms.
-    kind = index_type()
+    kind = index_type(connection)
     index_order = f"({column['vector']}::{kind}({dims})) <=> %s::{kind}({dims})"
     distance = f"({column['vector']}::vector({dims})) <=> %s::vector({dims})"
     limit = top_k * CHUNK_OVERFETCH

@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from memproc.vectors import NumpyVectorStore, PgvectorStore
+from memproc.vectors import NumpyVectorStore, PgvectorStore, pgvector_store
 from memproc.vectors.pgvector_store import forget_indexes, index_name
 from tests.vectors.helpers import clustered, explain, hnsw_indexes, rows_for
 
@@ -148,3 +148,52 @@ def test_build_index_keeps_the_old_index_when_the_new_one_cannot_be_built(make_m
     with pytest.raises(CommandError, match="0 index\\(es\\) built, 0 dropped. 1 failed."):
         run_build_index()
     assert set(hnsw_indexes()) == {index_name("wide", 2500, "halfvec")}  # no invalid leftover either
+
+
+def test_pgvector_before_0_7_keeps_vector_indexes(make_messages, monkeypatch) -> None:
+    """halfvec arrived in pgvector 0.7: an older extension gets vector indexes and vector ordering."""
+    messages, vectors = make_messages("t1", 300), clustered(300)
+    NumpyVectorStore().store(rows_for(messages, vectors, model=M))
+    store = PgvectorStore(exact_max_rows=0, merge_after=None)
+    monkeypatch.setitem(pgvector_store._pgvector_versions, connection.alias, (0, 6, 2))
+    assert pgvector_store.index_type(connection) == "vector"
+    store.ensure_index(M, 16)
+    assert set(hnsw_indexes()) == {index_name(M, 16, "vector")}
+    sql = store.search_sql(connection, embedder_id=M, query=vectors[0], top_k=3)
+    assert "halfvec" not in sql and "hnsw.iterative_scan" not in sql  # 0.8's setting is left out too
+    assert store.search(embedder_id=M, vector=vectors[0], top_k=1)[0].message_id == messages[0].id
+    migration.forwards(None, SimpleNamespace(connection=FakeVersion(connection, "0.6.2")))
+    assert set(hnsw_indexes()) == {index_name(M, 16, "vector")}  # not converted
+
+
+class FakeVersion:
+    """The test database's connection, answering the pgvector version query with `version`."""
+
+    def __init__(self, connection, version: str) -> None:
+        self._connection, self._version = connection, version
+        self.vendor, self.ops = connection.vendor, connection.ops
+
+    def cursor(self):
+        real = self._connection.cursor()
+        version = self._version
+
+        class Cursor:
+            def __enter__(self):
+                real.__enter__()
+                return self
+
+            def __exit__(self, *exc):
+                return real.__exit__(*exc)
+
+            def execute(self, sql, params=None):
+                self.faked = "pg_extension" in sql
+                if not self.faked:
+                    real.execute(sql, params)
+
+            def fetchone(self):
+                return (version,) if self.faked else real.fetchone()
+
+            def fetchall(self):
+                return real.fetchall()
+
+        return Cursor()
