@@ -33,6 +33,7 @@ DEFAULTS: dict[str, Any] = {
     # (4 bytes, up to 2,000). halfvec: an index 43% smaller, built 13-25% faster, W2 searches 16%
     # (10k rows) to 4% (50k) faster at the same recall (bench/RESULTS.md); searches return
     # full-precision distances either way. Migration 0014 converts existing indexes to the type set.
+    # pgvector before 0.7 has no halfvec: there the indexes stay "vector".
     "HNSW_INDEX_TYPE": "halfvec",
     # pgvector: scopes up to this many rows are scored exactly (counting them is part of the query,
     # so the cap also bounds that count); larger ones use the HNSW index with iterative scans.
