@@ -107,7 +107,7 @@ class Agent:
     ) -> GenerateResult:
         """Runs one turn. `memory_options` (read_only, last_messages, semantic_recall,
         working_memory) and `max_processor_retries` override the agent's for this call only."""
-        from memproc.services.turns import turn_events  # the ORM: agents may be defined before setup
+        from memproc.services.turns_sync import turn_events  # the ORM: agents may be defined before setup
 
         return _drain(
             turn_events(
@@ -129,7 +129,7 @@ class Agent:
         memory_options: dict[str, Any] | None = None,
         max_processor_retries: int | None = None,
     ) -> Iterator[StreamEvent]:
-        from memproc.services.turns import turn_events  # the ORM: agents may be defined before setup
+        from memproc.services.turns_sync import turn_events  # the ORM: agents may be defined before setup
 
         yield from turn_events(
             self,

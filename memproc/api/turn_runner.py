@@ -20,8 +20,8 @@ from django.http import StreamingHttpResponse
 from memproc.api.admission import admission_release
 from memproc.api.sse import SSEEncoder, primed, stream_response
 from memproc.events import GenerateResult, StreamEvent
-from memproc.services.turns import turn_begin
 from memproc.services.turns_async import turn_continue_async
+from memproc.services.turns_sync import turn_begin
 
 __all__ = ["is_asgi", "turn_events", "turn_generate", "turn_stream_response"]
 

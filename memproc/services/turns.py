@@ -3,12 +3,13 @@ processors, one atomic save.
 
 The turn itself is `TurnEngine.run()`, a generator that does no I/O of its own: it yields the
 turn's stream events and, for every step that may block (the database, files, tools, user hooks) or
-wait (the model), an *effect* (`Blocking`, `ModelGenerate`, `ModelStreamOpen`/`Next`/`Close`), and
-receives the effect's result back. Two drivers perform the effects: `turn_events` (here) calls them
+wait (the model), an *effect* (memproc.services.turn_effects), and receives the effect's result
+back. Two drivers perform the effects: `memproc.services.turns_sync.turn_events` calls them
 directly, for `Agent.generate`/`stream`; `memproc.services.turns_async.turn_events_async` awaits the
 model natively and runs blocking steps in worker threads that hold a database connection only for
 the step, so concurrent `agenerate`/`astream` turns overlap (DESIGN §8). The turn's messages live in
-a `Conversation` (memproc.processors.conversation), which keeps every model request valid.
+a `Conversation` (memproc.processors.conversation), which keeps every model request valid; its
+writes are saved by memproc.services.turn_commit.
 """
 
 from __future__ import annotations
@@ -17,16 +18,13 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import async_to_sync
-from django.db import transaction
 from django.utils import timezone
 
-from memproc import background, logs, telemetry
+from memproc import logs, telemetry
 from memproc.conf import settings
 from memproc.events import GenerateResult, StreamEvent, Tripwire
 from memproc.exceptions import ThreadNotFoundError, ToolError, ValidationError
@@ -42,41 +40,34 @@ from memproc.messages import (
     thaw,
     to_messages,
 )
-from memproc.models import split_thread_key, thread_key
+from memproc.models import split_thread_key
 from memproc.processors.conversation import Conversation
 from memproc.processors.message_history import savable
 from memproc.processors.runner import Blocked, ProcessorRunner, StepView
-from memproc.processors.turn import PendingWorkingMemory, Turn, TurnWrites
+from memproc.processors.turn import Turn, TurnWrites
 from memproc.selectors import thread_key_for
 from memproc.services.attachments import (
-    attachments_commit,
     attachments_discard,
-    attachments_link,
     attachments_resolve,
 )
-from memproc.services.compaction import compaction_enqueue
-from memproc.services.messages import messages_insert
-from memproc.services.recall import sources_embed, sources_for
 from memproc.services.store import DjangoMemoryStore
-from memproc.services.threads import thread_ensure
-from memproc.services.tripwires import tripwire_log
-from memproc.services.turn_records import turn_record_alone, turn_record_insert
-from memproc.services.working_memory import working_memory_update
+from memproc.services.turn_commit import blocked_save, turn_commit, turn_manifest
+from memproc.services.turn_effects import (
+    Blocking,
+    EngineStep,
+    ModelGenerate,
+    ModelStreamClose,
+    ModelStreamNext,
+    ModelStreamOpen,
+)
+from memproc.services.turn_records import turn_record_alone
 from memproc.signals import send_after_commit, turn_completed
 from memproc.tools import ToolContext
 
 if TYPE_CHECKING:
     from memproc.agents.agent import Agent
 
-__all__ = [
-    "FEEDBACK",
-    "PendingWorkingMemory",
-    "Turn",
-    "TurnWrites",
-    "turn_commit",
-    "turn_events",
-    "turn_start",
-]
+__all__ = ["FEEDBACK", "TurnEngine", "turn_start"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,190 +77,6 @@ FEEDBACK = (
 )
 # Phases whose tripwire log holds the blocked response as well as the input (rule 20).
 OUTPUT_PHASES = frozenset({"output_step", "tool_result", "output", "stream"})
-
-
-@dataclass(frozen=True, slots=True)
-class Blocking:
-    """A step that may block: the sync driver calls it, the async driver runs it in a worker thread."""
-
-    fn: Callable[..., Any]
-    args: tuple[Any, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ModelGenerate:
-    model: Any
-    request: ModelRequest
-
-
-@dataclass(frozen=True, slots=True)
-class ModelStreamOpen:
-    """Starts the model's stream; the driver answers with a handle for `ModelStreamNext`."""
-
-    model: Any
-    request: ModelRequest
-
-
-@dataclass(frozen=True, slots=True)
-class ModelStreamNext:
-    """The stream's next event, or None at its end."""
-
-    handle: Any
-
-
-@dataclass(frozen=True, slots=True)
-class ModelStreamClose:
-    handle: Any
-
-
-Effect = Blocking | ModelGenerate | ModelStreamOpen | ModelStreamNext | ModelStreamClose
-EngineStep = Generator[StreamEvent | Effect, Any, Any]
-
-
-def turn_events(
-    agent: Agent, messages: MessageInput, **options: Any
-) -> Generator[StreamEvent, None, GenerateResult]:
-    """The sync driver: performs each effect in this thread, yields the stream events, returns the
-    result. Closing it (a client that went away) stops the turn before it saves. `options` are
-    TurnEngine's (thread_id, resource_id, streaming, memory_options, max_processor_retries)."""
-    engine = TurnEngine(agent, messages, **options)
-    steps = engine.run()
-    streams = OpenStreams()
-    try:
-        return (yield from _drive(steps, streams))
-    finally:
-        steps.close()
-        streams.close_all()
-        engine.cleanup()
-
-
-def _drive(
-    steps: EngineStep, streams: OpenStreams, *, until_model: bool = False
-) -> Generator[StreamEvent, None, Any]:
-    """Performs effects in this thread. With `until_model`, stops before the first model effect and
-    returns it (unperformed) instead of the turn's result."""
-    send: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            item = steps.throw(error) if error is not None else steps.send(send)
-        except StopIteration as stop:
-            return stop.value
-        send, error = None, None
-        if isinstance(item, StreamEvent):
-            yield item
-            continue
-        if until_model and isinstance(item, ModelGenerate | ModelStreamOpen):
-            return PendingModel(item)
-        try:
-            send = streams.track(item, perform(item))
-        except Exception as exc:
-            error = exc
-
-
-@dataclass(frozen=True, slots=True)
-class PendingModel:
-    effect: ModelGenerate | ModelStreamOpen
-
-
-@dataclass
-class StartedTurn:
-    """A turn run in the calling thread up to its first model call (its reads, input processors and
-    any input tripwire done); `memproc.services.turns_async` continues it without blocking."""
-
-    engine: TurnEngine
-    steps: EngineStep
-    events: list[StreamEvent]
-    pending: ModelGenerate | ModelStreamOpen | None
-    result: GenerateResult | None
-
-    def close(self) -> None:
-        """Drops a started turn that will not be continued (nothing was saved)."""
-        self.steps.close()
-        self.engine.cleanup()
-
-
-def turn_begin(agent: Agent, messages: MessageInput, **options: Any) -> StartedTurn:
-    """Runs a turn up to its first model call here, so errors before it (bad input, a refused file, a
-    blocked input) surface to the caller now, the way an HTTP view wants them."""
-    engine = TurnEngine(agent, messages, **options)
-    steps = engine.run()
-    streams = OpenStreams()
-    events: list[StreamEvent] = []
-    try:
-        driver = _drive(steps, streams, until_model=True)
-        while True:
-            try:
-                events.append(next(driver))
-            except StopIteration as stop:
-                outcome = stop.value
-                break
-    except BaseException:
-        steps.close()
-        engine.cleanup()
-        raise
-    if isinstance(outcome, PendingModel):
-        return StartedTurn(engine, steps, events, outcome.effect, None)
-    return StartedTurn(engine, steps, events, None, outcome)
-
-
-class OpenStreams:
-    """The model streams a driver opened and has not closed: a turn stopped midway (a client that
-    went away) leaves them to the driver."""
-
-    def __init__(self) -> None:
-        self.handles: list[Any] = []
-
-    def track(self, effect: Effect, result: Any) -> Any:
-        if isinstance(effect, ModelStreamOpen):
-            self.handles.append(result)
-        elif isinstance(effect, ModelStreamClose) and effect.handle in self.handles:
-            self.handles.remove(effect.handle)
-        return result
-
-    def close_all(self) -> None:
-        while self.handles:
-            perform(ModelStreamClose(self.handles.pop()))
-
-
-def perform(effect: Effect) -> Any:
-    """An effect, performed in the calling thread. An async-only model is driven with async_to_sync."""
-    if isinstance(effect, Blocking):
-        return effect.fn(*effect.args)
-    model = getattr(effect, "model", None)
-    if isinstance(effect, ModelGenerate):
-        if hasattr(model, "generate"):
-            return model.generate(effect.request)
-        return async_to_sync(model.agenerate)(effect.request)
-    if isinstance(effect, ModelStreamOpen):
-        if hasattr(model, "stream"):
-            return iter(model.stream(effect.request))
-        return _SyncOverAsync(model.astream(effect.request))
-    if isinstance(effect, ModelStreamNext):
-        return next(effect.handle, None)
-    close = getattr(effect.handle, "close", None)
-    return close() if close is not None else None
-
-
-class _SyncOverAsync:
-    """Iterates an async iterator from sync code, one `async_to_sync` call per item."""
-
-    def __init__(self, iterator: Any) -> None:
-        self.iterator = iterator
-
-    def __iter__(self) -> _SyncOverAsync:
-        return self
-
-    def __next__(self) -> Any:
-        try:
-            return async_to_sync(self.iterator.__anext__)()
-        except StopAsyncIteration:
-            raise StopIteration from None
-
-    def close(self) -> None:
-        aclose = getattr(self.iterator, "aclose", None)
-        if aclose is not None:
-            async_to_sync(aclose)()
 
 
 def turn_start(
@@ -568,7 +375,7 @@ class TurnEngine:
             content += self.draft
         yield Blocking(
             partial(
-                _blocked_save,
+                blocked_save,
                 tripwire_fields={
                     "tripwire": tripwire,
                     "agent_id": self.agent.id,
@@ -829,118 +636,6 @@ class TurnEngine:
             logger.exception("memproc: tool %s failed", call.name, extra=logs.current())
             return ToolResultPart(call.id, call.name, f"{type(exc).__name__}: {exc}", is_error=True)
         return ToolResultPart(call.id, call.name, _jsonable(result))
-
-
-def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
-    """Rule 9: the turn's messages, working-memory changes and record are saved together or not at
-    all; embeddings and titles run after commit. A turn that saves nothing writes its record alone."""
-    writes = turn.writes
-    if not (writes.messages or writes.working_memory):
-        if record is not None:
-            turn_record_alone(**record)
-        return
-    assert turn.thread_id and turn.resource_id
-    key = thread_key(turn.resource_id, turn.thread_id)
-    with transaction.atomic():
-        if record is not None:
-            turn_record_insert(**record)
-        if not turn.thread_exists:
-            thread_ensure(thread_id=turn.thread_id, resource_id=turn.resource_id, agent_id=turn.agent.id)
-            turn.thread_exists = True
-            memory = turn.agent.memory
-            writes.generate_title = bool(memory and memory.generate_title and not turn.thread_title)
-        if writes.messages:
-            writes.messages = attachments_commit(staged=turn.attachments, messages=writes.messages)
-            messages_insert(
-                thread_id=turn.thread_id,
-                resource_id=turn.resource_id,
-                messages=writes.messages,
-                agent_id=turn.agent.id,
-            )
-            attachments_link(resource_id=turn.resource_id, messages=writes.messages)
-        for wm in writes.working_memory:
-            working_memory_update(
-                scope=wm.scope,
-                key=key if wm.scope == "thread" else wm.key,
-                value=wm.value,
-                source="model",
-                mode=wm.mode,
-                template=wm.template,
-                schema=wm.schema,
-                thread_key=key,
-                resource_id=turn.resource_id,
-                agent_id=turn.agent.id,
-            )
-        if writes.embed:
-            _enqueue_embedding(turn)
-        compaction = turn.info.get("compaction")
-        if compaction and compaction.get("due") and writes.messages:
-            # In the turn's transaction, so the outbox keeps it if the broker is down.
-            compaction_enqueue(
-                thread_key=key,
-                agent_id=turn.agent.id,
-                request=compaction,
-            )
-        if writes.generate_title and writes.messages:
-            background.enqueue(
-                "memproc.generate_title",
-                kwargs={
-                    "thread_id": turn.thread_id,
-                    "resource_id": turn.resource_id,
-                    "agent_id": turn.agent.id,
-                },
-            )
-    if writes.messages:
-        turn.attachments = []  # committed (or deleted after commit): nothing left to discard
-
-
-def _enqueue_embedding(turn: Turn) -> None:
-    writes = turn.writes
-    sources = sources_for(writes.embed, thread_id=turn.thread_id or "", resource_id=turn.resource_id or "")
-    if not sources:
-        return
-
-    def embed_now() -> None:
-        sources_embed(sources=sources, embedder=writes.embedder, vector_store=writes.vector_store)
-
-    background.enqueue(
-        "memproc.embed_messages",
-        kwargs={"message_ids": [s.message_id for s in sources], "agent_id": turn.agent.id},
-        inline=embed_now,
-    )
-
-
-def turn_manifest(turn: Turn) -> dict[str, Any]:
-    """Why the model saw what it saw: ids and numbers only, never message text."""
-    info = turn.info
-    timings = info.get("processors", {})
-    return {
-        "history": [h["id"] for h in info.get("history", [])],
-        "recalled": [
-            {"id": r["id"], "thread_id": r.get("thread_id"), "score": r.get("score")}
-            for r in info.get("recalled", [])
-        ],
-        "recall_error": bool(info.get("recall_error")),
-        "echoed": info.get("echoed", 0),
-        "working_memory": info.get("working_memory_version"),
-        "tokens": info.get("tokens"),
-        "processors": [
-            {
-                "processor": key.split(" ", 1)[0],
-                "hook": key.split(" ", 1)[1],
-                "ms": round(ms, 3),
-                "calls": calls,
-            }
-            for key, (ms, calls) in timings.items()
-        ],
-    }
-
-
-def _blocked_save(*, tripwire_fields: dict[str, Any], record: dict[str, Any] | None) -> None:
-    """The tripwire log, then the turn's record pointing at it (each in its own transaction)."""
-    log = tripwire_log(**tripwire_fields)
-    if record is not None:
-        turn_record_alone(**record, tripwire_id=log.pk)
 
 
 def _send_turn_completed(*, result: GenerateResult, agent_id: str, record: dict[str, Any] | None) -> None:

@@ -25,16 +25,16 @@ from memproc import logs
 from memproc.conf import settings
 from memproc.events import GenerateResult, StreamEvent
 from memproc.messages import MessageInput
-from memproc.services.turns import (
+from memproc.services.turn_effects import (
     Blocking,
     Effect,
     ModelGenerate,
     ModelStreamClose,
     ModelStreamNext,
     ModelStreamOpen,
-    StartedTurn,
-    TurnEngine,
 )
+from memproc.services.turns import TurnEngine
+from memproc.services.turns_sync import StartedTurn
 
 if TYPE_CHECKING:
     from memproc.agents.agent import Agent

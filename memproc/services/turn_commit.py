@@ -1,0 +1,133 @@
+"""A turn's writes: the atomic save (rule 9), the save of a blocked turn, and its manifest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from memproc import background
+from memproc.models import thread_key
+from memproc.processors.turn import Turn
+from memproc.services.attachments import attachments_commit, attachments_link
+from memproc.services.compaction import compaction_enqueue
+from memproc.services.messages import messages_insert
+from memproc.services.recall import sources_embed, sources_for
+from memproc.services.threads import thread_ensure
+from memproc.services.tripwires import tripwire_log
+from memproc.services.turn_records import turn_record_alone, turn_record_insert
+from memproc.services.working_memory import working_memory_update
+
+__all__ = ["blocked_save", "turn_commit", "turn_manifest"]
+
+
+def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
+    """Rule 9: the turn's messages, working-memory changes and record are saved together or not at
+    all; embeddings and titles run after commit. A turn that saves nothing writes its record alone."""
+    writes = turn.writes
+    if not (writes.messages or writes.working_memory):
+        if record is not None:
+            turn_record_alone(**record)
+        return
+    assert turn.thread_id and turn.resource_id
+    key = thread_key(turn.resource_id, turn.thread_id)
+    with transaction.atomic():
+        if record is not None:
+            turn_record_insert(**record)
+        if not turn.thread_exists:
+            thread_ensure(thread_id=turn.thread_id, resource_id=turn.resource_id, agent_id=turn.agent.id)
+            turn.thread_exists = True
+            memory = turn.agent.memory
+            writes.generate_title = bool(memory and memory.generate_title and not turn.thread_title)
+        if writes.messages:
+            writes.messages = attachments_commit(staged=turn.attachments, messages=writes.messages)
+            messages_insert(
+                thread_id=turn.thread_id,
+                resource_id=turn.resource_id,
+                messages=writes.messages,
+                agent_id=turn.agent.id,
+            )
+            attachments_link(resource_id=turn.resource_id, messages=writes.messages)
+        for wm in writes.working_memory:
+            working_memory_update(
+                scope=wm.scope,
+                key=key if wm.scope == "thread" else wm.key,
+                value=wm.value,
+                source="model",
+                mode=wm.mode,
+                template=wm.template,
+                schema=wm.schema,
+                thread_key=key,
+                resource_id=turn.resource_id,
+                agent_id=turn.agent.id,
+            )
+        if writes.embed:
+            _enqueue_embedding(turn)
+        compaction = turn.info.get("compaction")
+        if compaction and compaction.get("due") and writes.messages:
+            # In the turn's transaction, so the outbox keeps it if the broker is down.
+            compaction_enqueue(
+                thread_key=key,
+                agent_id=turn.agent.id,
+                request=compaction,
+            )
+        if writes.generate_title and writes.messages:
+            background.enqueue(
+                "memproc.generate_title",
+                kwargs={
+                    "thread_id": turn.thread_id,
+                    "resource_id": turn.resource_id,
+                    "agent_id": turn.agent.id,
+                },
+            )
+    if writes.messages:
+        turn.attachments = []  # committed (or deleted after commit): nothing left to discard
+
+
+def _enqueue_embedding(turn: Turn) -> None:
+    writes = turn.writes
+    sources = sources_for(writes.embed, thread_id=turn.thread_id or "", resource_id=turn.resource_id or "")
+    if not sources:
+        return
+
+    def embed_now() -> None:
+        sources_embed(sources=sources, embedder=writes.embedder, vector_store=writes.vector_store)
+
+    background.enqueue(
+        "memproc.embed_messages",
+        kwargs={"message_ids": [s.message_id for s in sources], "agent_id": turn.agent.id},
+        inline=embed_now,
+    )
+
+
+def turn_manifest(turn: Turn) -> dict[str, Any]:
+    """Why the model saw what it saw: ids and numbers only, never message text."""
+    info = turn.info
+    timings = info.get("processors", {})
+    return {
+        "history": [h["id"] for h in info.get("history", [])],
+        "recalled": [
+            {"id": r["id"], "thread_id": r.get("thread_id"), "score": r.get("score")}
+            for r in info.get("recalled", [])
+        ],
+        "recall_error": bool(info.get("recall_error")),
+        "echoed": info.get("echoed", 0),
+        "working_memory": info.get("working_memory_version"),
+        "tokens": info.get("tokens"),
+        "processors": [
+            {
+                "processor": key.split(" ", 1)[0],
+                "hook": key.split(" ", 1)[1],
+                "ms": round(ms, 3),
+                "calls": calls,
+            }
+            for key, (ms, calls) in timings.items()
+        ],
+    }
+
+
+def blocked_save(*, tripwire_fields: dict[str, Any], record: dict[str, Any] | None) -> None:
+    """The tripwire log, then the turn's record pointing at it (each in its own transaction)."""
+    log = tripwire_log(**tripwire_fields)
+    if record is not None:
+        turn_record_alone(**record, tripwire_id=log.pk)
