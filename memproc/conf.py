@@ -30,8 +30,8 @@ DEFAULTS: dict[str, Any] = {
     # server's. A graph that does not fit is finished on disk, several times slower.
     "HNSW_BUILD_MEMORY": None,
     # What the HNSW index holds: "halfvec" (2 bytes a dimension, up to 4,000 dimensions) or "vector"
-    # (4 bytes, up to 2,000). halfvec: an index 43% smaller, built 13-25% faster, W2 searches 16%
-    # (10k rows) to 4% (50k) faster at the same recall (bench/RESULTS.md); searches return
+    # (4 bytes, up to 2,000). halfvec: an index 43% smaller, built 10-25% faster, W2 searches as fast
+    # or up to 16% faster, the same recall, the 1M check met (bench/RESULTS.md); searches return
     # full-precision distances either way. Migration 0014 converts existing indexes to the type set.
     # pgvector before 0.7 has no halfvec: there the indexes stay "vector".
     "HNSW_INDEX_TYPE": "halfvec",
