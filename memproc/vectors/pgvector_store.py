@@ -139,24 +139,19 @@ class PgvectorStore(DjangoVectorStore):
         if not rows:
             return
         alias = self.db_for_write()
-        keys = {_index_key(alias, row.model, row.dimensions) for row in rows}
-        for _, model, dimensions, _ in keys:
+        keys = [_index_key(alias, row.model, row.dimensions) for row in rows]
+        for _, model, dimensions, _ in set(keys):
             self.ensure_index(model, dimensions)
         with _lock:
-            deferred = {key for key in keys if key in _deferred}
+            held = [key in _deferred for key in keys]
         now = timezone.now()
         values = [
-            {
-                **embedding_values(row, now),
-                "indexed": _index_key(alias, row.model, row.dimensions) in deferred,
-            }
-            for row in rows
+            {**embedding_values(row, now), "indexed": deferred}
+            for row, deferred in zip(rows, held, strict=True)
         ]
         fields = (*EMBEDDING_COLUMNS, "indexed")
         insert_rows(MessageEmbedding, values, fields=fields, using=alias, ignore_conflicts=True)
-        self._count_unmerged(
-            [row for row in rows if _index_key(alias, row.model, row.dimensions) not in deferred]
-        )
+        self._count_unmerged([row for row, deferred in zip(rows, held, strict=True) if not deferred])
 
     def _count_unmerged(self, rows: Sequence[EmbeddingRow]) -> None:
         if self.merge_after is None or not rows:
@@ -207,7 +202,18 @@ class PgvectorStore(DjangoVectorStore):
             _remember_large_scope(large_key)
         return [VectorHit(row[0], row[1], 1.0 - float(row[2])) for row in rows]
 
-    def search_sql(
+    def search_sql(self, connection: Any, **search: Any) -> str:
+        """The whole search as one SQL string, values inlined by the driver's own quoting; takes
+        `search_unit`'s arguments (`query` a normalised array).
+
+        Inlined rather than bound because several statements can share one round trip only without
+        bind parameters; inlined constants also let the planner match the partial index predicate.
+        A `filter` joins the scope as `message_id IN (admitted messages)`: the HNSW branch's
+        iterative scan keeps going until `top_k` admitted rows are found.
+        """
+        return self._search(connection, **search)[0]
+
+    def _search(
         self,
         connection: Any,
         *,
@@ -218,37 +224,6 @@ class PgvectorStore(DjangoVectorStore):
         resource_id: str | None = None,
         threshold: float | None = None,
         filter: SearchFilter | None = None,
-    ) -> str:
-        """The whole search as one SQL string, values inlined by the driver's own quoting.
-
-        Inlined rather than bound because several statements can share one round trip only without
-        bind parameters; inlined constants also let the planner match the partial index predicate.
-        A `filter` joins the scope as `message_id IN (admitted messages)`: the HNSW branch's
-        iterative scan keeps going until `top_k` admitted rows are found.
-        """
-        sql, _ = self._search(
-            connection,
-            embedder_id=embedder_id,
-            query=query,
-            top_k=top_k,
-            thread_id=thread_id,
-            resource_id=resource_id,
-            threshold=threshold,
-            filter=filter,
-        )
-        return sql
-
-    def _search(
-        self,
-        connection: Any,
-        *,
-        embedder_id: str,
-        query: np.ndarray,
-        top_k: int,
-        thread_id: str | None,
-        resource_id: str | None,
-        threshold: float | None,
-        filter: SearchFilter | None,
     ) -> tuple[str, tuple[Any, ...] | None]:
         """The search's SQL and, when its rows carry the scope's count, the key to remember a large
         scope by (its last item is the limit). A filtered scope is counted on every search."""
@@ -261,7 +236,7 @@ class PgvectorStore(DjangoVectorStore):
         prefix = (
             f"SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL hnsw.ef_search = {int(ef_search)}; "
         )
-        if self.pgvector_version(connection) >= (0, 8):
+        if pgvector_version(connection) >= (0, 8):
             prefix += "SET LOCAL hnsw.iterative_scan = relaxed_order; "
         scope, scope_params = _scope_clause(connection, embedder_id, thread_id, resource_id)
         key = None
@@ -307,8 +282,8 @@ class PgvectorStore(DjangoVectorStore):
             raise ConfigurationError("PgvectorStore needs PostgreSQL with the pgvector extension")
         if concurrently and connection.in_atomic_block:
             raise ValueError("CREATE INDEX CONCURRENTLY cannot run inside a transaction")
-        name = index_name(embedder_id, int(dimensions), index_type(connection))
-        sql = index_sql(connection, embedder_id, int(dimensions), concurrently=concurrently)
+        name = index_name(embedder_id, int(dimensions), key[-1])
+        sql = index_sql(connection, embedder_id, int(dimensions), concurrently=concurrently, kind=key[-1])
         created = True
         try:
             if concurrently:
@@ -352,7 +327,7 @@ class PgvectorStore(DjangoVectorStore):
                 "deferred_index() must start outside a transaction: it drops and builds an index"
             )
         key = _index_key(alias, embedder_id, dimensions)
-        name = index_name(embedder_id, int(dimensions), index_type(connection))
+        name = index_name(embedder_id, int(dimensions), key[-1])
         qn = connection.ops.quote_name
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_lock(%s)", [deferral_lock(name)])
@@ -379,7 +354,8 @@ class PgvectorStore(DjangoVectorStore):
         alias = self.db_for_write()
         connection = connections[alias]
         qn = connection.ops.quote_name
-        name = index_name(embedder_id, int(dimensions), index_type(connection))
+        key = _index_key(alias, embedder_id, dimensions)
+        name = index_name(embedder_id, int(dimensions), key[-1])
         memory = settings.HNSW_BUILD_MEMORY
         with connection.cursor() as cursor:
             if memory:
@@ -396,10 +372,7 @@ class PgvectorStore(DjangoVectorStore):
                 if memory:
                     cursor.execute("RESET maintenance_work_mem")
         with _lock:
-            _known_indexes[_index_key(alias, embedder_id, dimensions)] = _IndexState(True, None)
-
-    def pgvector_version(self, connection: Any) -> tuple[int, ...]:
-        return pgvector_version(connection)
+            _known_indexes[key] = _IndexState(True, None)
 
 
 def pgvector_version(connection: Any) -> tuple[int, ...]:

@@ -30,6 +30,7 @@ from memproc.services.reindex import (
     reindex_batches,
     reindex_pending_count,
 )
+from memproc.vectors.pgvector_store import build_indexes
 
 
 class Command(BaseCommand):
@@ -139,8 +140,6 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"Marked {marked} embedding(s) as indexed."))
 
     def _build_index(self) -> None:
-        from memproc.vectors.pgvector_store import build_indexes
-
         try:
             done = build_indexes()
         except ConfigurationError as exc:
