@@ -74,15 +74,7 @@ def insert_rows(
             return
         except _NoTemporaryTables:
             connection.memproc_no_temporary_tables = True  # this role may not: INSERT from now on
-    text = [_stores_text_as_is(f) for f in model_fields]
-    values = [
-        [
-            value if kept and type(value) is str else field.get_db_prep_save(value, connection)
-            for field, kept in zip(model_fields, text, strict=True)
-            for value in (row[field.name],)
-        ]
-        for row in rows
-    ]
+    values = prepared_values(model_fields, rows, connection)
     # SQLite caps bound parameters per statement (32,766 since 3.32, 999 before).
     per_statement = (
         len(rows)
@@ -91,6 +83,55 @@ def insert_rows(
     )
     for start in range(0, len(values), per_statement):
         _insert(connection, quoted, columns, values[start : start + per_statement], ignore_conflicts)
+
+
+def prepared_values(
+    model_fields: Sequence[models.Field], rows: Sequence[Mapping[str, Any]], connection: Any
+) -> list[list[Any]]:
+    """Each row's values as the database takes them (each field's `get_db_prep_save`)."""
+    text = [_stores_text_as_is(f) for f in model_fields]
+    return [
+        [
+            value if kept and type(value) is str else field.get_db_prep_save(value, connection)
+            for field, kept in zip(model_fields, text, strict=True)
+            for value in (row[field.name],)
+        ]
+        for row in rows
+    ]
+
+
+def insert_after_update(
+    model: type[models.Model],
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    fields: Iterable[str],
+    update: str,
+    update_params: Sequence[Any],
+    returned: str,
+    using: str = "default",
+) -> None:
+    """PostgreSQL: `update` (an UPDATE ... RETURNING `returned`) and the INSERT of `rows` as one
+    statement, a data-modifying CTE, so a turn's save makes one round trip fewer. Each row's value
+    of `returned` (its last field) is an offset that the statement adds to the UPDATE's returned
+    value; if the UPDATE matched no row, that value is NULL."""
+    names = tuple(fields)
+    table, model_fields = _columns(model, names)
+    connection = connections[using]
+    *plain, computed = model_fields
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in model_fields)
+    values = prepared_values(plain, rows, connection)
+    placeholders = "(" + "%s, " * len(plain) + f"(SELECT {returned} FROM updated) + %s)"
+    sql = (
+        f"WITH updated AS ({update} RETURNING {returned}) "
+        f"INSERT INTO {connection.ops.quote_name(table)} ({columns}) VALUES "
+        + ", ".join([placeholders] * len(rows))
+    )
+    params = [*update_params]
+    for row, row_values in zip(rows, values, strict=True):
+        params += row_values
+        params.append(row[computed.name])
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
 
 
 def _insert(

@@ -139,12 +139,16 @@ def messages_recent(*, thread_key: str, limit: int, last_sequence: int | None = 
 
 def messages_existing(*, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
     """{message id: (resource id, thread id) of its thread} of the ids that are stored."""
+    return {message_id: split_thread_key(key) for message_id, key in messages_existing_rows(ids=ids)}
+
+
+def messages_existing_rows(*, ids: Iterable[str]) -> list[tuple[str, str]]:
+    """(message id, thread key) of the ids that are stored. One query; none without ids."""
     ids = list(ids)
     if not ids:
-        return {}
+        return []
     marks = ", ".join(["%s"] * len(ids))
-    rows = _fetch(f"SELECT id, thread_id FROM {_table(models.Message)} WHERE id IN ({marks})", ids)
-    return {message_id: split_thread_key(key) for message_id, key in rows}
+    return _fetch(f"SELECT id, thread_id FROM {_table(models.Message)} WHERE id IN ({marks})", ids)
 
 
 def messages_around(*, message_ids: Sequence[str], before: int, after: int) -> dict[str, list[Message]]:
@@ -168,6 +172,56 @@ def messages_around(*, message_ids: Sequence[str], before: int, after: int) -> d
         message = _message_from_raw(row)
         grouped.setdefault(message.thread_id or "", []).append(message)
     return grouped
+
+
+_SUMMARY_COLUMNS = "s.text, s.covered_sequence, s.version, s.counted_through, s.counted_tokens"
+SUMMARY_WIDTH = 5
+
+
+def thread_read(
+    *, thread_key: str, history: int = 0, summary: bool = False
+) -> tuple[tuple[str, str, int] | None, tuple[Any, ...] | None, list[Message] | None]:
+    """A turn's first read, in one query: the thread's (resource id, title, last sequence) or None,
+    with `summary` its compaction summary's raw columns (text, covered sequence, version, counted
+    through, counted tokens; None without one), and with `history` its newest `history` messages,
+    oldest first, as `messages_recent` gives them.
+
+    The messages come joined on the thread+sequence index by the range the thread's own last sequence
+    bounds, so a round trip per turn is saved on PostgreSQL. They are None when not asked for or when
+    the range came back short (messages were deleted): `messages_recent` then asks on its own.
+    """
+    columns = "t.resource_id, t.title, t.last_sequence"
+    joins, params = "", []
+    if summary:
+        columns += f", {_SUMMARY_COLUMNS}"
+        joins += f" LEFT JOIN {_table(models.ThreadSummary)} s ON s.thread_id = t.id"
+    if history > 0:
+        columns += f", {_message_columns()}"
+        joins += (
+            f" LEFT JOIN {_table(models.Message)} m "
+            "ON m.thread_id = t.id AND m.sequence > t.last_sequence - %s"
+        )
+        params.append(history)
+    order = " ORDER BY m.sequence" if history > 0 else ""
+    rows = _fetch(
+        f"SELECT {columns} FROM {_table(models.Thread)} t{joins} WHERE t.id = %s{order}",
+        [*params, thread_key],
+    )
+    if not rows:
+        return None, None, None
+    first = rows[0]
+    owner = (first[0], first[1], int(first[2]))
+    at = 3
+    summary_row = None
+    if summary:
+        summary_row = None if first[at + 2] is None else tuple(first[at : at + SUMMARY_WIDTH])
+        at += SUMMARY_WIDTH
+    recent = None
+    if history > 0:
+        found = [row[at:] for row in rows if row[at] is not None]
+        if len(found) >= min(history, owner[2]):
+            recent = [_message_from_raw(row) for row in found]
+    return owner, summary_row, recent
 
 
 def thread_owner(*, thread_key: str) -> tuple[str, str, int] | None:

@@ -40,7 +40,7 @@ from memproc.processors.compaction import (
 from memproc.processors.store import ThreadSummaryValue
 from memproc.processors.token_limiter import truncate_to_tokens
 from memproc.processors.tokens import TokenCounter, get_token_counter
-from memproc.selectors import MESSAGE_FIELDS, message_from_row
+from memproc.selectors import MESSAGE_FIELDS, message_from_row, thread_read
 
 __all__ = [
     "ModelSummarizer",
@@ -86,24 +86,12 @@ class Summarizer(Protocol):
 
 
 def thread_owner_with_summary(
-    *, thread_key: str
-) -> tuple[tuple[str, str, int] | None, ThreadSummaryValue | None]:
-    """((resource id, title, last sequence), summary) of a thread, in one query: the turn's first
-    read, which so also carries the summary for MessageHistory (None: no thread, or no summary)."""
-    thread = connection.ops.quote_name(models.Thread._meta.db_table)
-    summary = connection.ops.quote_name(models.ThreadSummary._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT t.resource_id, t.title, t.last_sequence, s.text, s.covered_sequence, s.version, "
-            f"s.counted_through, s.counted_tokens "
-            f"FROM {thread} t LEFT JOIN {summary} s ON s.thread_id = t.id WHERE t.id = %s",
-            [thread_key],
-        )
-        row = cursor.fetchone()
-    if row is None:
-        return None, None
-    owner = (row[0], row[1], int(row[2]))
-    return owner, None if row[5] is None else _summary_value(row[3:])
+    *, thread_key: str, history: int = 0
+) -> tuple[tuple[str, str, int] | None, ThreadSummaryValue | None, list[Message] | None]:
+    """(owner, summary, newest `history` messages) of a thread in one query (`selectors.thread_read`):
+    the turn's first read, which so also carries the summary for MessageHistory."""
+    owner, row, recent = thread_read(thread_key=thread_key, history=history, summary=True)
+    return owner, None if row is None else _summary_value(row), recent
 
 
 def thread_summary_get(*, thread_key: str) -> ThreadSummaryValue | None:

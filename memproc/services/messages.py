@@ -3,7 +3,7 @@ edited. Each service owns its transaction; threads are created in memproc.servic
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -13,7 +13,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from memproc import models
-from memproc.db import insert_rows
+from memproc.db import COPY_MIN_ROWS, insert_after_update, insert_rows
 from memproc.exceptions import (
     AttachmentError,
     MessageConflict,
@@ -25,7 +25,7 @@ from memproc.models import public_thread_id, thread_key
 from memproc.processors.attachments import AttachmentUploader
 from memproc.processors.base import ProcessorContext
 from memproc.processors.tokens import get_token_counter
-from memproc.selectors import thread_owner
+from memproc.selectors import messages_existing_rows, thread_owner
 from memproc.services.attachments import (
     DjangoAttachmentStore,
     attachment_delete,
@@ -58,6 +58,15 @@ def sequences_allocate(*, thread_key: str, count: int) -> int:
     return int(row[0]) - count + 1
 
 
+NOT_NULL_VIOLATION = "23502"
+
+
+def _sqlstate(exc: Exception) -> str | None:
+    """The SQLSTATE of the driver's error under Django's (psycopg 3 and psycopg2 name it apart)."""
+    cause = exc.__cause__
+    return getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+
+
 MESSAGE_COLUMNS = (
     "id",
     "thread",
@@ -74,14 +83,14 @@ MESSAGE_COLUMNS = (
 def messages_insert(
     *, thread_id: str, resource_id: str, messages: Sequence[Message], agent_id: str = ""
 ) -> None:
-    """Appends messages to an existing thread, in order: one sequence UPDATE and one INSERT.
+    """Appends messages to an existing thread, in order: one sequence UPDATE and one INSERT (on
+    PostgreSQL one statement that does both, below COPY's batch size).
 
     Call inside a transaction: the UPDATE's lock keeps concurrent turns from interleaving.
     """
     if not messages:
         return
     key = thread_key(resource_id, thread_id)
-    first = sequences_allocate(thread_key=key, count=len(messages))
     now = timezone.now()
     rows = []
     for offset, message in enumerate(messages):
@@ -97,12 +106,32 @@ def messages_insert(
                 "text": message.text,
                 "token_count": message.metadata.get("token_count"),
                 "created_at": message.created_at or now + timedelta(microseconds=offset),
-                "sequence": first + offset,
+                "sequence": offset,
             }
         )
+    one_statement = connection.vendor == "postgresql" and len(rows) < COPY_MIN_ROWS
     try:
-        insert_rows(models.Message, rows, fields=MESSAGE_COLUMNS)
+        if one_statement:
+            # Row i's sequence is the thread's new last sequence minus (count - 1 - i).
+            for row in rows:
+                row["sequence"] += 1 - len(rows)
+            insert_after_update(
+                models.Message,
+                rows,
+                fields=MESSAGE_COLUMNS,
+                update=f"UPDATE {models.Thread._meta.db_table} SET last_sequence = last_sequence + %s, "
+                "updated_at = %s WHERE id = %s",
+                update_params=[len(rows), now, key],
+                returned="last_sequence",
+            )
+        else:
+            first = sequences_allocate(thread_key=key, count=len(rows))
+            for row in rows:
+                row["sequence"] += first
+            insert_rows(models.Message, rows, fields=MESSAGE_COLUMNS)
     except IntegrityError as exc:
+        if one_statement and _sqlstate(exc) == NOT_NULL_VIOLATION:  # the UPDATE found no thread
+            raise ValidationError(f"Thread {public_thread_id(key)!r} does not exist") from exc
         # The sequence numbers are ours (the UPDATE above holds the thread's lock) and foreign keys are
         # checked at commit, so a clash here is a message id that a concurrent request saved first.
         # The caller's transaction rolls back: nothing of the request is saved.
@@ -155,10 +184,16 @@ def message_ids_check(
     by_id = {m.id: m for m in messages}
     if not by_id:
         return set()
-    columns = ("id", "thread_id", "role", "text", "content") if unchanged else ("id", "thread_id")
     here: set[str] = set()
     clash: list[str] = []
-    for row in models.Message.objects.filter(id__in=list(by_id)).values_list(*columns):
+    if unchanged:
+        columns = ("id", "thread_id", "role", "text", "content")
+        rows: Iterable[Sequence[Any]] = models.Message.objects.filter(id__in=list(by_id)).values_list(
+            *columns
+        )
+    else:  # every save asks this: plain SQL, no query compiled
+        rows = messages_existing_rows(ids=by_id)
+    for row in rows:
         message_id, stored_thread = row[0], row[1]
         if stored_thread != thread_key or (
             message_id in unchanged and not _same_message(by_id[message_id], *row[2:])

@@ -23,21 +23,31 @@ from memproc.vectors import get_vector_store
 class DjangoMemoryStore:
     """Reads through selectors and the configured vector store. Writes go through the turn.
 
-    One per turn. With `summaries` (the turn compacts), the thread's summary comes with the turn's
-    first read (`thread_owner`) and is kept for `thread_summary`, so compaction costs the turn no
-    query of its own; without, that read skips the summary table.
+    One per turn. The turn's first read (`thread_owner`) brings what the turn's processors will ask
+    for next, so they cost no query of their own: with `summaries` (the turn compacts) the thread's
+    summary, kept for `thread_summary` (without, that read skips the summary table); with `history`
+    (the longest MessageHistory window of the turn) the thread's newest messages, kept for
+    `messages_recent`.
     """
 
-    def __init__(self, *, summaries: bool = True) -> None:
+    def __init__(self, *, summaries: bool = True, history: int = 0) -> None:
         self.summaries = summaries
+        self.history = history
         self._summaries: dict[str, ThreadSummaryValue | None] = {}
+        # thread key -> (last sequence it was read at, its newest `history` messages)
+        self._recent: dict[str, tuple[int, list[Message]]] = {}
 
     def thread_owner(self, *, thread_id: str, resource_id: str) -> tuple[str, str, int] | None:
         key = thread_key(resource_id, thread_id)
-        if not self.summaries:
+        if self.summaries:
+            owner, summary, recent = thread_owner_with_summary(thread_key=key, history=self.history)
+            self._summaries[key] = summary
+        elif self.history:
+            owner, _, recent = selectors.thread_read(thread_key=key, history=self.history)
+        else:
             return selectors.thread_owner(thread_key=key)
-        owner, summary = thread_owner_with_summary(thread_key=key)
-        self._summaries[key] = summary
+        if owner is not None and recent is not None:
+            self._recent[key] = (owner[2], recent)
         return owner
 
     def thread_summary(self, *, thread_id: str, resource_id: str | None) -> ThreadSummaryValue | None:
@@ -49,9 +59,11 @@ class DjangoMemoryStore:
     def messages_recent(
         self, *, thread_id: str, resource_id: str | None, limit: int, last_sequence: int | None = None
     ) -> list[Message]:
-        return selectors.messages_recent(
-            thread_key=thread_key(resource_id or "", thread_id), limit=limit, last_sequence=last_sequence
-        )
+        key = thread_key(resource_id or "", thread_id)
+        read = self._recent.get(key)
+        if read is not None and last_sequence == read[0] and 0 < limit <= self.history:
+            return read[1][-limit:]
+        return selectors.messages_recent(thread_key=key, limit=limit, last_sequence=last_sequence)
 
     def messages_existing(self, *, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
         return selectors.messages_existing(ids=ids)

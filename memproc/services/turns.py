@@ -42,7 +42,7 @@ from memproc.messages import (
 )
 from memproc.models import split_thread_key
 from memproc.processors.conversation import Conversation
-from memproc.processors.message_history import savable
+from memproc.processors.message_history import MessageHistory, savable
 from memproc.processors.runner import Blocked, ProcessorRunner, StepView
 from memproc.processors.turn import Turn, TurnWrites
 from memproc.selectors import thread_key_for
@@ -87,9 +87,11 @@ def turn_start(
     resource_id: str | None,
     memory_options: dict[str, Any] | None = None,
     summaries: bool = True,
+    history: int = 0,
 ) -> Turn:
     """Normalises input and checks thread ownership (one query when the agent has memory; with
-    `summaries`, the one query also reads the thread's compaction summary).
+    `summaries`, the one query also reads the thread's compaction summary, with `history` the
+    thread's newest messages for MessageHistory).
 
     System messages in the input are kept apart: used for this turn after the instructions, never
     saved (rule 18)."""
@@ -113,7 +115,7 @@ def turn_start(
     store = None
     exists, title, last_sequence = False, "", None
     if memory is not None:
-        store = DjangoMemoryStore(summaries=summaries)
+        store = DjangoMemoryStore(summaries=summaries, history=history)
         if not resource_id:
             resource_id = _resource_of(thread_id)
         thread_id = thread_id or new_id()
@@ -213,6 +215,9 @@ class TurnEngine:
             resource_id=resource_id,
             memory_options=memory_options,
             summaries=any(getattr(p, "compaction", None) is not None for p in self.input_chain),
+            history=max(
+                (p.last_messages for p in self.input_chain if isinstance(p, MessageHistory)), default=0
+            ),
         )
 
     def _setup(self, turn: Turn) -> None:
