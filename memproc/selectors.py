@@ -224,6 +224,25 @@ def thread_read(
     return owner, summary_row, recent
 
 
+def thread_owner_and_messages(
+    *, thread_key: str, ids: Iterable[str]
+) -> tuple[tuple[str, str, int] | None, list[tuple[str, str]]]:
+    """`thread_owner` and `messages_existing_rows` in one query: a save's two checks."""
+    ids = list(ids)
+    if not ids:
+        return thread_owner(thread_key=thread_key), []
+    marks = ", ".join(["%s"] * len(ids))
+    rows = _fetch(
+        f"SELECT t.resource_id, t.title, t.last_sequence, m.id, m.thread_id FROM (SELECT %s AS k) q "
+        f"LEFT JOIN {_table(models.Thread)} t ON t.id = q.k "
+        f"LEFT JOIN {_table(models.Message)} m ON m.id IN ({marks})",
+        [thread_key, *ids],
+    )
+    first = rows[0]  # the one-row derived table: always a row
+    owner = None if first[2] is None else (first[0], first[1], int(first[2]))
+    return owner, [(row[3], row[4]) for row in rows if row[3] is not None]
+
+
 def thread_owner(*, thread_key: str) -> tuple[str, str, int] | None:
     """(resource id, title, last sequence) of a thread, or None. One query."""
     rows = _fetch(

@@ -25,7 +25,7 @@ from memproc.models import public_thread_id, thread_key
 from memproc.processors.attachments import AttachmentUploader
 from memproc.processors.base import ProcessorContext
 from memproc.processors.tokens import get_token_counter
-from memproc.selectors import messages_existing_rows, thread_owner
+from memproc.selectors import messages_existing_rows, thread_owner_and_messages
 from memproc.services.attachments import (
     DjangoAttachmentStore,
     attachment_delete,
@@ -162,21 +162,30 @@ def messages_save(
     stored in this thread are skipped; an id stored in another thread is a MessageConflict (a
     ValidationError), and so is one that a concurrent request saves first."""
     key = thread_key(resource_id, thread_id)
-    if not thread_exists and thread_owner(thread_key=key) is None:  # plain SQL: cheaper than the ORM
-        thread_ensure(thread_id=thread_id, resource_id=resource_id, agent_id=agent_id)
     messages = [m for m in messages if m.role != "system"]
-    if skip_existing and messages:
-        stored = message_ids_check(thread_key=key, messages=messages)
+    ids = [m.id for m in messages] if skip_existing else []
+    stored_rows = None
+    if not thread_exists:  # the thread and the ids in one plain-SQL query
+        owner, stored_rows = thread_owner_and_messages(thread_key=key, ids=ids)
+        if owner is None:
+            thread_ensure(thread_id=thread_id, resource_id=resource_id, agent_id=agent_id)
+    if ids:
+        stored = message_ids_check(thread_key=key, messages=messages, rows=stored_rows)
         messages = [m for m in messages if m.id not in stored]
     messages_insert(thread_id=thread_id, resource_id=resource_id, messages=messages, agent_id=agent_id)
     return messages
 
 
 def message_ids_check(
-    *, thread_key: str | None, messages: Sequence[Message], unchanged: Collection[str] = ()
+    *,
+    thread_key: str | None,
+    messages: Sequence[Message],
+    unchanged: Collection[str] = (),
+    rows: Iterable[tuple[str, str]] | None = None,
 ) -> set[str]:
     """The ids of `messages` already stored in the thread `thread_key` (None: a thread not created yet).
-    One query; none without messages.
+    One query; none without messages, or with the (id, thread key) `rows` of those stored, read
+    already (not with `unchanged`, which needs the stored content).
 
     An id stored in another thread is a MessageConflict, whoever owns that thread: the error reads
     the same as a conflict within the caller's own data, and names nothing but the caller's own ids.
@@ -186,14 +195,13 @@ def message_ids_check(
         return set()
     here: set[str] = set()
     clash: list[str] = []
+    found: Iterable[Sequence[Any]] = rows if rows is not None else ()
     if unchanged:
         columns = ("id", "thread_id", "role", "text", "content")
-        rows: Iterable[Sequence[Any]] = models.Message.objects.filter(id__in=list(by_id)).values_list(
-            *columns
-        )
-    else:  # every save asks this: plain SQL, no query compiled
-        rows = messages_existing_rows(ids=by_id)
-    for row in rows:
+        found = models.Message.objects.filter(id__in=list(by_id)).values_list(*columns)
+    elif rows is None:  # every save asks this: plain SQL, no query compiled
+        found = messages_existing_rows(ids=by_id)
+    for row in found:
         message_id, stored_thread = row[0], row[1]
         if stored_thread != thread_key or (
             message_id in unchanged and not _same_message(by_id[message_id], *row[2:])

@@ -16,7 +16,7 @@ from memproc.exceptions import MessageConflict, ValidationError
 from memproc.messages import Message
 from memproc.models import Message as StoredMessage
 from memproc.models import Thread, thread_key
-from memproc.selectors import messages_recent, thread_read
+from memproc.selectors import messages_recent, thread_owner_and_messages, thread_read
 from memproc.services.messages import messages_insert
 from memproc.services.store import DjangoMemoryStore
 
@@ -182,3 +182,48 @@ def test_an_id_saved_meanwhile_is_a_conflict_and_the_sequence_is_untouched():
         )
     assert Thread.objects.get(pk=KEY).last_sequence == 2
     assert StoredMessage.objects.filter(thread=KEY).count() == 2
+
+
+# --- a save's checks --------------------------------------------------------------------------------
+
+
+def test_thread_owner_and_messages_reads_both_in_one_query():
+    ids = _thread_with(Memory(), 2)
+    Memory().create_thread(resource_id=R, thread_id="other")
+    with CaptureQueriesContext(connection) as queries:
+        owner, rows = thread_owner_and_messages(thread_key=KEY, ids=[ids[1], "unknown"])
+    assert len(queries) == 1
+    assert owner == (R, "", 2) and rows == [(ids[1], KEY)]
+    owner, rows = thread_owner_and_messages(thread_key=thread_key(R, "other"), ids=ids)
+    assert owner == (R, "", 0) and sorted(rows) == sorted((i, KEY) for i in ids)
+    assert thread_owner_and_messages(thread_key=thread_key(R, "nope"), ids=["unknown"]) == (None, [])
+    assert thread_owner_and_messages(thread_key=thread_key(R, "nope"), ids=[ids[0]]) == (
+        None,
+        [(ids[0], KEY)],
+    )
+    assert thread_owner_and_messages(thread_key=KEY, ids=[]) == ((R, "", 2), [])
+
+
+def test_save_messages_checks_thread_and_ids_with_one_query_then_saves():
+    memory = Memory()
+    ids = _thread_with(memory, 2)
+    new = Message.create("user", "fresh")
+    with CaptureQueriesContext(connection) as queries:
+        saved = memory.save_messages(
+            [Message.create("user", "message 0", id=ids[0]), new], thread_id=T, resource_id=R, embed=False
+        )
+    assert [m.id for m in saved] == [new.id]  # the stored one is skipped
+    sql = [q["sql"] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
+    assert len(sql) == (2 if connection.vendor == "postgresql" else 3), sql
+    assert "memproc_thread" in sql[0] and "memproc_message" in sql[0]
+
+
+def test_save_messages_creates_a_missing_thread_and_refuses_an_id_of_another_thread():
+    memory = Memory()
+    ids = _thread_with(memory, 1)
+    saved = memory.save_messages([Message.create("user", "hi", id="n1")], thread_id="new", resource_id=R)
+    assert [m.id for m in saved] == ["n1"]
+    assert Thread.objects.filter(pk=thread_key(R, "new")).exists()
+    with pytest.raises(MessageConflict, match=ids[0]), transaction.atomic():
+        memory.save_messages([Message.create("user", "x", id=ids[0])], thread_id="third", resource_id=R)
+    assert not Thread.objects.filter(pk=thread_key(R, "third")).exists()
