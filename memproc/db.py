@@ -28,6 +28,9 @@ from memproc.fields import VectorField
 # From this many rows a PostgreSQL insert goes through COPY (below it, one INSERT is cheaper).
 COPY_MIN_ROWS = 64
 
+# (model, rows keyed by field name, the fields): an insert to make together with another.
+RowsInsert = tuple[type[models.Model], Sequence[Mapping[str, Any]], Iterable[str]]
+
 
 @cache
 def _columns(model: type[models.Model], names: tuple[str, ...]) -> tuple[str, tuple[models.Field, ...]]:
@@ -108,25 +111,37 @@ def insert_after_update(
     update: str,
     update_params: Sequence[Any],
     returned: str,
+    also: Sequence[RowsInsert] = (),
     using: str = "default",
 ) -> None:
     """PostgreSQL: `update` (an UPDATE ... RETURNING `returned`) and the INSERT of `rows` as one
     statement, a data-modifying CTE, so a turn's save makes one round trip fewer. Each row's value
     of `returned` (its last field) is an offset that the statement adds to the UPDATE's returned
-    value; if the UPDATE matched no row, that value is NULL."""
+    value; if the UPDATE matched no row, that value is NULL. The inserts of `also` (rows of other
+    tables) join the statement as CTEs of their own."""
     names = tuple(fields)
     table, model_fields = _columns(model, names)
     connection = connections[using]
     *plain, computed = model_fields
     columns = ", ".join(connection.ops.quote_name(f.column) for f in model_fields)
     values = prepared_values(plain, rows, connection)
+    params = [*update_params]
+    ctes = [f"updated AS ({update} RETURNING {returned})"]
+    for number, (other, other_rows, other_fields) in enumerate(also):
+        other_table, other_model_fields = _columns(other, tuple(other_fields))
+        other_columns = ", ".join(connection.ops.quote_name(f.column) for f in other_model_fields)
+        marks = "(" + ", ".join(["%s"] * len(other_model_fields)) + ")"
+        ctes.append(
+            f"also_{number} AS (INSERT INTO {connection.ops.quote_name(other_table)} ({other_columns}) "
+            "VALUES " + ", ".join([marks] * len(other_rows)) + ")"
+        )
+        params += itertools.chain.from_iterable(prepared_values(other_model_fields, other_rows, connection))
     placeholders = "(" + "%s, " * len(plain) + f"(SELECT {returned} FROM updated) + %s)"
     sql = (
-        f"WITH updated AS ({update} RETURNING {returned}) "
+        f"WITH {', '.join(ctes)} "
         f"INSERT INTO {connection.ops.quote_name(table)} ({columns}) VALUES "
         + ", ".join([placeholders] * len(rows))
     )
-    params = [*update_params]
     for row, row_values in zip(rows, values, strict=True):
         params += row_values
         params.append(row[computed.name])

@@ -13,7 +13,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from memproc import models
-from memproc.db import COPY_MIN_ROWS, insert_after_update, insert_rows
+from memproc.db import COPY_MIN_ROWS, RowsInsert, insert_after_update, insert_rows
 from memproc.exceptions import (
     AttachmentError,
     MessageConflict,
@@ -61,6 +61,11 @@ def sequences_allocate(*, thread_key: str, count: int) -> int:
 NOT_NULL_VIOLATION = "23502"
 
 
+def is_one_statement(messages: Sequence[Message]) -> bool:
+    """Whether `messages_insert` saves `messages` in one statement (PostgreSQL, below COPY's size)."""
+    return connection.vendor == "postgresql" and 0 < len(messages) < COPY_MIN_ROWS
+
+
 def _sqlstate(exc: Exception) -> str | None:
     """The SQLSTATE of the driver's error under Django's (psycopg 3 and psycopg2 name it apart)."""
     cause = exc.__cause__
@@ -81,12 +86,19 @@ MESSAGE_COLUMNS = (
 
 
 def messages_insert(
-    *, thread_id: str, resource_id: str, messages: Sequence[Message], agent_id: str = ""
+    *,
+    thread_id: str,
+    resource_id: str,
+    messages: Sequence[Message],
+    agent_id: str = "",
+    also: Sequence[RowsInsert] = (),
 ) -> None:
     """Appends messages to an existing thread, in order: one sequence UPDATE and one INSERT (on
-    PostgreSQL one statement that does both, below COPY's batch size).
+    PostgreSQL one statement that does both, below COPY's batch size); the rows of `also` (other
+    tables) are inserted first, on PostgreSQL in the same statement.
 
-    Call inside a transaction: the UPDATE's lock keeps concurrent turns from interleaving.
+    Call inside a transaction: the UPDATE's lock keeps concurrent turns from interleaving. Where
+    `one_statement` says the save is one statement, that statement is atomic by itself.
     """
     if not messages:
         return
@@ -109,7 +121,7 @@ def messages_insert(
                 "sequence": offset,
             }
         )
-    one_statement = connection.vendor == "postgresql" and len(rows) < COPY_MIN_ROWS
+    one_statement = is_one_statement(messages)
     try:
         if one_statement:
             # Row i's sequence is the thread's new last sequence minus (count - 1 - i).
@@ -123,8 +135,11 @@ def messages_insert(
                 "updated_at = %s WHERE id = %s",
                 update_params=[len(rows), now, key],
                 returned="last_sequence",
+                also=also,
             )
         else:
+            for model, other_rows, fields in also:
+                insert_rows(model, other_rows, fields=fields)
             first = sequences_allocate(thread_key=key, count=len(rows))
             for row in rows:
                 row["sequence"] += first

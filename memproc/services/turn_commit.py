@@ -4,18 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
-from memproc import background
+from memproc import background, models
+from memproc.conf import settings
 from memproc.models import thread_key
 from memproc.processors.turn import Turn
-from memproc.services.attachments import attachments_commit, attachments_link
+from memproc.services.attachments import attachment_links, attachments_commit, attachments_link
 from memproc.services.compaction import compaction_enqueue
-from memproc.services.messages import messages_insert
+from memproc.services.messages import is_one_statement, messages_insert
 from memproc.services.recall import sources_embed, sources_for
 from memproc.services.threads import thread_ensure
 from memproc.services.tripwires import tripwire_log
-from memproc.services.turn_records import turn_record_alone, turn_record_insert
+from memproc.services.turn_records import (
+    RECORD_FIELDS,
+    turn_record_alone,
+    turn_record_insert,
+    turn_record_row,
+)
 from memproc.services.working_memory import working_memory_update
 
 __all__ = ["blocked_save", "turn_commit", "turn_manifest"]
@@ -31,9 +37,21 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
         return
     assert turn.thread_id and turn.resource_id
     key = thread_key(turn.resource_id, turn.thread_id)
+    also = [(models.TurnRecord, [turn_record_row(**record)], RECORD_FIELDS)] if record is not None else []
+    if _save_is_one_statement(turn):
+        # The record, the sequence bump and the messages: one statement, atomic by itself, so no
+        # BEGIN and COMMIT round trips. The inline embedding is enqueued after it, as after a commit.
+        messages_insert(
+            thread_id=turn.thread_id,
+            resource_id=turn.resource_id,
+            messages=writes.messages,
+            agent_id=turn.agent.id,
+            also=also,
+        )
+        if writes.embed:
+            _enqueue_embedding(turn)
+        return
     with transaction.atomic():
-        if record is not None:
-            turn_record_insert(**record)
         if not turn.thread_exists:
             thread_ensure(thread_id=turn.thread_id, resource_id=turn.resource_id, agent_id=turn.agent.id)
             turn.thread_exists = True
@@ -46,8 +64,11 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
                 resource_id=turn.resource_id,
                 messages=writes.messages,
                 agent_id=turn.agent.id,
+                also=also,
             )
             attachments_link(resource_id=turn.resource_id, messages=writes.messages)
+        elif record is not None:
+            turn_record_insert(**record)
         for wm in writes.working_memory:
             working_memory_update(
                 scope=wm.scope,
@@ -82,6 +103,26 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
             )
     if writes.messages:
         turn.attachments = []  # committed (or deleted after commit): nothing left to discard
+
+
+def _save_is_one_statement(turn: Turn) -> bool:
+    """Whether the whole save is the one statement of `messages_insert` (PostgreSQL): a known thread,
+    messages and nothing else to write (no working memory, no files, no outbox job, no compaction
+    or title job), outside a caller's transaction (where a savepoint must keep a failure from
+    dooming it)."""
+    writes = turn.writes
+    compaction = turn.info.get("compaction")
+    return (
+        is_one_statement(writes.messages)
+        and turn.thread_exists
+        and not connection.in_atomic_block
+        and not writes.working_memory
+        and not turn.attachments
+        and not attachment_links(writes.messages)
+        and not (writes.embed and settings.BACKGROUND != "inline")
+        and not (compaction and compaction.get("due"))
+        and not writes.generate_title
+    )
 
 
 def _enqueue_embedding(turn: Turn) -> None:

@@ -17,7 +17,7 @@ from django.db import transaction
 from memproc import models
 from memproc.db import insert_rows
 
-__all__ = ["RECORD_FIELDS", "turn_record_alone", "turn_record_insert"]
+__all__ = ["RECORD_FIELDS", "turn_record_alone", "turn_record_insert", "turn_record_row"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,13 @@ RECORD_FIELDS = (
 )
 
 
-def turn_record_insert(
+def turn_record_insert(**fields: Any) -> None:
+    """One INSERT; the caller's transaction decides its fate (a completed turn's save). Callers
+    build a record only when RECORD_TURNS is on."""
+    insert_rows(models.TurnRecord, [turn_record_row(**fields)], fields=RECORD_FIELDS)
+
+
+def turn_record_row(
     *,
     record_id: uuid.UUID,
     agent_id: str,
@@ -55,10 +61,9 @@ def turn_record_insert(
     duration_ms: float,
     tripwire_id: Any = None,
     error: str = "",
-) -> None:
-    """One INSERT; the caller's transaction decides its fate (a completed turn's save). Callers
-    build a record only when RECORD_TURNS is on."""
-    row = {
+) -> dict[str, Any]:
+    """The record's row, keyed by RECORD_FIELDS."""
+    return {
         "id": record_id,
         "agent_id": agent_id or "",
         "thread_id": thread_id or "",
@@ -74,7 +79,6 @@ def turn_record_insert(
         "started_at": started_at,
         "duration_ms": round(duration_ms, 3),
     }
-    insert_rows(models.TurnRecord, [row], fields=RECORD_FIELDS)
 
 
 def turn_record_alone(**fields: Any) -> None:

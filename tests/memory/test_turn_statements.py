@@ -227,3 +227,73 @@ def test_save_messages_creates_a_missing_thread_and_refuses_an_id_of_another_thr
     with pytest.raises(MessageConflict, match=ids[0]), transaction.atomic():
         memory.save_messages([Message.create("user", "x", id=ids[0])], thread_id="third", resource_id=R)
     assert not Thread.objects.filter(pk=thread_key(R, "third")).exists()
+
+
+# --- a turn's whole save as one statement (PostgreSQL, outside a caller's transaction) ---------------
+
+
+def _writes(queries) -> list[str]:
+    return [q["sql"] for q in queries if not q["sql"].startswith("SELECT")]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_saves_its_record_and_messages_in_one_statement(make_agent, model, settings):
+    settings.MEMPROC = {**settings.MEMPROC, "RECORD_TURNS": True}
+    agent = make_agent(memory=Memory(last_messages=4))
+    model.add("first", "second")
+    agent.generate("hello", thread_id=T, resource_id=R)
+    with CaptureQueriesContext(connection) as queries:
+        result = agent.generate("again", thread_id=T, resource_id=R)
+    writes = _writes(queries)
+    assert len(writes) == 1, writes
+    assert "memproc_turnrecord" in writes[0] and "memproc_message" in writes[0]
+    assert not any(q["sql"].startswith(("SAVEPOINT", "BEGIN", "COMMIT")) for q in queries)
+    rows = list(StoredMessage.objects.filter(thread=KEY).order_by("sequence").values_list("text", "sequence"))
+    assert rows == [("hello", 1), ("first", 2), ("again", 3), ("second", 4)]
+    from memproc.models import TurnRecord
+
+    record = TurnRecord.objects.get(thread_id=T, message_ids__contains=[result.messages[-1].id])
+    assert record.status == "completed"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_one_statement_save_that_fails_saves_nothing(make_agent, model, settings):
+    settings.MEMPROC = {**settings.MEMPROC, "RECORD_TURNS": True}
+    from memproc.models import TurnRecord
+
+    agent = make_agent(memory=Memory(last_messages=4))
+    model.add("first", "second")
+    agent.generate("hello", thread_id=T, resource_id=R)
+    records = TurnRecord.objects.count()
+    # Another request stores the id this turn's input carries while the turn runs.
+    original = model.generate
+
+    def generate_and_race(request):
+        Memory().save_messages([Message.create("user", "raced", id="raced")], thread_id="else", resource_id=R)
+        return original(request)
+
+    model.generate = generate_and_race
+    with pytest.raises(MessageConflict):
+        agent.generate([{"id": "raced", "role": "user", "content": "mine"}], thread_id=T, resource_id=R)
+    assert Thread.objects.get(pk=KEY).last_sequence == 2
+    assert list(StoredMessage.objects.filter(thread=KEY).values_list("text", flat=True)) == ["hello", "first"]
+    assert TurnRecord.objects.filter(status="completed").count() == records
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_save_with_working_memory_keeps_its_transaction(make_agent, model, settings):
+    """Writes beyond the messages (here working memory) need the transaction, on every database."""
+    from memproc.llm.types import ModelResponse, ToolCall
+
+    agent = make_agent(memory=Memory(last_messages=4, working_memory=True))
+    model.add("hi")
+    agent.generate("hello", thread_id=T, resource_id=R)
+    model.add(
+        ModelResponse(tool_calls=[ToolCall("c1", "updateWorkingMemory", {"memory": "# User\n- Name: Ada"})]),
+        "noted",
+    )
+    agent.generate("my name is Ada", thread_id=T, resource_id=R)
+    assert "Ada" in Memory(working_memory=True).get_working_memory(thread_id=T, resource_id=R)
+    assert StoredMessage.objects.filter(thread=KEY).count() >= 4
