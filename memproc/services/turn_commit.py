@@ -8,6 +8,7 @@ from django.db import connection, transaction
 
 from memproc import background, models
 from memproc.conf import settings
+from memproc.db import RowsInsert
 from memproc.models import thread_key
 from memproc.processors.turn import Turn
 from memproc.services.attachments import attachment_links, attachments_commit, attachments_link
@@ -37,17 +38,13 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
         return
     assert turn.thread_id and turn.resource_id
     key = thread_key(turn.resource_id, turn.thread_id)
-    also = [(models.TurnRecord, [turn_record_row(**record)], RECORD_FIELDS)] if record is not None else []
+    also: list[RowsInsert] = (
+        [(models.TurnRecord, [turn_record_row(**record)], RECORD_FIELDS)] if record is not None else []
+    )
     if _save_is_one_statement(turn):
         # The record, the sequence bump and the messages: one statement, atomic by itself, so no
         # BEGIN and COMMIT round trips. The inline embedding is enqueued after it, as after a commit.
-        messages_insert(
-            thread_id=turn.thread_id,
-            resource_id=turn.resource_id,
-            messages=writes.messages,
-            agent_id=turn.agent.id,
-            also=also,
-        )
+        _messages_insert(turn, also=also)
         if writes.embed:
             _enqueue_embedding(turn)
         return
@@ -59,13 +56,7 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
             writes.generate_title = bool(memory and memory.generate_title and not turn.thread_title)
         if writes.messages:
             writes.messages = attachments_commit(staged=turn.attachments, messages=writes.messages)
-            messages_insert(
-                thread_id=turn.thread_id,
-                resource_id=turn.resource_id,
-                messages=writes.messages,
-                agent_id=turn.agent.id,
-                also=also,
-            )
+            _messages_insert(turn, also=also)
             attachments_link(resource_id=turn.resource_id, messages=writes.messages)
         elif record is not None:
             turn_record_insert(**record)
@@ -103,6 +94,17 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
             )
     if writes.messages:
         turn.attachments = []  # committed (or deleted after commit): nothing left to discard
+
+
+def _messages_insert(turn: Turn, *, also: list[RowsInsert]) -> None:
+    assert turn.thread_id and turn.resource_id
+    messages_insert(
+        thread_id=turn.thread_id,
+        resource_id=turn.resource_id,
+        messages=turn.writes.messages,
+        agent_id=turn.agent.id,
+        also=also,
+    )
 
 
 def _save_is_one_statement(turn: Turn) -> bool:

@@ -236,13 +236,19 @@ def _writes(queries) -> list[str]:
     return [q["sql"] for q in queries if not q["sql"].startswith("SELECT")]
 
 
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_a_turn_saves_its_record_and_messages_in_one_statement(make_agent, model, settings):
+def _recording_agent(make_agent, model, settings):
+    """An agent that records its turns, with one turn saved (so its thread exists)."""
     settings.MEMPROC = {**settings.MEMPROC, "RECORD_TURNS": True}
     agent = make_agent(memory=Memory(last_messages=4))
     model.add("first", "second")
     agent.generate("hello", thread_id=T, resource_id=R)
+    return agent
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_saves_its_record_and_messages_in_one_statement(make_agent, model, settings):
+    agent = _recording_agent(make_agent, model, settings)
     with CaptureQueriesContext(connection) as queries:
         result = agent.generate("again", thread_id=T, resource_id=R)
     writes = _writes(queries)
@@ -260,12 +266,9 @@ def test_a_turn_saves_its_record_and_messages_in_one_statement(make_agent, model
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_one_statement_save_that_fails_saves_nothing(make_agent, model, settings):
-    settings.MEMPROC = {**settings.MEMPROC, "RECORD_TURNS": True}
     from memproc.models import TurnRecord
 
-    agent = make_agent(memory=Memory(last_messages=4))
-    model.add("first", "second")
-    agent.generate("hello", thread_id=T, resource_id=R)
+    agent = _recording_agent(make_agent, model, settings)
     records = TurnRecord.objects.count()
     # Another request stores the id this turn's input carries while the turn runs.
     original = model.generate
