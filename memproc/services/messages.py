@@ -66,10 +66,13 @@ def is_one_statement(messages: Sequence[Message]) -> bool:
     return connection.vendor == "postgresql" and 0 < len(messages) < COPY_MIN_ROWS
 
 
-def _sqlstate(exc: Exception) -> str | None:
-    """The SQLSTATE of the driver's error under Django's (psycopg 3 and psycopg2 name it apart)."""
+def _no_sequence(exc: Exception) -> bool:
+    """Whether a one-statement save failed for want of a sequence: its UPDATE found no thread, so the
+    rows' `sequence` was NULL (psycopg 3 and psycopg2 name the SQLSTATE apart)."""
     cause = exc.__cause__
-    return getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+    state = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+    column = getattr(getattr(cause, "diag", None), "column_name", None)
+    return state == NOT_NULL_VIOLATION and column in (None, "sequence")
 
 
 MESSAGE_COLUMNS = (
@@ -98,7 +101,7 @@ def messages_insert(
     tables) are inserted first, on PostgreSQL in the same statement.
 
     Call inside a transaction: the UPDATE's lock keeps concurrent turns from interleaving. Where
-    `one_statement` says the save is one statement, that statement is atomic by itself.
+    `is_one_statement` says the save is one statement, that statement is atomic by itself.
     """
     if not messages:
         return
@@ -145,7 +148,7 @@ def messages_insert(
                 row["sequence"] += first
             insert_rows(models.Message, rows, fields=MESSAGE_COLUMNS)
     except IntegrityError as exc:
-        if one_statement and _sqlstate(exc) == NOT_NULL_VIOLATION:  # the UPDATE found no thread
+        if one_statement and _no_sequence(exc):
             raise ValidationError(f"Thread {public_thread_id(key)!r} does not exist") from exc
         # The sequence numbers are ours (the UPDATE above holds the thread's lock) and foreign keys are
         # checked at commit, so a clash here is a message id that a concurrent request saved first.
