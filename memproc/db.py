@@ -15,8 +15,10 @@ parses it again, per row. The column types are read once per database session (a
 from __future__ import annotations
 
 import itertools
+import threading
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
@@ -30,6 +32,28 @@ COPY_MIN_ROWS = 64
 
 # (model, rows keyed by field name, the fields): an insert to make together with another.
 RowsInsert = tuple[type[models.Model], Sequence[Mapping[str, Any]], Iterable[str]]
+
+
+_sqlite_writer = threading.RLock()
+
+
+@contextmanager
+def one_sqlite_writer(using: str = "default") -> Iterator[None]:
+    """On SQLite, this process's writers take turns on a Python lock before they begin.
+
+    SQLite has one writer at a time, and a writer that finds the database locked sleeps in its busy
+    handler in steps of up to 100 ms before it tries again, however soon the lock is free. Concurrent
+    turns of one process (ASGI, threads) so waited tens of milliseconds for a save that takes one;
+    on a Python lock the next writer wakes as the previous one commits. Other processes still meet
+    SQLite's own lock. Elsewhere, and inside a caller's transaction (which may already hold SQLite's
+    lock: waiting here could stall it), nothing is taken.
+    """
+    connection = connections[using]
+    if connection.vendor != "sqlite" or connection.in_atomic_block:
+        yield
+        return
+    with _sqlite_writer:
+        yield
 
 
 @cache

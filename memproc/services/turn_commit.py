@@ -8,7 +8,7 @@ from django.db import connection, transaction
 
 from memproc import background, models
 from memproc.conf import settings
-from memproc.db import RowsInsert
+from memproc.db import RowsInsert, one_sqlite_writer
 from memproc.models import thread_key
 from memproc.processors.turn import Turn
 from memproc.services.attachments import attachment_links, attachments_commit, attachments_link
@@ -48,7 +48,7 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
         if writes.embed:
             _enqueue_embedding(turn)
         return
-    with transaction.atomic():
+    with one_sqlite_writer(), transaction.atomic():
         if not turn.thread_exists:
             thread_ensure(thread_id=turn.thread_id, resource_id=turn.resource_id, agent_id=turn.agent.id)
             turn.thread_exists = True

@@ -13,7 +13,7 @@ import numpy as np
 from django.db import connections, router, transaction
 from django.utils import timezone
 
-from memproc.db import insert_rows
+from memproc.db import insert_rows, one_sqlite_writer
 from memproc.embedders import vector_problem
 from memproc.exceptions import ConfigurationError, ValidationError
 from memproc.models import MessageEmbedding
@@ -178,13 +178,15 @@ class DjangoVectorStore:
         if not rows:
             return
         now = timezone.now()
-        insert_rows(
-            MessageEmbedding,
-            [embedding_values(row, now) for row in rows],
-            fields=EMBEDDING_COLUMNS,
-            using=self.db_for_write(),
-            ignore_conflicts=True,
-        )
+        alias = self.db_for_write()
+        with one_sqlite_writer(alias):
+            insert_rows(
+                MessageEmbedding,
+                [embedding_values(row, now) for row in rows],
+                fields=EMBEDDING_COLUMNS,
+                using=alias,
+                ignore_conflicts=True,
+            )
 
     def deferred_index(self, embedder_id: str, dimensions: int) -> AbstractContextManager[None]:
         """A block of bulk writes during which no search index is maintained row by row; the store

@@ -3,14 +3,16 @@ rows and the same conflict rules either way."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from memproc import models
-from memproc.db import COPY_MIN_ROWS, insert_rows
+from memproc import db, models
+from memproc.db import COPY_MIN_ROWS, insert_rows, one_sqlite_writer
 from memproc.services.messages import MESSAGE_COLUMNS
 from memproc.vectors.base import EMBEDDING_COLUMNS
 
@@ -149,3 +151,61 @@ def test_a_role_without_temporary_tables_still_skips_conflicts_with_plain_insert
     stored = dict(models.MessageEmbedding.objects.values_list("message_id", "content_hash"))
     assert len(stored) == COPY_MIN_ROWS
     assert all(stored[row["message"]] == row["content_hash"] for row in first + rows[10:])
+
+
+# --- one_sqlite_writer --------------------------------------------------------------------------------
+
+
+def _taken_elsewhere() -> bool:
+    """Whether another thread finds the writer lock held."""
+    result: list[bool] = []
+
+    def probe() -> None:
+        got = db._sqlite_writer.acquire(blocking=False)
+        if got:
+            db._sqlite_writer.release()
+        result.append(not got)
+
+    worker = threading.Thread(target=probe)
+    worker.start()
+    worker.join(5)
+    return result[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sqlite_writers_of_one_process_take_turns_outside_a_transaction() -> None:
+    with one_sqlite_writer():
+        assert _taken_elsewhere() is (connection.vendor == "sqlite")
+    assert not _taken_elsewhere()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_inside_a_callers_transaction_no_writer_lock_is_taken() -> None:
+    """The caller's transaction may hold SQLite's lock already; waiting on ours then could stall it."""
+    with transaction.atomic(), one_sqlite_writer():
+        assert not _taken_elsewhere()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turns_save_and_its_embeddings_take_the_writer_lock_on_sqlite(
+    make_agent, model, monkeypatch
+) -> None:
+    from memproc import Memory
+
+    lock = db._sqlite_writer
+    entered: list[bool] = []
+
+    class Counting:
+        def __enter__(self) -> None:
+            entered.append(True)
+            lock.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            lock.release()
+
+    monkeypatch.setattr(db, "_sqlite_writer", Counting())
+    agent = make_agent(memory=Memory(last_messages=4, semantic_recall=True))
+    model.add("hello back")
+    agent.generate("hello", thread_id="t", resource_id="r")
+    # The save, then the embeddings of its two messages after commit.
+    assert len(entered) == (2 if connection.vendor == "sqlite" else 0)
