@@ -12,6 +12,26 @@ from memproc.models import Message
 from memproc.testing import ScriptedModel
 
 
+def run_concurrently(agent: Agent, texts: list[str], *, thread_id: str) -> list[BaseException]:
+    """One turn per text, each in a thread of its own, on one thread of resource "u"; their errors."""
+    errors: list[BaseException] = []
+
+    def turn(text: str) -> None:
+        try:
+            agent.generate(text, thread_id=thread_id, resource_id="u")
+        except BaseException as exc:  # noqa: BLE001 - returned to the test
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=turn, args=(text,)) for text in texts]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(30)
+    return errors
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_two_concurrent_turns_keep_all_four_messages_in_order():
@@ -23,22 +43,7 @@ def test_two_concurrent_turns_keep_all_four_messages_in_order():
 
     model = ScriptedModel([slow_answer, slow_answer])
     agent = Agent(id="concurrent", model=model, memory=Memory(last_messages=10))
-    errors: list[BaseException] = []
-
-    def turn(text: str) -> None:
-        try:
-            agent.generate(text, thread_id="shared", resource_id="u")
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    workers = [threading.Thread(target=turn, args=(t,)) for t in ("first", "second")]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(30)
-    assert not errors
+    assert not run_concurrently(agent, ["first", "second"], thread_id="shared")
     rows = list(
         Message.objects.filter(thread__public_id="shared")
         .order_by("sequence")
@@ -64,22 +69,7 @@ def test_concurrent_one_statement_saves_on_a_known_thread_keep_every_pair_whole(
     memory = Memory(last_messages=4)
     memory.create_thread(resource_id="u", thread_id="known")
     agent = Agent(id="concurrent", model=ScriptedModel([answer] * turns), memory=memory)
-    errors: list[BaseException] = []
-
-    def turn(text: str) -> None:
-        try:
-            agent.generate(text, thread_id="known", resource_id="u")
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    workers = [threading.Thread(target=turn, args=(f"q{i}",)) for i in range(turns)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(30)
-    assert not errors
+    assert not run_concurrently(agent, [f"q{i}" for i in range(turns)], thread_id="known")
     rows = list(
         Message.objects.filter(thread__public_id="known").order_by("sequence").values_list("sequence", "text")
     )
