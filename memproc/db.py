@@ -62,6 +62,24 @@ def _columns(model: type[models.Model], names: tuple[str, ...]) -> tuple[str, tu
     return model._meta.db_table, fields
 
 
+def _target(
+    connection: Any, model: type[models.Model], names: tuple[str, ...]
+) -> tuple[str, str, tuple[models.Field, ...]]:
+    """(quoted table, quoted column list, fields) of an insert into `model`'s `names`."""
+    table, fields = _columns(model, names)
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    return connection.ops.quote_name(table), columns, fields
+
+
+def _values_sql(rows: int, row: str) -> str:
+    """`VALUES row, row, ...`: `rows` copies of one row's placeholders."""
+    return "VALUES " + ", ".join([row] * rows)
+
+
+def _marks(width: int) -> str:
+    return "(" + ", ".join(["%s"] * width) + ")"
+
+
 # Fewer parameters than any supported database's cap on one statement (SQLite before 3.32: 999).
 _ALWAYS_BINDABLE = 999
 
@@ -87,11 +105,8 @@ def insert_rows(
     database allows; with `ignore_conflicts`, rows that clash with a unique constraint are skipped."""
     if not rows:
         return
-    names = tuple(fields)
-    table, model_fields = _columns(model, names)
     connection = connections[using]
-    quoted = connection.ops.quote_name(table)
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in model_fields)
+    quoted, columns, model_fields = _target(connection, model, tuple(fields))
     if connection.vendor == "postgresql" and len(rows) >= COPY_MIN_ROWS and _can_copy(connection):
         vectors = [i for i, f in enumerate(model_fields) if isinstance(f, VectorField)]
         binary = bool(vectors)
@@ -143,29 +158,22 @@ def insert_after_update(
     of `returned` (its last field) is an offset that the statement adds to the UPDATE's returned
     value; if the UPDATE matched no row, that value is NULL. The inserts of `also` (rows of other
     tables) join the statement as CTEs of their own."""
-    names = tuple(fields)
-    table, model_fields = _columns(model, names)
     connection = connections[using]
+    table, columns, model_fields = _target(connection, model, tuple(fields))
     *plain, computed = model_fields
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in model_fields)
     values = prepared_values(plain, rows, connection)
     params = [*update_params]
     ctes = [f"updated AS ({update} RETURNING {returned})"]
     for number, (other, other_rows, other_fields) in enumerate(also):
-        other_table, other_model_fields = _columns(other, tuple(other_fields))
-        other_columns = ", ".join(connection.ops.quote_name(f.column) for f in other_model_fields)
-        marks = "(" + ", ".join(["%s"] * len(other_model_fields)) + ")"
+        other_table, other_columns, other_model_fields = _target(connection, other, tuple(other_fields))
+        marks = _marks(len(other_model_fields))
         ctes.append(
-            f"also_{number} AS (INSERT INTO {connection.ops.quote_name(other_table)} ({other_columns}) "
-            "VALUES " + ", ".join([marks] * len(other_rows)) + ")"
+            f"also_{number} AS (INSERT INTO {other_table} ({other_columns}) "
+            f"{_values_sql(len(other_rows), marks)})"
         )
         params += itertools.chain.from_iterable(prepared_values(other_model_fields, other_rows, connection))
     placeholders = "(" + "%s, " * len(plain) + f"(SELECT {returned} FROM updated) + %s)"
-    sql = (
-        f"WITH {', '.join(ctes)} "
-        f"INSERT INTO {connection.ops.quote_name(table)} ({columns}) VALUES "
-        + ", ".join([placeholders] * len(rows))
-    )
+    sql = f"WITH {', '.join(ctes)} INSERT INTO {table} ({columns}) {_values_sql(len(rows), placeholders)}"
     for row, row_values in zip(rows, values, strict=True):
         params += row_values
         params.append(row[computed.name])
@@ -182,8 +190,7 @@ def _insert(
             verb = "INSERT OR IGNORE"
         else:
             suffix = " ON CONFLICT DO NOTHING"
-    placeholders = "(" + ", ".join(["%s"] * len(values[0])) + ")"
-    sql = f"{verb} INTO {table} ({columns}) VALUES " + ", ".join([placeholders] * len(values)) + suffix
+    sql = f"{verb} INTO {table} ({columns}) {_values_sql(len(values), _marks(len(values[0])))}{suffix}"
     with connection.cursor() as cursor:
         cursor.execute(sql, list(itertools.chain.from_iterable(values)))
 

@@ -40,15 +40,15 @@ from memproc.processors.compaction import (
 from memproc.processors.store import ThreadSummaryValue
 from memproc.processors.token_limiter import truncate_to_tokens
 from memproc.processors.tokens import TokenCounter, get_token_counter
-from memproc.selectors import MESSAGE_FIELDS, message_from_row, thread_read
+from memproc.selectors import MESSAGE_FIELDS, message_from_row
 
 __all__ = [
     "ModelSummarizer",
     "SummaryConflict",
     "compaction_enqueue",
     "summarizer_for",
+    "summary_value",
     "thread_compact",
-    "thread_owner_with_summary",
     "thread_summary_get",
     "thread_summary_update",
 ]
@@ -85,25 +85,17 @@ class Summarizer(Protocol):
 # --- reads ------------------------------------------------------------------------------------------
 
 
-def thread_owner_with_summary(
-    *, thread_key: str, history: int = 0
-) -> tuple[tuple[str, str, int] | None, ThreadSummaryValue | None, list[Message] | None]:
-    """(owner, summary, newest `history` messages) of a thread in one query (`selectors.thread_read`):
-    the turn's first read, which so also carries the summary for MessageHistory."""
-    owner, row, recent = thread_read(thread_key=thread_key, history=history, summary=True)
-    return owner, None if row is None else _summary_value(row), recent
-
-
 def thread_summary_get(*, thread_key: str) -> ThreadSummaryValue | None:
     row = (
         models.ThreadSummary.objects.filter(pk=thread_key)
         .values_list("text", "covered_sequence", "version", "counted_through", "counted_tokens")
         .first()
     )
-    return None if row is None else _summary_value(row)
+    return None if row is None else summary_value(row)
 
 
-def _summary_value(row: Sequence[Any]) -> ThreadSummaryValue:
+def summary_value(row: Sequence[Any]) -> ThreadSummaryValue:
+    """A summary from its columns: text, covered sequence, version, counted through, counted tokens."""
     return ThreadSummaryValue(
         text=row[0],
         covered_sequence=int(row[1]),

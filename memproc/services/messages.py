@@ -213,11 +213,13 @@ def message_ids_check(
         return set()
     here: set[str] = set()
     clash: list[str] = []
-    found: Iterable[Sequence[Any]] = rows if rows is not None else ()
+    found: Iterable[Sequence[Any]]
     if unchanged:
         columns = ("id", "thread_id", "role", "text", "content")
         found = models.Message.objects.filter(id__in=list(by_id)).values_list(*columns)
-    elif rows is None:  # every save asks this: plain SQL, no query compiled
+    elif rows is not None:
+        found = rows
+    else:  # every save asks this: plain SQL, no query compiled
         found = messages_existing_rows(ids=by_id)
     for row in found:
         message_id, stored_thread = row[0], row[1]

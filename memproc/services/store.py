@@ -12,10 +12,7 @@ from memproc.messages import Message
 from memproc.models import thread_key
 from memproc.processors.store import ThreadSummaryValue, VectorHit, WorkingMemoryValue
 from memproc.services.attachments.files import DjangoAttachmentStore
-from memproc.services.compaction import (
-    thread_owner_with_summary,
-    thread_summary_get,
-)
+from memproc.services.compaction import summary_value, thread_summary_get
 from memproc.services.recall import query_embed
 from memproc.vectors import get_vector_store
 
@@ -39,13 +36,11 @@ class DjangoMemoryStore:
 
     def thread_owner(self, *, thread_id: str, resource_id: str) -> tuple[str, str, int] | None:
         key = thread_key(resource_id, thread_id)
+        owner, summary, recent = selectors.thread_read(
+            thread_key=key, history=self.history, summary=self.summaries
+        )
         if self.summaries:
-            owner, summary, recent = thread_owner_with_summary(thread_key=key, history=self.history)
-            self._summaries[key] = summary
-        elif self.history:
-            owner, _, recent = selectors.thread_read(thread_key=key, history=self.history)
-        else:
-            return selectors.thread_owner(thread_key=key)
+            self._summaries[key] = None if summary is None else summary_value(summary)
         if owner is not None and recent is not None:
             self._recent[key] = (owner[2], recent)
         return owner
