@@ -100,11 +100,12 @@ def insert_rows(
     fields: Iterable[str],
     using: str = "default",
     ignore_conflicts: bool = False,
-) -> None:
+) -> int:
     """Inserts `rows` (dicts keyed by field name) into `model`'s table, in as few statements as the
-    database allows; with `ignore_conflicts`, rows that clash with a unique constraint are skipped."""
+    database allows; with `ignore_conflicts`, rows that clash with a unique constraint are skipped.
+    Returns how many rows were inserted."""
     if not rows:
-        return
+        return 0
     connection = connections[using]
     quoted, columns, model_fields = _target(connection, model, tuple(fields))
     if connection.vendor == "postgresql" and len(rows) >= COPY_MIN_ROWS and _can_copy(connection):
@@ -112,8 +113,7 @@ def insert_rows(
         binary = bool(vectors)
         copied = [[_copy_value(f, row[f.name], connection, binary) for f in model_fields] for row in rows]
         try:
-            _copy(connection, quoted, columns, copied, ignore_conflicts, vectors=vectors)
-            return
+            return _copy(connection, quoted, columns, copied, ignore_conflicts, vectors=vectors)
         except _NoTemporaryTables:
             connection.memproc_no_temporary_tables = True  # this role may not: INSERT from now on
     values = prepared_values(model_fields, rows, connection)
@@ -123,8 +123,10 @@ def insert_rows(
         if len(rows) * len(model_fields) <= _ALWAYS_BINDABLE
         else connection.ops.bulk_batch_size(list(model_fields), rows) or len(rows)
     )
-    for start in range(0, len(values), per_statement):
+    return sum(
         _insert(connection, quoted, columns, values[start : start + per_statement], ignore_conflicts)
+        for start in range(0, len(values), per_statement)
+    )
 
 
 def prepared_values(
@@ -183,7 +185,7 @@ def insert_after_update(
 
 def _insert(
     connection: Any, table: str, columns: str, values: Sequence[Sequence[Any]], ignore_conflicts: bool
-) -> None:
+) -> int:
     verb, suffix = "INSERT", ""
     if ignore_conflicts:
         if connection.vendor == "sqlite":
@@ -193,6 +195,7 @@ def _insert(
     sql = f"{verb} INTO {table} ({columns}) {_values_sql(len(values), _marks(len(values[0])))}{suffix}"
     with connection.cursor() as cursor:
         cursor.execute(sql, list(itertools.chain.from_iterable(values)))
+        return cursor.rowcount
 
 
 class _NoTemporaryTables(Exception):
@@ -259,9 +262,10 @@ def _copy(
     ignore_conflicts: bool,
     *,
     vectors: Sequence[int] = (),
-) -> None:
+) -> int:
     """COPY straight into the table, or, to skip conflicting rows (COPY cannot), into a temporary
-    table dropped at commit and then `INSERT ... SELECT ... ON CONFLICT DO NOTHING`."""
+    table dropped at commit and then `INSERT ... SELECT ... ON CONFLICT DO NOTHING`. Returns how many
+    rows were inserted."""
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         binary = bool(vectors)
         types = _binary_types(connection, cursor, table, columns, vectors) if binary else None
@@ -286,8 +290,11 @@ def _copy(
                 copy.set_types(types)
             for row in values:
                 copy.write_row(row)
-        if ignore_conflicts:
-            cursor.execute(
-                f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {target} ON CONFLICT DO NOTHING"
-            )
-            cursor.execute(f"DROP TABLE {target}")
+        if not ignore_conflicts:
+            return len(values)
+        cursor.execute(
+            f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {target} ON CONFLICT DO NOTHING"
+        )
+        inserted: int = cursor.rowcount
+        cursor.execute(f"DROP TABLE {target}")
+        return inserted

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, router, transaction
 from django.utils import timezone
 
 from memproc import models
+from memproc.db import insert_rows
 from memproc.exceptions import (
     ValidationError,
 )
 from memproc.messages import new_id
 from memproc.models import thread_key
-from memproc.selectors import message_sequence
+from memproc.selectors import message_sequence, thread_get
 from memproc.services.attachments import (
     attachments_release,
 )
@@ -65,28 +66,51 @@ def thread_create(
 
 
 def thread_ensure(*, thread_id: str, resource_id: str, agent_id: str = "") -> models.Thread:
-    """The resource's thread `thread_id`, created on first use."""
-    key = thread_key(resource_id, thread_id)
-    thread = models.Thread.objects.filter(pk=key).first()
-    if thread is None:
-        resource_ensure(resource_id=resource_id)
-        try:
-            with transaction.atomic():
-                thread = models.Thread.objects.create(
-                    public_id=thread_id, resource_id=resource_id, agent_id=agent_id
-                )
-            send_after_commit(
-                thread_created,
-                models.Thread,
-                thread=thread,
-                agent_id=agent_id,
-                thread_id=thread_id,
-                resource_id=resource_id,
-            )
-            return thread
-        except IntegrityError:  # created concurrently
-            thread = models.Thread.objects.get(pk=key)
+    """The resource's thread `thread_id`, created on first use. Callers come here when the thread was
+    missing a moment ago (a turn's first save), so it inserts first: the resource and the thread each
+    in one INSERT that skips an existing row, with no lookup and no savepoint before them. A thread a
+    concurrent request created meanwhile is read and returned; only the request that inserted it
+    sends `thread_created`."""
+    alias = router.db_for_write(models.Thread)
+    now = timezone.now()
+    resource = models.Resource(id=resource_id, created_at=now, updated_at=now)
+    insert_rows(
+        models.Resource, [_row(resource)], fields=_RESOURCE_FIELDS, using=alias, ignore_conflicts=True
+    )
+    thread = models.Thread(
+        key=thread_key(resource_id, thread_id),
+        public_id=thread_id,
+        resource_id=resource_id,
+        agent_id=agent_id,
+        created_at=now,
+        updated_at=now,
+    )
+    if not insert_rows(
+        models.Thread, [_row(thread)], fields=_THREAD_FIELDS, using=alias, ignore_conflicts=True
+    ):
+        existing = thread_get(thread_id=thread_id, resource_id=resource_id)
+        if existing is None:  # skipped for a reason other than a thread of that key
+            raise ValidationError(f"Could not create thread {thread_id!r}")
+        return existing
+    thread._state.adding, thread._state.db = False, alias
+    send_after_commit(
+        thread_created,
+        models.Thread,
+        thread=thread,
+        agent_id=agent_id,
+        thread_id=thread_id,
+        resource_id=resource_id,
+    )
     return thread
+
+
+_RESOURCE_FIELDS = tuple(f.name for f in models.Resource._meta.concrete_fields)
+_THREAD_FIELDS = tuple(f.name for f in models.Thread._meta.concrete_fields)
+
+
+def _row(instance: models.Model) -> dict[str, Any]:
+    """An unsaved instance's column values by field name (a foreign key's by its id)."""
+    return {f.name: getattr(instance, f.attname) for f in instance._meta.concrete_fields}
 
 
 def thread_update(
