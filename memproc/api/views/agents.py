@@ -30,6 +30,7 @@ from memproc.api.serializers import (
     GenerateRequestSerializer,
     GenerateResultSerializer,
     GenerateUploadSerializer,
+    generate_result_data,
 )
 from memproc.api.sse import CONTENT_TYPE
 from memproc.api.turn_runner import turn_generate, turn_stream_response
@@ -140,7 +141,7 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
             result = turn_generate(
                 request, agent, turn.messages, thread_id=turn.thread_id, resource_id=turn.resource_id
             )
-            return Response(GenerateResultSerializer(result).data)
+            return Response(generate_result_data(result))
 
         return idempotent_response(
             request, endpoint=f"agents/{agent.id}/generate", resources=self.allowed_resources, run=run
@@ -185,7 +186,7 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
             endpoint=f"agents/{agent.id}/stream",
             resources=self.allowed_resources,
             run=run,
-            render_result=lambda result: GenerateResultSerializer(result).data,
+            render_result=generate_result_data,
         )
 
     def get_exception_handler(self) -> Any:
