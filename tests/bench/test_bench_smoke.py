@@ -233,3 +233,50 @@ def test_instructions_loop_runs_and_arguments_are_checked(tmp_path):
         check=False,
     )
     assert refused.returncode == 2 and "--high must be larger than --low" in refused.stderr
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="bench/paired.py needs two CPUs")
+def test_paired_runs_both_checkouts_on_their_own_cores(tmp_path):
+    """bench/paired.py against this same checkout: two rounds, the cores swapped, and a summary whose
+    ratio compares the two runs of each round."""
+    *rounds, total = run_script(
+        tmp_path,
+        "bench/paired.py",
+        "--workload",
+        "W1",
+        "--base",
+        str(ROOT),
+        "--rounds",
+        "2",
+        "--n",
+        "50",
+        "--turns",
+        "5",
+        timeout=240,
+    )
+    assert [r["round"] for r in rounds] == [1, 2]
+    assert {r["this"]["core"] for r in rounds} == {r["base"]["core"] for r in rounds} and len(
+        {r["this"]["core"] for r in rounds}
+    ) == 2
+    assert all(r["this"]["core"] != r["base"]["core"] for r in rounds)
+    assert (
+        total["bench"] == "paired" and total["rounds"] == 2 and total["this_queries"] == total["base_queries"]
+    )
+    expected = sorted(r["this"]["p50_ms"] / r["base"]["p50_ms"] for r in rounds)
+    assert total["p50_ratio"] == round(sum(expected) / 2, 3)
+    assert 0 <= total["this_faster_rounds"] <= 2
+    assert not list(tmp_path.glob("memproc-paired-*"))
+
+
+def test_paired_refuses_a_base_that_is_not_a_checkout(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    refused = subprocess.run(
+        [sys.executable, "bench/paired.py", "--workload", "W1", "--base", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 2 and "has no bench/run.py" in refused.stderr
