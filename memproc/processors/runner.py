@@ -124,7 +124,8 @@ class ProcessorRunner:
     def _call(self, processor: Any, hook_name: str, ctx: ProcessorContext, *args: Any) -> Any:
         """One hook call: timed for the turn record, traced as a span (stream parts: timed only)."""
         pid = ctx.processor_id
-        traced = hook_name != "process_output_stream"
+        # An untraced turn's hooks are untraced too: skip building a span's name and attributes.
+        traced = hook_name != "process_output_stream" and self.turn.trace is not telemetry.NO_SPAN
         current = (
             telemetry.start_span(
                 f"memproc.processor {pid} {hook_name}",
