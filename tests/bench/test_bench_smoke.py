@@ -221,18 +221,16 @@ def test_instructions_loop_runs_and_arguments_are_checked(tmp_path):
     refusal of a turn range that would divide by zero. The valgrind runs themselves take minutes; their
     figures are in bench/RESULTS.md."""
     assert run_script(tmp_path, "bench/instructions.py", "--workload", "W3", "--inner", "2") == []
-    env = {**os.environ}
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    refused = subprocess.run(
-        [sys.executable, "bench/instructions.py", "--low", "5", "--high", "5"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    refused = run_refused("bench/instructions.py", "--low", "5", "--high", "5")
     assert refused.returncode == 2 and "--high must be larger than --low" in refused.stderr
+
+
+def run_refused(*args: str) -> subprocess.CompletedProcess[str]:
+    """A script run with arguments it should refuse (argparse's exit 2), its output captured."""
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="bench/paired.py needs two CPUs")
@@ -269,14 +267,5 @@ def test_paired_runs_both_checkouts_on_their_own_cores(tmp_path):
 
 
 def test_paired_refuses_a_base_that_is_not_a_checkout(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
-    refused = subprocess.run(
-        [sys.executable, "bench/paired.py", "--workload", "W1", "--base", str(tmp_path)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    refused = run_refused("bench/paired.py", "--workload", "W1", "--base", str(tmp_path))
     assert refused.returncode == 2 and "has no bench/run.py" in refused.stderr
