@@ -73,10 +73,8 @@ def thread_ensure(*, thread_id: str, resource_id: str, agent_id: str = "") -> mo
     sends `thread_created`."""
     alias = router.db_for_write(models.Thread)
     now = timezone.now()
-    resource = models.Resource(id=resource_id, created_at=now, updated_at=now)
-    insert_rows(
-        models.Resource, [_row(resource)], fields=_RESOURCE_FIELDS, using=alias, ignore_conflicts=True
-    )
+    resource = _row(models.Resource(id=resource_id, created_at=now, updated_at=now))
+    insert_rows(models.Resource, [resource], fields=resource, using=alias, ignore_conflicts=True)
     thread = models.Thread(
         key=thread_key(resource_id, thread_id),
         public_id=thread_id,
@@ -85,9 +83,8 @@ def thread_ensure(*, thread_id: str, resource_id: str, agent_id: str = "") -> mo
         created_at=now,
         updated_at=now,
     )
-    if not insert_rows(
-        models.Thread, [_row(thread)], fields=_THREAD_FIELDS, using=alias, ignore_conflicts=True
-    ):
+    row = _row(thread)
+    if not insert_rows(models.Thread, [row], fields=row, using=alias, ignore_conflicts=True):
         existing = thread_get(thread_id=thread_id, resource_id=resource_id)
         if existing is None:  # skipped for a reason other than a thread of that key
             raise ValidationError(f"Could not create thread {thread_id!r}")
@@ -102,10 +99,6 @@ def thread_ensure(*, thread_id: str, resource_id: str, agent_id: str = "") -> mo
         resource_id=resource_id,
     )
     return thread
-
-
-_RESOURCE_FIELDS = tuple(f.name for f in models.Resource._meta.concrete_fields)
-_THREAD_FIELDS = tuple(f.name for f in models.Thread._meta.concrete_fields)
 
 
 def _row(instance: models.Model) -> dict[str, Any]:
