@@ -14,6 +14,10 @@ memory bandwidth and the same caches at the same moment. Each run is bench/run.p
 checkout (its own memproc, its own fresh database), with the same arguments and turn records off
 (`RECORD_TURNS`; pass --record-turns to keep them).
 
+With `--clock cpu` each turn is timed by its thread's CPU time instead of the wall clock: what the
+turn's own work costs, without the time the host kept the process off its core (the base's run.py
+must know the option: a worktree older than it needs the same few lines of bench/run.py).
+
 Prints one JSON line per round (both runs' p50/mean/queries) and a summary: the median ratio
 this/base of p50 and of mean (below 1: this checkout is faster) and in how many rounds this
 checkout's p50 was lower. Needs two CPUs. A round takes a few seconds at the default size.
@@ -45,6 +49,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=1000, help="prefill size (W1, W2)")
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument("--record-turns", action="store_true", help="keep turn records on in both")
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="bench/run.py's --clock: cpu times each turn by its thread's CPU time (the base checkout's "
+        "run.py must know the option)",
+    )
     args = parser.parse_args(argv)
     if not (args.base / "bench" / "run.py").is_file():
         parser.error(f"--base {args.base} has no bench/run.py: pass a checkout of this repository")
@@ -86,6 +97,8 @@ def start(root: Path, core: int, args: argparse.Namespace, out: Path) -> Run:
     env["BENCH_MEMPROC"] = json.dumps({"RECORD_TURNS": args.record_turns, **memproc})
     command = [sys.executable, "bench/run.py", "--workload", args.workload, "--n", str(args.n)]
     command += ["--turns", str(args.turns)]
+    if args.clock != "wall":
+        command += ["--clock", args.clock]
     out.mkdir()
     with (out / "stdout").open("wb") as stdout, (out / "stderr").open("wb") as stderr:
         process = subprocess.Popen(command, cwd=root, env=env, stdout=stdout, stderr=stderr)
@@ -115,6 +128,7 @@ def summary(rounds: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
         "workload": args.workload,
         "n": args.n,
         "turns": args.turns,
+        "clock": args.clock,
         "rounds": len(rounds),
         "this_p50_ms": median("this", "p50_ms"),
         "base_p50_ms": median("base", "p50_ms"),

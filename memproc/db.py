@@ -62,13 +62,26 @@ def _columns(model: type[models.Model], names: tuple[str, ...]) -> tuple[str, tu
     return model._meta.db_table, fields
 
 
+def model_fields(model: type[models.Model], names: Iterable[str]) -> tuple[models.Field, ...]:
+    """The fields of `model` named `names`, in that order (built once per model and names)."""
+    return _columns(model, tuple(names))[1]
+
+
 def _target(
     connection: Any, model: type[models.Model], names: tuple[str, ...]
 ) -> tuple[str, str, tuple[models.Field, ...]]:
-    """(quoted table, quoted column list, fields) of an insert into `model`'s `names`."""
-    table, fields = _columns(model, names)
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    return connection.ops.quote_name(table), columns, fields
+    """(quoted table, quoted column list, fields) of an insert into `model`'s `names`, quoted once
+    per database vendor (the quoting rules; not per connection, of which ASGI opens one a request)."""
+    key = (connection.vendor, model, names)
+    found = _QUOTED.get(key)
+    if found is None:
+        table, fields = _columns(model, names)
+        quote = connection.ops.quote_name
+        found = _QUOTED[key] = (quote(table), ", ".join(quote(f.column) for f in fields), fields)
+    return found
+
+
+_QUOTED: dict[tuple[str, type[models.Model], tuple[str, ...]], tuple[str, str, tuple[models.Field, ...]]] = {}
 
 
 def _values_sql(rows: int, row: str) -> str:
@@ -117,11 +130,38 @@ def insert_rows(
         except _NoTemporaryTables:
             connection.memproc_no_temporary_tables = True  # this role may not: INSERT from now on
     values = prepared_values(model_fields, rows, connection)
+    return _insert_batches(connection, quoted, columns, model_fields, values, ignore_conflicts)
+
+
+def insert_prepared(
+    model: type[models.Model],
+    values: Sequence[Sequence[Any]],
+    *,
+    fields: Iterable[str],
+    using: str = "default",
+) -> int:
+    """`insert_rows` of values that `prepared_values` gave, for a caller that keeps them (the exact
+    text a row was written with). INSERT statements only, never COPY."""
+    if not values:
+        return 0
+    connection = connections[using]
+    quoted, columns, model_fields = _target(connection, model, tuple(fields))
+    return _insert_batches(connection, quoted, columns, model_fields, values, False)
+
+
+def _insert_batches(
+    connection: Any,
+    quoted: str,
+    columns: str,
+    model_fields: Sequence[models.Field],
+    values: Sequence[Sequence[Any]],
+    ignore_conflicts: bool,
+) -> int:
     # SQLite caps bound parameters per statement (32,766 since 3.32, 999 before).
     per_statement = (
-        len(rows)
-        if len(rows) * len(model_fields) <= _ALWAYS_BINDABLE
-        else connection.ops.bulk_batch_size(list(model_fields), rows) or len(rows)
+        len(values)
+        if len(values) * len(model_fields) <= _ALWAYS_BINDABLE
+        else connection.ops.bulk_batch_size(list(model_fields), values) or len(values)
     )
     return sum(
         _insert(connection, quoted, columns, values[start : start + per_statement], ignore_conflicts)

@@ -74,11 +74,16 @@ def freeze(value: Any) -> Any:
     """Deep-freezes JSON-like data: dicts to FrozenDict, lists to tuples."""
     if isinstance(value, FrozenDict):
         return value
+    if type(value) is dict and not value:  # most messages' metadata: one shared empty instance
+        return _EMPTY
     if isinstance(value, Mapping):
         return FrozenDict({str(k): freeze(v) for k, v in value.items()})
     if isinstance(value, (list, tuple)):
         return tuple(freeze(v) for v in value)
     return value
+
+
+_EMPTY = FrozenDict()
 
 
 def thaw(value: Any) -> Any:
@@ -147,7 +152,7 @@ PART_TYPES: dict[str, type] = {
 }
 _PART_CLASSES = tuple(PART_TYPES.values())
 # The field names of each part type: reading a stored message builds several parts per message.
-_PART_FIELDS: dict[type, frozenset[str]] = {
+PART_FIELDS: dict[type, frozenset[str]] = {
     cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in _PART_CLASSES
 }
 
@@ -205,7 +210,10 @@ class Message:
 
     @property
     def text(self) -> str:
-        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+        parts = self.parts
+        if len(parts) == 1 and type(parts[0]) is TextPart:  # most messages: read many times a turn
+            return parts[0].text
+        return "".join(p.text for p in parts if isinstance(p, TextPart))
 
     @property
     def tool_calls(self) -> tuple[ToolCallPart, ...]:
@@ -252,7 +260,7 @@ def part_from_json(data: Mapping[str, Any]) -> Part:
     cls = PART_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ValidationError(f"Unknown part type {kind!r}; expected one of {', '.join(PART_TYPES)}")
-    names = _PART_FIELDS[cls]
+    names = PART_FIELDS[cls]
     try:
         return cls(**{k: v for k, v in data.items() if k in names})
     except TypeError as exc:

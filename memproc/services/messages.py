@@ -13,7 +13,15 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from memproc import models
-from memproc.db import COPY_MIN_ROWS, RowsInsert, insert_after_update, insert_rows
+from memproc.db import (
+    COPY_MIN_ROWS,
+    RowsInsert,
+    insert_after_update,
+    insert_prepared,
+    insert_rows,
+    model_fields,
+    prepared_values,
+)
 from memproc.exceptions import (
     AttachmentError,
     MessageConflict,
@@ -25,7 +33,7 @@ from memproc.models import public_thread_id, thread_key
 from memproc.processors.attachments import AttachmentUploader
 from memproc.processors.base import ProcessorContext
 from memproc.processors.tokens import get_token_counter
-from memproc.selectors import messages_existing_rows, thread_owner_and_messages
+from memproc.selectors import message_seed, messages_existing_rows, thread_owner_and_messages
 from memproc.services.attachments import (
     DjangoAttachmentStore,
     attachment_delete,
@@ -146,7 +154,10 @@ def messages_insert(
             first = sequences_allocate(thread_key=key, count=len(rows))
             for row in rows:
                 row["sequence"] += first
-            insert_rows(models.Message, rows, fields=MESSAGE_COLUMNS)
+            if connection.vendor == "sqlite":
+                _insert_and_seed(rows, messages)
+            else:
+                insert_rows(models.Message, rows, fields=MESSAGE_COLUMNS)
     except IntegrityError as exc:
         if one_statement and _no_sequence(exc):
             raise ValidationError(f"Thread {public_thread_id(key)!r} does not exist") from exc
@@ -164,6 +175,22 @@ def messages_insert(
         thread_id=thread_id,
         resource_id=resource_id,
     )
+
+
+# Where each column of a history read (`selectors._message_columns`) is among MESSAGE_COLUMNS.
+_READ_COLUMNS = tuple(
+    MESSAGE_COLUMNS.index(name)
+    for name in ("id", "thread", "resource_id", "role", "content", "created_at", "sequence")
+)
+
+
+def _insert_and_seed(rows: list[dict[str, Any]], messages: Sequence[Message]) -> None:
+    """SQLite: inserts the rows and offers each message to the next read of its row, which returns
+    the very text written here (see `selectors.message_seed`)."""
+    values = prepared_values(model_fields(models.Message, MESSAGE_COLUMNS), rows, connection)
+    insert_prepared(models.Message, values, fields=MESSAGE_COLUMNS)
+    for message, written in zip(messages, values, strict=True):
+        message_seed(tuple(written[i] for i in _READ_COLUMNS), message)
 
 
 @transaction.atomic(savepoint=False)  # inside a caller's transaction a failure aborts it whole anyway

@@ -113,6 +113,22 @@ def test_run_py_smoke(
     assert not list(tmp_path.glob("memproc-bench-*")), "bench/run.py left its temp folder behind"
 
 
+@pytest.mark.parametrize("phase", ["agent", "memory"])
+def test_run_py_times_turns_by_cpu_on_request(tmp_path: Path, phase: str) -> None:
+    """--clock cpu: each turn (each call of the memory phase) timed by the thread's CPU time."""
+    stats = tiny_run(tmp_path, "W3", "sqlite", "--phase", phase, "--clock", "cpu")
+    assert stats["clock"] == "cpu" and stats["phase"] == phase
+    assert 0 < stats["p50_ms"] <= stats["p95_ms"]
+    if phase == "memory":
+        assert 0 < stats["save_p50_ms"] <= stats["save_p95_ms"]
+    assert tiny_run(tmp_path, "W1", "sqlite")["clock"] == "wall"
+
+
+def test_run_py_refuses_an_unknown_clock() -> None:
+    refused = run_refused("bench/run.py", "--workload", "W1", "--clock", "sundial")
+    assert refused.returncode == 2 and "--clock" in refused.stderr
+
+
 @pytest.mark.redis
 def test_run_py_celery_smoke(tmp_path: Path, on_postgres: bool, bench_redis: None) -> None:
     """W2 with a real Celery worker (a subprocess of bench/run.py on the same database and Redis)."""
@@ -250,6 +266,8 @@ def test_paired_runs_both_checkouts_on_their_own_cores(tmp_path):
         "50",
         "--turns",
         "5",
+        "--clock",
+        "cpu",
         timeout=240,
     )
     assert [r["round"] for r in rounds] == [1, 2]
@@ -260,6 +278,7 @@ def test_paired_runs_both_checkouts_on_their_own_cores(tmp_path):
     assert (
         total["bench"] == "paired" and total["rounds"] == 2 and total["this_queries"] == total["base_queries"]
     )
+    assert total["clock"] == "cpu"
     expected = sorted(r["this"]["p50_ms"] / r["base"]["p50_ms"] for r in rounds)
     assert total["p50_ratio"] == round(sum(expected) / 2, 3)
     assert 0 <= total["this_faster_rounds"] <= 2
