@@ -37,6 +37,14 @@ RowsInsert = tuple[type[models.Model], Sequence[Mapping[str, Any]], Iterable[str
 _sqlite_writer = threading.RLock()
 
 
+@cache
+def vendor(using: str = "default") -> str:
+    """The database vendor of an alias, found once. Each read through Django's `connection` proxy
+    looks the connection up again (an asgiref local whose lookup, outside an event loop, raises and
+    catches an exception): a few microseconds each, several times a turn."""
+    return connections[using].vendor
+
+
 @contextmanager
 def one_sqlite_writer(using: str = "default") -> Iterator[None]:
     """On SQLite, this process's writers take turns on a Python lock before they begin.

@@ -18,6 +18,7 @@ from django.db.models.functions import Cast, Coalesce, Substr
 from django.utils.dateparse import parse_datetime
 
 from memproc import models
+from memproc.db import vendor
 from memproc.exceptions import ThreadNotFoundError, ValidationError
 from memproc.messages import PART_FIELDS, FrozenDict, Message, message_from_content
 from memproc.models import public_thread_id, split_thread_key, thread_key
@@ -44,7 +45,7 @@ def _message_columns_for(vendor: str) -> str:
 
 
 def _message_columns() -> str:
-    return _message_columns_for(connection.vendor)
+    return _message_columns_for(vendor())
 
 
 def _table(model: type[models.Model]) -> str:
@@ -243,7 +244,7 @@ def thread_read(
     the range came back short (messages were deleted): `messages_recent` then asks on its own.
     """
     params = [history, thread_key] if history > 0 else [thread_key]
-    rows = _fetch(_thread_read_sql(connection.vendor, history > 0, summary), params)
+    rows = _fetch(_thread_read_sql(vendor(), history > 0, summary), params)
     if not rows:
         return None, None, None
     first = rows[0]

@@ -7,7 +7,7 @@ from collections.abc import Collection, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
 from django.db.models import TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -21,6 +21,7 @@ from memproc.db import (
     insert_rows,
     model_fields,
     prepared_values,
+    vendor,
 )
 from memproc.exceptions import (
     AttachmentError,
@@ -71,7 +72,7 @@ NOT_NULL_VIOLATION = "23502"
 
 def is_one_statement(messages: Sequence[Message]) -> bool:
     """Whether `messages_insert` saves `messages` in one statement (PostgreSQL, below COPY's size)."""
-    return connection.vendor == "postgresql" and 0 < len(messages) < COPY_MIN_ROWS
+    return vendor() == "postgresql" and 0 < len(messages) < COPY_MIN_ROWS
 
 
 def _no_sequence(exc: Exception) -> bool:
@@ -154,7 +155,7 @@ def messages_insert(
             first = sequences_allocate(thread_key=key, count=len(rows))
             for row in rows:
                 row["sequence"] += first
-            if connection.vendor == "sqlite":
+            if vendor() == "sqlite":
                 _insert_and_seed(rows, messages)
             else:
                 insert_rows(models.Message, rows, fields=MESSAGE_COLUMNS)
@@ -187,7 +188,10 @@ _READ_COLUMNS = tuple(
 def _insert_and_seed(rows: list[dict[str, Any]], messages: Sequence[Message]) -> None:
     """SQLite: inserts the rows and offers each message to the next read of its row, which returns
     the very text written here (see `selectors.message_seed`)."""
-    values = prepared_values(model_fields(models.Message, MESSAGE_COLUMNS), rows, connection)
+    # The connection itself, not Django's `connection` proxy: each field's preparation reads its
+    # `ops`, and every read through the proxy looks the connection up again.
+    database = connections[DEFAULT_DB_ALIAS]
+    values = prepared_values(model_fields(models.Message, MESSAGE_COLUMNS), rows, database)
     insert_prepared(models.Message, values, fields=MESSAGE_COLUMNS)
     for message, written in zip(messages, values, strict=True):
         message_seed(tuple(written[i] for i in _READ_COLUMNS), message)
