@@ -38,7 +38,7 @@ _sqlite_writer = threading.RLock()
 
 
 @cache
-def vendor(using: str = "default") -> str:
+def vendor_of(using: str = "default") -> str:
     """The database vendor of an alias, found once. Each read through Django's `connection` proxy
     looks the connection up again (an asgiref local whose lookup, outside an event loop, raises and
     catches an exception): a few microseconds each, several times a turn."""

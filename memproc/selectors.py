@@ -18,7 +18,7 @@ from django.db.models.functions import Cast, Coalesce, Substr
 from django.utils.dateparse import parse_datetime
 
 from memproc import models
-from memproc.db import vendor
+from memproc.db import vendor_of
 from memproc.exceptions import ThreadNotFoundError, ValidationError
 from memproc.messages import PART_FIELDS, FrozenDict, Message, message_from_content
 from memproc.models import public_thread_id, split_thread_key, thread_key
@@ -45,7 +45,7 @@ def _message_columns_for(vendor: str) -> str:
 
 
 def _message_columns() -> str:
-    return _message_columns_for(vendor())
+    return _message_columns_for(vendor_of())
 
 
 def _table(model: type[models.Model]) -> str:
@@ -96,7 +96,7 @@ def _message_cached(row: tuple[Any, ...]) -> Message:
 
 # Messages this process has just saved, by the exact row a later read returns (SQLite, where content
 # and time come back as the text that was written): the next turn's history read finds its
-# predecessor's messages here instead of parsing them (~14 µs a message). A seed never read (its
+# predecessor's messages here instead of parsing them (~10 µs a message). A seed never read (its
 # save rolled back, or another process answers the thread) only waits for the next clear.
 _SEEDS: dict[tuple[Any, ...], Message] = {}
 _SEEDS_MAX = 256
@@ -244,7 +244,7 @@ def thread_read(
     the range came back short (messages were deleted): `messages_recent` then asks on its own.
     """
     params = [history, thread_key] if history > 0 else [thread_key]
-    rows = _fetch(_thread_read_sql(vendor(), history > 0, summary), params)
+    rows = _fetch(_thread_read_sql(vendor_of(), history > 0, summary), params)
     if not rows:
         return None, None, None
     first = rows[0]

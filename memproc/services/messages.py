@@ -21,7 +21,7 @@ from memproc.db import (
     insert_rows,
     model_fields,
     prepared_values,
-    vendor,
+    vendor_of,
 )
 from memproc.exceptions import (
     AttachmentError,
@@ -72,7 +72,7 @@ NOT_NULL_VIOLATION = "23502"
 
 def is_one_statement(messages: Sequence[Message]) -> bool:
     """Whether `messages_insert` saves `messages` in one statement (PostgreSQL, below COPY's size)."""
-    return vendor() == "postgresql" and 0 < len(messages) < COPY_MIN_ROWS
+    return vendor_of() == "postgresql" and 0 < len(messages) < COPY_MIN_ROWS
 
 
 def _no_sequence(exc: Exception) -> bool:
@@ -155,7 +155,7 @@ def messages_insert(
             first = sequences_allocate(thread_key=key, count=len(rows))
             for row in rows:
                 row["sequence"] += first
-            if vendor() == "sqlite":
+            if vendor_of() == "sqlite":
                 _insert_and_seed(rows, messages)
             else:
                 insert_rows(models.Message, rows, fields=MESSAGE_COLUMNS)
