@@ -49,6 +49,12 @@ def _message_columns() -> str:
 
 
 def _table(model: type[models.Model]) -> str:
+    return _quoted_table(vendor_of(), model)
+
+
+@functools.cache
+def _quoted_table(vendor: str, model: type[models.Model]) -> str:
+    # Per vendor (the quoting rules): per-turn statements name tables without reaching the connection.
     return connection.ops.quote_name(model._meta.db_table)
 
 

@@ -34,7 +34,12 @@ from memproc.models import public_thread_id, thread_key
 from memproc.processors.attachments import AttachmentUploader
 from memproc.processors.base import ProcessorContext
 from memproc.processors.tokens import get_token_counter
-from memproc.selectors import message_seed, messages_existing_rows, thread_owner_and_messages
+from memproc.selectors import (
+    MESSAGE_FIELDS,
+    message_seed,
+    messages_existing_rows,
+    thread_owner_and_messages,
+)
 from memproc.services.attachments import (
     DjangoAttachmentStore,
     attachment_delete,
@@ -178,10 +183,9 @@ def messages_insert(
     )
 
 
-# Where each column of a history read (`selectors._message_columns`) is among MESSAGE_COLUMNS.
+# Where each column of a read row (selectors.MESSAGE_FIELDS, by attname) is among MESSAGE_COLUMNS.
 _READ_COLUMNS = tuple(
-    MESSAGE_COLUMNS.index(name)
-    for name in ("id", "thread", "resource_id", "role", "content", "created_at", "sequence")
+    MESSAGE_COLUMNS.index(models.Message._meta.get_field(name).name) for name in MESSAGE_FIELDS
 )
 
 
