@@ -4,8 +4,9 @@ Wire names (never renamed; payloads are ids and small scalars, JSON-serialisable
 
 - ``memproc.embed_messages``      ``{"message_ids": [...], "agent_id": str | None,
   "embedder": dotted path | None, "vector_store": dotted path | None}``
-- ``memproc.generate_title``      ``{"thread_id": str, "agent_id": str, "resource_id": str}``
-  (a thread id names a thread within its resource; jobs sent before 0.2 carry no resource_id)
+- ``memproc.generate_title``      ``{"thread_id": str, "agent_id": str, "resource_id": str,
+  "agent_model": str | None, "title_model": str | None, "instructions": str | None}`` (a thread id
+  names a thread within its resource; jobs sent before 0.2 carry no resource_id, before 0.3 no models)
 - ``memproc.backfill_embeddings`` ``{"embedder": dotted path | None, "agent_id": str | None,
   "batch_size": int, "resource_id": str | None, "thread_id": str | None}``
 - ``memproc.purge_resource``      ``{"resource_id": str}``
@@ -51,7 +52,7 @@ from memproc.services.compaction import thread_compact
 from memproc.services.purge import expired_purge, resource_purge
 from memproc.services.recall import messages_embed
 from memproc.services.reindex import embedding_index_merge, reindex_run
-from memproc.services.titles import thread_title_generate
+from memproc.services.titles import thread_title_generate, title_options
 
 logger = logging.getLogger(__name__)
 
@@ -93,11 +94,28 @@ def embed_messages(
     )
 
 
-def generate_title(thread_id: str, agent_id: str, resource_id: str | None = None) -> str | None:
-    """Titles an untitled thread from its first user message with the agent's model (LookupError,
-    permanent, if no agent `agent_id` is registered in this process)."""
+def generate_title(
+    thread_id: str,
+    agent_id: str,
+    resource_id: str | None = None,
+    agent_model: str | None = None,
+    title_model: str | None = None,
+    instructions: str | None = None,
+) -> str | None:
+    """Titles an untitled thread from its first user message: with the options of agent `agent_id`
+    when it is registered here, else with the job's `title_model` or `agent_model` and
+    `instructions` (jobs sent before 0.3 carry neither: LookupError, permanent)."""
     key = thread_key_for(thread_id=thread_id, resource_id=resource_id)
-    return thread_title_generate(thread_key=key, agent=get_agent(agent_id))
+    try:
+        agent = get_agent(agent_id)
+    except LookupError:
+        if not (title_model or agent_model):
+            raise
+        model, chosen = title_model or agent_model, instructions
+    else:
+        options = title_options(generate_title=agent.memory.generate_title, agent_model=agent.model)
+        model, chosen = options["model"], options["instructions"]
+    return thread_title_generate(thread_key=key, model=model, instructions=chosen)
 
 
 def backfill_embeddings(

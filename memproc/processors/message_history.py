@@ -85,7 +85,8 @@ class MessageHistory:
                 limit=max(window, len(new) - 1),
                 last_sequence=turn.thread_last_sequence,
             )
-        history = stored[len(stored) - window :] if window else []
+        # The newest min(window, stored): `stored` may hold more (the echo check reads further back).
+        history = stored[max(0, len(stored) - window) :] if window else []
         # A message a guardrail quarantined is read (the echo check below needs it) but never loaded.
         history = [m for m in history if not _quarantined(m)]
         if summary is not None:  # what the summary covers is not history any more

@@ -23,11 +23,12 @@ class TokenLimiter:
     Reads: `ctx.messages`, `ctx.system_messages`, `ctx.loaded_ids`, and the token counter
     (`counter`, default `MEMPROC["TOKENIZER"]`, resolved at use time).
 
-    Changes, on input: drops whole messages from the history memory loaded, oldest first, until
-    system messages + messages + the reply's priming fit in `limit`. An assistant tool call and the
-    tool messages answering it go together (never one without the other). Records the final count
-    in `ctx.state["tokens"]` and the number of dropped messages in `ctx.state["dropped"]`; returns
-    None when nothing is dropped.
+    Changes, on input and again before every model call (`process_input_step`: a tool loop's calls
+    and results grow the prompt): drops whole messages from the history memory loaded, oldest
+    first, until system messages + messages + the reply's priming fit in `limit`. An assistant tool
+    call and the tool messages answering it go together (never one without the other). Records the
+    last call's count in `ctx.state["tokens"]` and the most messages dropped for one call in
+    `ctx.state["dropped"]`; returns None when nothing is dropped.
 
     Changes, on output (only with `output_limit`): `process_output_stream` counts text deltas and,
     past the limit, cuts the crossing delta to fit and drops later text ("truncate") or aborts
@@ -35,7 +36,8 @@ class TokenLimiter:
     does the same to the assistant text of the turn's responses.
 
     Never: drops or edits a system message or the turn's own new input (if those alone exceed the
-    limit the turn aborts with a clear reason; input aborts are final), edits a message's text on
+    limit the turn aborts with a clear reason, also when this turn's tool calls and results push a
+    later call past it; input aborts are final), edits a message's text on
     input, or mutates what it is given.
 
     Order: last in `input_processors`, so it measures the prompt the model will get (after recall,
@@ -75,6 +77,15 @@ class TokenLimiter:
     # --- input ---------------------------------------------------------------------------------
 
     def process_input(self, ctx: ProcessorContext) -> list[Message] | None:
+        return self._fit(ctx)
+
+    def process_input_step(self, ctx: ProcessorContext) -> list[Message] | None:
+        """Before every model call: a tool loop's calls and results grow the prompt, and a provider
+        answers 400 past its context window, so each call is fitted again (as Mastra's limiter
+        does). This turn's responses are never dropped; only history memory loaded is."""
+        return self._fit(ctx)
+
+    def _fit(self, ctx: ProcessorContext) -> list[Message] | None:
         counter = self.get_counter()
         messages = list(ctx.messages)
         costs = [counter.count_message(m) for m in messages]
@@ -89,15 +100,17 @@ class TokenLimiter:
         input_tokens = sum(costs[i] for group in pinned for i in group)
         fixed = system_tokens + input_tokens + self.reply_tokens
         if fixed > self.limit:
+            what = "the new messages" if ctx.step == 0 else "the new messages and this turn's tool calls"
             ctx.abort(
                 f"The input needs {fixed} tokens ({system_tokens} in system messages, {input_tokens} in "
-                f"the new messages) but the token limit is {self.limit}; dropping older history cannot "
+                f"{what}) but the token limit is {self.limit}; dropping older history cannot "
                 "make it fit. Shorten the input or the instructions, or raise the limit.",
                 metadata={
                     "limit": self.limit,
                     "tokens": fixed,
                     "system_tokens": system_tokens,
                     "input_tokens": input_tokens,
+                    "step": ctx.step,
                 },
             )
 
@@ -110,9 +123,9 @@ class TokenLimiter:
             total -= sum(costs[i] for i in group)
 
         ctx.state["tokens"] = total
-        ctx.state["dropped"] = len(dropped)
+        ctx.state["dropped"] = max(len(dropped), ctx.state.get("dropped", 0))
         if ctx.turn is not None:  # shown with the result: "what memory put in front of the model"
-            ctx.turn.info["tokens"] = {"total": total, "limit": self.limit, "dropped": len(dropped)}
+            ctx.turn.info["tokens"] = {"total": total, "limit": self.limit, "dropped": ctx.state["dropped"]}
         if not dropped:
             return None
         return [m for i, m in enumerate(messages) if i not in dropped]

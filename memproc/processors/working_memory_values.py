@@ -25,13 +25,16 @@ __all__ = [
 
 
 def deep_merge(current: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """Objects merge, `None` deletes a key, everything else (arrays included) replaces."""
+    """Objects merge, `None` deletes a key, everything else (arrays included) replaces. An object
+    that replaces a missing key or a non-object is merged into an empty one, so a `None` inside it
+    stores no null either."""
     merged = dict(current)
     for key, value in patch.items():
         if value is None:
             merged.pop(key, None)
-        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
+        elif isinstance(value, dict):
+            old = merged.get(key)
+            merged[key] = deep_merge(old if isinstance(old, dict) else {}, value)
         else:
             merged[key] = value
     return merged

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memproc import models
 from memproc.llm import resolve_model
 from memproc.llm.types import ModelRequest
 from memproc.messages import Message
-
-if TYPE_CHECKING:
-    from memproc.agents.agent import Agent
 
 logger = logging.getLogger(__name__)
 
@@ -34,10 +31,14 @@ _PREFIX = re.compile(r"^\s*(?:title|thread title|conversation title)\s*[:\-–�
 _QUOTES = "\"'`“”‘’«»*#"
 
 
-def thread_title_generate(*, thread_key: str, agent: Agent) -> str | None:
+def thread_title_generate(
+    *, thread_key: str, model: Any = None, instructions: str | None = None
+) -> str | None:
     """Titles an untitled thread from its first user message; returns the title, or None if unchanged.
 
-    The title is written by the agent's model, or the one its `Memory(generate_title={...})` names.
+    The title is written by `model` (a ChatModel or "provider/model"; None: the DEFAULT_MODEL
+    setting's) with `instructions` (None: TITLE_INSTRUCTIONS); `title_options` derives both from an
+    agent's `Memory(generate_title=...)`.
     Does nothing when the thread is gone, already has a title, or has no user text. The title is
     written with a conditional UPDATE, so a title set meanwhile (by a user, the API, the admin) is
     never overwritten; `updated_at` is left alone, so titling does not reorder a thread list.
@@ -49,10 +50,8 @@ def thread_title_generate(*, thread_key: str, agent: Agent) -> str | None:
     first = _first_user_text(thread_key)
     if not first:
         return None
-    options = _title_options(agent)
-    model = options["model"]
-    request = _title_request(first, instructions=options["instructions"])
-    response = model.generate(request)
+    request = _title_request(first, instructions=instructions or TITLE_INSTRUCTIONS)
+    response = resolve_model(model).generate(request)
     new_title = clean_title(response.text) or clean_title(first)
     if not new_title:
         return None
@@ -82,15 +81,14 @@ def _first_user_text(thread_key: str) -> str:
     return next((t.strip() for t in texts if t.strip()), "")
 
 
-def _title_options(agent: Agent) -> dict[str, Any]:
-    setting = getattr(agent.memory, "generate_title", True)
-    options = setting if isinstance(setting, dict) else {}
+def title_options(*, generate_title: Any, agent_model: Any) -> dict[str, Any]:
+    """The model and instructions of `Memory(generate_title=True | {"model", "instructions"})`: the
+    dict's model, else the agent's; the dict's instructions, else None (the default ones)."""
+    options = generate_title if isinstance(generate_title, dict) else {}
     model = options.get("model")
-    if model is not None:
-        model = resolve_model(model)
     return {
-        "model": model if model is not None else agent.model,
-        "instructions": options.get("instructions") or TITLE_INSTRUCTIONS,
+        "model": model if model is not None else agent_model,
+        "instructions": options.get("instructions") or None,
     }
 
 

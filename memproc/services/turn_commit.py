@@ -16,6 +16,7 @@ from memproc.services.compaction import compaction_enqueue
 from memproc.services.messages import is_one_statement, messages_insert
 from memproc.services.recall import sources_embed, sources_for
 from memproc.services.threads import thread_ensure
+from memproc.services.titles import thread_title_generate, title_options
 from memproc.services.tripwires import tripwire_log
 from memproc.services.turn_records import (
     RECORD_FIELDS,
@@ -84,14 +85,7 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
                 request=compaction,
             )
         if writes.generate_title and writes.messages:
-            background.enqueue(
-                "memproc.generate_title",
-                kwargs={
-                    "thread_id": turn.thread_id,
-                    "resource_id": turn.resource_id,
-                    "agent_id": turn.agent.id,
-                },
-            )
+            _enqueue_title(turn, key)
     if writes.messages:
         turn.attachments = []  # committed (or deleted after commit): nothing left to discard
 
@@ -127,9 +121,39 @@ def _save_is_one_statement(turn: Turn) -> bool:
     )
 
 
+def _enqueue_title(turn: Turn, key: str) -> None:
+    """Titles the new thread after commit. The job names the agent, and also carries the models as
+    strings, so a worker titles threads of agents it has not registered (a model given as an object
+    cannot travel: such an agent must be registered where the worker runs). Inline, the agent's own
+    objects are used, registered or not."""
+    agent = turn.agent
+    options = title_options(generate_title=agent.memory.generate_title, agent_model=agent.model)
+    title_model = options["model"] if isinstance(options["model"], str) else None
+
+    def title_now() -> None:
+        thread_title_generate(thread_key=key, model=options["model"], instructions=options["instructions"])
+
+    background.enqueue(
+        "memproc.generate_title",
+        kwargs={
+            "thread_id": turn.thread_id,
+            "resource_id": turn.resource_id,
+            "agent_id": agent.id,
+            "agent_model": agent.model_id if agent.model_id != "default" else None,
+            "title_model": title_model,
+            "instructions": options["instructions"],
+        },
+        inline=title_now,
+    )
+
+
 def _enqueue_embedding(turn: Turn) -> None:
     writes = turn.writes
-    sources = sources_for(writes.embed, thread_id=turn.thread_id or "", resource_id=turn.resource_id or "")
+    # Only what this save stored: a turn that keeps no history (`last_messages=False`) but writes
+    # working memory saves no message, and a vector needs its message row.
+    saved = {m.id for m in writes.messages}
+    embed = [m for m in writes.embed if m.id in saved]
+    sources = sources_for(embed, thread_id=turn.thread_id or "", resource_id=turn.resource_id or "")
     if not sources:
         return
 

@@ -126,8 +126,8 @@ def test_generate_title_options_choose_the_model_and_instructions(make_agent, mo
 def test_the_service_returns_the_title_it_wrote(titled_agent, model):
     Memory().save_messages("What is a good name for a cat?", thread_id="t1", resource_id=R)
     model.add("Naming a cat")
-    assert thread_title_generate(thread_key=thread_key(R, "t1"), agent=titled_agent) == "Naming a cat"
-    assert thread_title_generate(thread_key=thread_key(R, "t1"), agent=titled_agent) is None
+    assert thread_title_generate(thread_key=thread_key(R, "t1"), model=titled_agent.model) == "Naming a cat"
+    assert thread_title_generate(thread_key=thread_key(R, "t1"), model=titled_agent.model) is None
 
 
 @pytest.mark.parametrize(
@@ -148,3 +148,35 @@ def test_clean_title_cuts_long_titles_at_a_word():
     cleaned = clean_title("word " * 40)
     assert len(cleaned) <= MAX_TITLE_CHARS
     assert cleaned.endswith("word…")
+
+
+def test_an_agent_that_is_not_registered_gets_its_title_inline(make_agent, model, caplog):
+    """Issue 32: `generate_title=True` on an agent nobody registered titled nothing (LookupError)."""
+    agent = make_agent(id="never-registered", memory=Memory(generate_title=True))
+    model.add("reply", "Bees and gardens")
+    with caplog.at_level(logging.ERROR, logger="memproc"):
+        agent.generate("I keep bees in my garden", thread_id="t1", resource_id=R)
+    assert title() == "Bees and gardens"
+    assert "LookupError" not in caplog.text
+
+
+def test_a_worker_titles_an_unregistered_agents_thread_with_the_jobs_model(make_agent, celery_sends):
+    """The job carries the agent's model as a string, so a worker without the agent still titles."""
+    agent = make_agent(id="never-registered", model="local/echo", memory=Memory(generate_title=True))
+    agent.generate("Naming a cat", thread_id="t1", resource_id=R)
+    job = celery_sends.named("memproc.generate_title")[0]
+    assert job["agent_model"] == "local/echo" and job["title_model"] is None
+
+    outcome = generate_title_task.apply(kwargs=job)
+
+    assert outcome.successful()
+    assert title() != "" and "cat" in title().lower()
+
+
+def test_the_jobs_title_model_and_instructions_come_from_generate_title(make_agent, celery_sends):
+    memory = Memory(generate_title={"model": "local/echo", "instructions": "Three words."})
+    agent = make_agent(id="never-registered", memory=memory)
+    agent.model.add("reply")
+    agent.generate("a question about cats", thread_id="t1", resource_id=R)
+    job = celery_sends.named("memproc.generate_title")[0]
+    assert (job["title_model"], job["instructions"]) == ("local/echo", "Three words.")

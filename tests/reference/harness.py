@@ -1,0 +1,245 @@
+"""Runs the real agent on a reference scenario and reads back what it did, in the reference's terms.
+
+Only public surfaces: `Agent` and its four drivers, `Memory`'s API, the requests the model
+received, and the stored rows read with `memproc.selectors.messages_recent`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from asgiref.sync import async_to_sync
+
+from memproc import Agent, Memory, tool
+from memproc.llm.types import ModelResponse, ToolCall
+from memproc.messages import Message
+from memproc.models import thread_key
+from memproc.processors import TokenLimiter, ToolCallFilter
+from memproc.processors.semantic_recall import cross_thread_message
+from memproc.selectors import messages_recent
+from memproc.testing import HashEmbedder, ScriptedModel
+from tests.reference.model import Config, Expected, Msg, Round, Turn
+
+DRIVERS = ("generate", "stream", "agenerate", "astream")
+INSTRUCTIONS = "You are the reference agent."
+BLOCK_WORD = "forbidden"
+WM_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "likes": {"type": "array", "items": {"type": "string"}},
+        "home": {"type": "object"},
+    },
+}
+
+
+@tool
+def lookup(q: str) -> str:
+    """Looks a topic up."""
+    return f"facts about {q}"
+
+
+class InputGuard:
+    """Blocks a turn whose new input says the block word (rule 4)."""
+
+    id = "reference-input-guard"
+
+    def process_input(self, ctx: Any) -> None:
+        if any(BLOCK_WORD in m.text for m in ctx.input_messages):
+            ctx.abort("blocked input")
+
+
+class OutputGuard:
+    """Blocks a turn whose final answer says the block word (rule 5)."""
+
+    id = "reference-output-guard"
+
+    def process_output_result(self, ctx: Any) -> None:
+        if any(BLOCK_WORD in m.text for m in ctx.messages):
+            ctx.abort("blocked output")
+
+
+def build_memory(config: Config, embedder: HashEmbedder) -> Memory:
+    recall: Any = False
+    if config.recall is not None:
+        r = config.recall
+        recall = {
+            "top_k": r.top_k,
+            "message_range": {"before": r.before, "after": r.after},
+            "scope": r.scope,
+            "threshold": r.threshold,
+        }
+    working_memory: Any = False
+    if config.working_memory is not None:
+        working_memory = {"enabled": True, "scope": config.working_memory}
+        if config.wm_schema:
+            working_memory["schema"] = WM_SCHEMA
+    return Memory(
+        last_messages=config.last_messages,
+        semantic_recall=recall,
+        working_memory=working_memory,
+        embedder=embedder,
+        read_only=config.read_only,
+        **({"history_tokens": config.history_tokens} if config.history_tokens else {}),
+    )
+
+
+def build_agent(
+    config: Config, memory: Memory, model: ScriptedModel, *, agent_id: str = "reference"
+) -> Agent:
+    inputs: list[Any] = []
+    if config.tool_filter:
+        inputs.append(ToolCallFilter())
+    inputs.append(InputGuard())
+    if config.token_limit is not None:
+        inputs.append(TokenLimiter(config.token_limit))
+    return Agent(
+        id=agent_id,
+        instructions=INSTRUCTIONS,
+        model=model,
+        memory=memory,
+        tools=[lookup],
+        input_processors=inputs,
+        output_processors=[OutputGuard()],
+    )
+
+
+def script(rounds: Sequence[Round]) -> list[Any]:
+    """The model's responses for a turn's rounds."""
+    out: list[Any] = []
+    for r in rounds:
+        if r.calls:
+            calls = [ToolCall(c.tool_call_id, c.tool_name, dict(_thaw(c.args))) for c in r.calls]
+            out.append(ModelResponse(text=r.text, tool_calls=calls))
+        else:
+            out.append(r.text)
+    return out
+
+
+def call_input(turn: Turn, forms: Sequence[str]) -> list[Any]:
+    """The turn's input as a caller would send it: a Message (with its id), a dict or a string."""
+    given: list[Any] = []
+    for m, form in zip(turn.inputs, forms, strict=True):
+        if form == "message" or m.id is not None or len(m.parts) != 1 or m.role == "tool" or not m.text:
+            given.append(Message.create(m.role, m.parts, **({"id": m.id} if m.id else {})))
+        elif form == "dict":
+            given.append({"role": m.role, "content": m.text})
+        else:
+            given.append(m.text if m.role == "user" else {"role": m.role, "content": m.text})
+    return given
+
+
+def run(agent: Agent, driver: str, messages: list[Any], turn: Turn) -> Any:
+    """One turn through `driver`; returns the GenerateResult."""
+    kwargs: dict[str, Any] = {"thread_id": turn.thread_id, "resource_id": turn.resource_id}
+    if turn.options:
+        kwargs["memory_options"] = dict(turn.options)
+    if driver == "generate":
+        return agent.generate(messages, **kwargs)
+    if driver == "stream":
+        events = list(agent.stream(messages, **kwargs))
+        return events[-1].result
+    if driver == "agenerate":
+        return async_to_sync(agent.agenerate)(messages, **kwargs)
+
+    async def drain() -> Any:
+        last = None
+        async for event in agent.astream(messages, **kwargs):
+            last = event
+        return last.result if last is not None else None
+
+    return async_to_sync(drain)()
+
+
+# --- reading back -----------------------------------------------------------------------------------
+
+
+def to_msg(message: Message) -> Msg:
+    return Msg(message.role, tuple(message.parts), id=message.id)
+
+
+def shapes(messages: Sequence[Any]) -> list[tuple[Any, ...]]:
+    return [(m.role, m.text, _calls(m), _results(m)) for m in messages]
+
+
+def _calls(m: Any) -> tuple[str, ...]:
+    return tuple(c.tool_call_id for c in m.tool_calls) if isinstance(m, Message) else m.calls
+
+
+def _results(m: Any) -> tuple[str, ...]:
+    return tuple(r.tool_call_id for r in m.tool_results) if isinstance(m, Message) else m.results
+
+
+def stored(resource_id: str, thread_id: str) -> list[Message]:
+    return messages_recent(thread_key=thread_key(resource_id, thread_id), limit=100_000)
+
+
+def system_kind(message: Message) -> str:
+    if message.id.startswith("instructions"):
+        return "instructions"
+    return {
+        "working-memory": "working-memory",
+        "semantic-recall:other-threads": "recall",
+    }.get(message.id, "input")
+
+
+def working_memory_data(message: Message) -> str:
+    text = message.text
+    return text[
+        text.rindex("<working_memory>\n") + len("<working_memory>\n") : text.rindex("\n</working_memory>")
+    ]
+
+
+def compare_turn(requests: Sequence[Any], expected: Expected, *, schema: bool, template: str) -> None:
+    """The model's requests of one turn against the reference's."""
+    got = [[m for m in r.messages if m.role != "system"] for r in requests]
+    if expected.ambiguous_recall:  # float32 rounding may pick other hits: only the count is compared
+        assert len(got) == len(expected.requests)
+        return
+    assert [shapes(r) for r in got] == [shapes(r) for r in expected.requests], "model requests differ"
+    if not requests:
+        return
+    system = [m for m in requests[0].messages if m.role == "system"]
+    assert [system_kind(m) for m in system] == expected.system, "system messages differ"
+    assert requests[0].messages[: len(system)] == system, "system messages come first"
+    for m in system:
+        if m.id == "working-memory":
+            data = working_memory_data(m)
+            want = expected.working_memory or ("{}" if schema else template)
+            if schema:
+                assert json.loads(data) == json.loads(want)
+            else:
+                assert data == want
+        if m.id == "semantic-recall:other-threads":
+            assert {r["id"] for r in m.metadata["recalled"]} == expected.cross_thread
+
+
+def system_tokens_counter(
+    agent: Agent, memory: Memory, counter: Any, *, resource_id: str, read_only: bool
+) -> Callable[..., int]:
+    """Counts the system messages a turn's prompt will hold, worded by memproc's own processors."""
+
+    def count(system_input: Sequence[Msg], wm: str | None, elsewhere: Sequence[Msg]) -> int:
+        messages = [agent.instructions_message(), *(Message.create("system", m.parts) for m in system_input)]
+        if wm is not None:
+            processor = copy.copy(memory.working_memory_processor)
+            processor.read_only = read_only
+            messages.append(processor.system_message(wm))
+        if elsewhere:
+            threads = {m.thread_id for m in elsewhere}
+            rows = {m.id: m for t in threads for m in stored(resource_id, t or "")}
+            messages.append(cross_thread_message([rows[m.id] for m in elsewhere]))
+        return sum(counter.count_message(m) for m in messages)
+
+    return count
+
+
+def _thaw(value: Any) -> Any:
+    if hasattr(value, "items"):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_thaw(v) for v in value]
+    return value
