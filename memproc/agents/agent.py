@@ -72,6 +72,13 @@ class Agent:
         return spec if isinstance(spec, str) else getattr(spec, "id", "") or "default"
 
     @property
+    def model_name(self) -> str | None:
+        """The "provider/model" string the agent was given (what a worker can resolve), or None
+        when it was given a model object."""
+        spec = self._model_spec
+        return spec if isinstance(spec, str) else None
+
+    @property
     def max_steps(self) -> int:
         return self._max_steps or settings.MAX_TOOL_STEPS
 

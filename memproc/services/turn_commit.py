@@ -139,7 +139,7 @@ def _enqueue_title(turn: Turn, key: str) -> None:
             "thread_id": turn.thread_id,
             "resource_id": turn.resource_id,
             "agent_id": agent.id,
-            "agent_model": agent.model_id if agent.model_id != "default" else None,
+            "agent_model": agent.model_name,
             "title_model": title_model,
             "instructions": options["instructions"],
         },

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator
 
@@ -139,15 +140,19 @@ def test_requests_that_use_the_database_at_once_are_bounded_under_asgi(
     settings.MEMPROC = {**settings.MEMPROC, "ASYNC_THREADS": 2}
     monkeypatch.setattr(admission, "_permits", None)
     inside, peak = [0], [0]
+    holding = threading.local()  # whether this thread holds its permit: taken once, given back once
     real_acquire, real_release = admission.admission_acquire, admission.admission_release
 
     def acquire() -> None:
         real_acquire()
-        inside[0] += 1
-        peak[0] = max(peak[0], inside[0])
+        if not getattr(holding, "permit", False):
+            holding.permit = True
+            inside[0] += 1
+            peak[0] = max(peak[0], inside[0])
 
     def release() -> None:
-        if getattr(admission._held, "permit", None) is not None:
+        if getattr(holding, "permit", False):
+            holding.permit = False
             inside[0] -= 1
         real_release()
 
@@ -188,34 +193,65 @@ def test_requests_that_use_the_database_at_once_are_bounded_under_asgi(
     assert models.Message.objects.filter(thread__public_id__startswith="t").count() == 16
 
 
-def test_admission_bounds_the_threads_that_hold_a_permit(monkeypatch, settings):
-    import threading
+def permits_free(count: int) -> bool:
+    """Whether `count` threads can hold a permit at once now (each gives it back after)."""
+    from memproc.api import admission
 
+    together = threading.Barrier(count, timeout=1)
+    met: list[bool] = []
+
+    def hold() -> None:
+        admission.admission_acquire()
+        try:
+            together.wait()
+            met.append(True)
+        except threading.BrokenBarrierError:
+            pass
+        finally:
+            admission.admission_release()
+
+    threads = [threading.Thread(target=hold, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return len(met) == count
+
+
+def test_admission_bounds_the_threads_that_hold_a_permit(monkeypatch, settings):
     from memproc.api import admission
 
     settings.MEMPROC = {**settings.MEMPROC, "ASYNC_THREADS": 3}
     monkeypatch.setattr(admission, "_permits", None)
     inside, peak, lock = [0], [0], threading.Lock()
+    errors: list[BaseException] = []
 
     def request() -> None:
-        admission.admission_acquire()
-        admission.admission_acquire()  # a second take by the same thread holds one permit
-        with lock:
-            inside[0] += 1
-            peak[0] = max(peak[0], inside[0])
-        time.sleep(0.05)
-        with lock:
-            inside[0] -= 1
-        admission.admission_release()
-        admission.admission_release()  # nothing held: nothing given back twice
+        try:
+            admission.admission_acquire()
+            admission.admission_acquire()  # a second take by the same thread holds one permit
+            with lock:
+                inside[0] += 1
+                peak[0] = max(peak[0], inside[0])
+            time.sleep(0.05)
+            with lock:
+                inside[0] -= 1
+            admission.admission_release()
+            admission.admission_release()  # nothing held: nothing given back twice
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            errors.append(exc)
 
-    threads = [threading.Thread(target=request) for _ in range(12)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
-    assert peak[0] == 3
-    assert admission._semaphore()._value == 3  # every permit back
+    for _ in range(2):  # the second round finds every permit of the first given back
+        peak[0] = 0
+        threads = [threading.Thread(target=request, daemon=True) for _ in range(12)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 10
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        assert not errors and peak[0] == 3
+    assert permits_free(3) and not permits_free(4)
 
 
 def test_a_request_that_fails_unanswered_gives_its_permit_back(
@@ -250,7 +286,7 @@ def test_a_request_that_fails_unanswered_gives_its_permit_back(
         return statuses
 
     assert run(twice) == [500, 500]  # the second one got the only permit back, and did not hang
-    assert admission._semaphore()._value == 1
+    assert permits_free(1)
 
 
 def test_a_database_that_refuses_connections_is_a_json_503(owner_client, agent, model, resource, monkeypatch):

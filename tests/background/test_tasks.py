@@ -97,7 +97,15 @@ def test_a_turn_sends_embedding_and_title_tasks_by_wire_name_with_ids_only(make_
         {"message_ids": [m.id for m in result.messages], "agent_id": "titled"}
     ]
     assert celery_sends.named("memproc.generate_title") == [
-        {"thread_id": "t1", "resource_id": R, "agent_id": "titled"}
+        {
+            "thread_id": "t1",
+            "resource_id": R,
+            "agent_id": "titled",
+            # A model object cannot travel: no model names, the worker needs the agent registered.
+            "agent_model": None,
+            "title_model": None,
+            "instructions": None,
+        }
     ]
     assert vector_count() == 0  # the worker's job, not the turn's
 
@@ -111,7 +119,14 @@ def test_only_a_new_thread_gets_a_title_task(make_agent, model, celery_sends):
     model.add("three")
     agent.generate("third", thread_id="named", resource_id=R)
     assert celery_sends.named("memproc.generate_title") == [
-        {"thread_id": "t1", "resource_id": R, "agent_id": "bg-agent"}
+        {
+            "thread_id": "t1",
+            "resource_id": R,
+            "agent_id": "bg-agent",
+            "agent_model": None,
+            "title_model": None,
+            "instructions": None,
+        }
     ]
 
 

@@ -88,11 +88,20 @@ def test_a_batch_gives_the_same_vectors_as_one_text_at_a_time(embedder: MiniLMEm
     assert embedder.embed([]) == []
 
 
-def test_instances_share_one_loaded_session(embedder: MiniLMEmbedder) -> None:
-    embedder.embed(["warm"])
-    other = MiniLMEmbedder(batch_size=8)
-    other.embed(["warm"])
-    assert other._runtime()[1] is embedder._runtime()[1]
+def test_instances_share_one_loaded_model(embedder: MiniLMEmbedder, monkeypatch) -> None:
+    import onnxruntime
+
+    loads: list[str] = []
+    real = onnxruntime.InferenceSession
+
+    def counting(model, *args, **kwargs):
+        loads.append(model)
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", counting)
+    first, second = MiniLMEmbedder(batch_size=8), MiniLMEmbedder(batch_size=2)
+    assert first.embed(["warm"]) == second.embed(["warm"]) == embedder.embed(["warm"])
+    assert len(loads) <= 1  # none when an earlier test loaded it in this process
 
 
 def test_options_are_validated() -> None:

@@ -1,9 +1,9 @@
 """Issue 16, item 4: one bad embedder reply must not poison a text for good.
 
 A NaN/inf, wrong-size, all-zero or missing vector is an embedder error (`EmbedderUnavailable`, which
-the background tasks retry): it is never remembered by content hash in the process cache, never
-written to `MessageEmbedding`, and never read back from it. The same text embeds and recalls normally
-once the embedder answers properly again, without a restart.
+the background tasks retry): it is never remembered (the same text is sent to the embedder again),
+never written to `MessageEmbedding`, and never read back from it. The same text embeds and recalls
+normally once the embedder answers properly again, without a restart.
 """
 
 from __future__ import annotations
@@ -76,8 +76,11 @@ def _empty_vector_cache() -> Iterator[None]:
     recall.clear_vector_cache()
 
 
-def cached(text: str, embedder_id: str) -> bool:
-    return content_hash(text, embedder_id) in recall._vector_cache
+def asks_the_embedder(embedder: SometimesBad, text: str) -> bool:
+    """Whether a recall query for `text` now goes to the embedder, rather than to a remembered vector."""
+    calls = len(embedder.calls)
+    query_embed(text, embedder)
+    return len(embedder.calls) > calls
 
 
 def saved_messages(texts: list[str], *, thread_id: str = "t1") -> list[Message]:
@@ -115,13 +118,16 @@ def test_a_bad_query_vector_is_an_embedder_error_and_is_not_cached(kind: str) ->
     embedder = SometimesBad(BAD_VECTORS[kind])
     with pytest.raises(EmbedderUnavailable, match=embedder.id):
         query_embed("where did I park the car", embedder)
-    assert not cached("where did I park the car", embedder.id)
+    with pytest.raises(EmbedderUnavailable, match=embedder.id):  # asked again, not remembered
+        query_embed("where did I park the car", embedder)
+    assert embedder.calls == [["where did I park the car"]] * 2
 
     embedder.broken = False  # the embedder recovers: the same text embeds, no restart needed
     vector = query_embed("where did I park the car", embedder)
     expected = np.asarray(HashEmbedder(dimensions=DIMS).embed(["where did I park the car"])[0])
     np.testing.assert_allclose(vector, expected, rtol=1e-6)
-    assert cached("where did I park the car", embedder.id)
+    assert len(embedder.calls) == 3
+    assert not asks_the_embedder(embedder, "where did I park the car")  # a good vector is remembered
 
 
 def test_a_long_query_is_checked_too(settings) -> None:
@@ -135,7 +141,8 @@ def test_a_reply_without_one_vector_per_text_is_an_embedder_error() -> None:
     embedder = TooFewVectors(BAD_VECTORS["nan"])
     with pytest.raises(EmbedderUnavailable, match="0 vectors for 1 text"):
         query_embed("hello", embedder)
-    assert not recall._vector_cache
+    embedder.broken = False
+    assert asks_the_embedder(embedder, "hello")
 
 
 # --- stored vectors (MessageEmbedding) -----------------------------------------------------------
@@ -151,9 +158,9 @@ def test_bad_vectors_are_never_stored_nor_cached(kind: str) -> None:
         sources_embed(sources=sources(messages), embedder=embedder)
 
     assert MessageEmbedding.objects.count() == 0
-    assert not recall._vector_cache
     embedder.broken = False  # a retry (Celery's, or the next backfill) now stores the right vectors
     assert sources_embed(sources=sources(messages), embedder=embedder) == 2
+    assert embedder.calls[-1] == [m.text for m in messages]  # nothing of the bad reply was kept
     for row in MessageEmbedding.objects.all():
         assert vector_problem(row.vector, DIMS) is None
 
@@ -173,7 +180,10 @@ def test_one_bad_vector_in_a_batch_stores_nothing_of_that_batch() -> None:
     with pytest.raises(EmbedderUnavailable, match="vector 2 of 3"):
         sources_embed(sources=sources(messages), embedder=embedder)
     assert MessageEmbedding.objects.count() == 0
-    assert not recall._vector_cache  # not even the good ones of a reply that cannot be trusted
+    del embedder.embed  # answers properly again (and logs its calls)
+    embedder.broken = False
+    # Not even the good vectors of a reply that cannot be trusted were kept: all are asked again.
+    assert [asks_the_embedder(embedder, m.text) for m in messages] == [True, True, True]
 
 
 @pytest.mark.django_db
@@ -235,13 +245,16 @@ def test_a_turn_with_a_bad_query_vector_goes_on_without_recall(
     assert "semantic recall failed; the turn goes on without it" in caplog.text
     assert any(isinstance(r.exc_info and r.exc_info[1], EmbedderUnavailable) for r in caplog.records)
     assert MessageEmbedding.objects.count() == 0  # the after-commit embedding failed too: logged, dropped
-    assert not recall._vector_cache
 
     embedder.broken = False  # recovered: the very same text embeds and is stored
+    calls = len(embedder.calls)
     result = agent.generate("Do you remember my bees?", thread_id="t1", resource_id=R)
     assert result.text == "Answered with recall"
+    assert ["Do you remember my bees?"] in embedder.calls[calls:]  # asked again, not remembered
     assert MessageEmbedding.objects.filter(model=embedder.id).count() == 2
-    assert cached("Do you remember my bees?", embedder.id)
+    for row in MessageEmbedding.objects.all():
+        assert vector_problem(row.vector, DIMS) is None
+    assert not asks_the_embedder(embedder, "Do you remember my bees?")
 
 
 # --- the OpenAI-compatible adapter against a loopback server --------------------------------------
@@ -262,10 +275,13 @@ def test_openai_embedder_refuses_bad_vectors_from_the_endpoint(
     embeddings_server.enqueue({"vectors": [BAD_VECTORS[kind]()]}, endpoint="embeddings")
     with pytest.raises(EmbedderUnavailable):
         query_embed("what colour is the sky", embedder)
-    assert not recall._vector_cache
+    asked = len(embeddings_server.requests)
 
     vector = query_embed("what colour is the sky", embedder)  # the endpoint answers properly again
-    assert vector_problem(vector, DIMS) is None and cached("what colour is the sky", embedder.id)
+    assert vector_problem(vector, DIMS) is None
+    assert len(embeddings_server.requests) == asked + 1  # asked again, not remembered
+    query_embed("what colour is the sky", embedder)
+    assert len(embeddings_server.requests) == asked + 1  # the good vector is remembered
 
 
 def test_openai_embedder_learns_no_size_from_a_bad_first_reply(
@@ -295,8 +311,13 @@ def test_openai_embedder_bad_reply_stores_nothing(embeddings_server: OpenAICompa
     embeddings_server.enqueue({"vectors": [[0.5] * DIMS, [0.0] * DIMS]}, endpoint="embeddings")
     with pytest.raises(EmbedderUnavailable):
         sources_embed(sources=sources(messages), embedder=embedder)
-    assert MessageEmbedding.objects.count() == 0 and not recall._vector_cache
+    assert MessageEmbedding.objects.count() == 0
+    asked = len(embeddings_server.requests)
     assert sources_embed(sources=sources(messages), embedder=embedder) == 2
+    requests = embeddings_server.requests[asked:]
+    assert [r["input"] for r in requests] == [["one", "two"]]  # nothing of the bad reply was kept
+    for row in MessageEmbedding.objects.all():
+        assert vector_problem(row.vector, DIMS) is None
 
 
 # Raw replies no OpenAI-compatible server should send: the adapter must not crash on them.

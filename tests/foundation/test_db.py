@@ -4,6 +4,8 @@ rows and the same conflict rules either way."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -11,8 +13,9 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from memproc import db, models
+from memproc import models
 from memproc.db import COPY_MIN_ROWS, insert_rows, one_sqlite_writer
+from memproc.messages import Message
 from memproc.services.messages import MESSAGE_COLUMNS
 from memproc.vectors.base import EMBEDDING_COLUMNS
 
@@ -156,56 +159,121 @@ def test_a_role_without_temporary_tables_still_skips_conflicts_with_plain_insert
 # --- one_sqlite_writer --------------------------------------------------------------------------------
 
 
-def _taken_elsewhere() -> bool:
-    """Whether another thread finds the writer lock held."""
-    result: list[bool] = []
+def in_another_thread(work: Callable[[], object]) -> tuple[threading.Event, Callable[[], None]]:
+    """Starts `work` on a thread of its own; returns the event set when it ends, and a function that
+    waits for it and raises what it raised."""
+    done = threading.Event()
+    errors: list[BaseException] = []
 
-    def probe() -> None:
-        got = db._sqlite_writer.acquire(blocking=False)
-        if got:
-            db._sqlite_writer.release()
-        result.append(not got)
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001 - raised again by finish()
+            errors.append(exc)
+        finally:
+            connection.close()
+            done.set()
 
-    worker = threading.Thread(target=probe)
+    worker = threading.Thread(target=run, daemon=True)
     worker.start()
-    worker.join(5)
-    return result[0]
+
+    def finish() -> None:
+        worker.join(10)
+        assert done.is_set(), "the other thread never ended"
+        if errors:
+            raise errors[0]
+
+    return done, finish
+
+
+@contextmanager
+def writer_held_elsewhere() -> Iterator[None]:
+    """Another thread holds `one_sqlite_writer()` until the block ends."""
+    held, leave = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with one_sqlite_writer():
+            held.set()
+            leave.wait(10)
+
+    _, finish = in_another_thread(hold)
+    assert held.wait(5)
+    try:
+        yield
+    finally:
+        leave.set()
+        finish()
+
+
+def another_writer() -> tuple[threading.Event, Callable[[], None]]:
+    """A writer on another thread: the event is set once it got into `one_sqlite_writer()`."""
+    entered = threading.Event()
+
+    def write() -> None:
+        with one_sqlite_writer():
+            entered.set()
+
+    _, finish = in_another_thread(write)
+    return entered, finish
 
 
 @pytest.mark.django_db(transaction=True)
 def test_sqlite_writers_of_one_process_take_turns_outside_a_transaction() -> None:
     with one_sqlite_writer():
-        assert _taken_elsewhere() is (connection.vendor == "sqlite")
-    assert not _taken_elsewhere()
+        entered, finish = another_writer()
+        if connection.vendor == "sqlite":
+            assert not entered.wait(0.5)  # it waits for us
+        else:
+            assert entered.wait(5)
+    assert entered.wait(5)
+    finish()
 
 
 @pytest.mark.django_db(transaction=True)
 def test_inside_a_callers_transaction_no_writer_lock_is_taken() -> None:
     """The caller's transaction may hold SQLite's lock already; waiting on ours then could stall it."""
     with transaction.atomic(), one_sqlite_writer():
-        assert not _taken_elsewhere()
+        entered, finish = another_writer()
+        assert entered.wait(5)
+    finish()
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_turns_save_and_its_embeddings_take_the_writer_lock_on_sqlite(
-    make_agent, model, monkeypatch
-) -> None:
+def test_a_turns_save_waits_for_another_writer_on_sqlite(make_agent, model) -> None:
     from memproc import Memory
 
-    lock = db._sqlite_writer
-    entered: list[bool] = []
-
-    class Counting:
-        def __enter__(self) -> None:
-            entered.append(True)
-            lock.acquire()
-
-        def __exit__(self, *exc: object) -> None:
-            lock.release()
-
-    monkeypatch.setattr(db, "_sqlite_writer", Counting())
-    agent = make_agent(memory=Memory(last_messages=4, semantic_recall=True))
+    agent = make_agent(memory=Memory(last_messages=4))
     model.add("hello back")
-    agent.generate("hello", thread_id="t", resource_id="r")
-    # The save, then the embeddings of its two messages after commit.
-    assert len(entered) == (2 if connection.vendor == "sqlite" else 0)
+    with writer_held_elsewhere():
+        done, finish = in_another_thread(lambda: agent.generate("hello", thread_id="t", resource_id="r"))
+        if connection.vendor == "sqlite":
+            assert not done.wait(0.5)
+            assert not models.Message.objects.exists()
+        else:
+            assert done.wait(10)
+    finish()
+    assert list(models.Message.objects.order_by("sequence").values_list("text", flat=True)) == [
+        "hello",
+        "hello back",
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_embeddings_wait_for_another_writer_on_sqlite() -> None:
+    from memproc import Memory
+
+    memory = Memory(semantic_recall=True)
+    with writer_held_elsewhere():
+        done, finish = in_another_thread(
+            lambda: memory.save_messages(
+                [Message.create("user", "remember me")], thread_id="t", resource_id="r"
+            )
+        )
+        if connection.vendor == "sqlite":  # the messages are in; their vectors wait for the lock
+            assert not done.wait(0.5)
+            assert models.Message.objects.count() == 1
+            assert not models.MessageEmbedding.objects.exists()
+        else:
+            assert done.wait(10)
+    finish()
+    assert models.MessageEmbedding.objects.count() == 1

@@ -16,7 +16,6 @@ from memproc.guardrails import (
     SystemPromptScrubber,
     UnicodeNormalizer,
 )
-from memproc.guardrails._injection_rules import score_text
 from memproc.messages import Message, TextPart, ToolCallPart, ToolResultPart, thaw
 from memproc.processors.base import ProcessorContext
 from memproc.processors.semantic_recall import CROSS_THREAD_HEADER, cross_thread_message
@@ -203,7 +202,7 @@ def test_a_working_memory_update_that_injects_is_taken_off_the_turn():
     ],
 )
 def test_obfuscated_and_other_language_attacks_are_flagged(text):
-    assert score_text(text).score >= 0.7
+    assert PromptInjectionDetector().flags(text)
 
 
 @pytest.mark.parametrize(
@@ -220,7 +219,7 @@ def test_obfuscated_and_other_language_attacks_are_flagged(text):
     ],
 )
 def test_people_talking_about_instructions_are_not_flagged(text):
-    assert score_text(text).score < 0.7
+    assert not PromptInjectionDetector().flags(text)
 
 
 def test_pii_redaction_maps_back_onto_invisible_and_fullwidth_characters():

@@ -9,7 +9,6 @@ import pytest
 
 from memproc.exceptions import ConfigurationError, TripWire
 from memproc.guardrails import PIIDetector
-from memproc.guardrails._pii_patterns import iban_valid, luhn_valid
 from memproc.testing import ScriptedModel
 
 from .conftest import SAMPLES, assistant, make_ctx, user
@@ -55,10 +54,18 @@ def test_lookalikes_are_not_flagged(text):
     assert found(text) == []
 
 
-def test_checksums():
-    assert luhn_valid("4111111111111111") and not luhn_valid("4111111111111112")
-    assert iban_valid("GB82 WEST 1234 5698 7654 32") and not iban_valid("GB82 WEST 1234 5698 7654 33")
-    assert not iban_valid("DE89 3704 0044 0532 0130")  # right checksum shape, wrong length for DE
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("card 4111111111111111 ok", [("credit_card", "4111111111111111")]),
+        ("card 4111111111111112 ok", []),  # fails Luhn
+        ("iban GB82 WEST 1234 5698 7654 32 ok", [("iban", "GB82 WEST 1234 5698 7654 32")]),
+        ("iban GB82 WEST 1234 5698 7654 33 ok", []),  # fails mod-97
+        ("iban DE89 3704 0044 0532 0130 ok", []),  # right checksum shape, wrong length for DE
+    ],
+)
+def test_cards_and_ibans_are_found_only_when_their_checksum_holds(text, expected):
+    assert found(text) == expected
 
 
 def test_iban_followed_by_an_uppercase_word_is_cut_at_its_real_end():

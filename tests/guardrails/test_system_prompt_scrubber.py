@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memproc.events import StreamEvent
 from memproc.exceptions import ConfigurationError, TripWire
 from memproc.guardrails import SystemPromptScrubber
-from memproc.guardrails._overlap import ProtectedText
 
 from .conftest import assistant, make_ctx, run_stream, split_every, stream_ctx, streamed_text, system, user
 
@@ -114,9 +115,23 @@ def test_warn_logs_and_records(caplog):
     ]
 
 
-def test_matching_statistics_are_exact():
-    index = ProtectedText(["abcab"])
-    assert index.match_lengths("xabcabc") == [0, 1, 2, 3, 4, 5, 3]
+def growing_matches(prompt: str, text: str) -> list[int]:
+    """For each prefix of `text`, the length of the match with the prompt still growing at its end."""
+    scrubber = SystemPromptScrubber()
+    index = scrubber.index(make_ctx(instructions=prompt))
+    return [scrubber.leaks(index, text[: end + 1])[2] for end in range(len(text))]
+
+
+def test_the_growing_match_is_the_longest_piece_of_the_prompt_ending_there():
+    assert growing_matches("abcab", "xabcabc") == [0, 1, 2, 3, 4, 5, 3]
+
+
+@given(prompt=st.text("ab", min_size=1, max_size=12), text=st.text("abc", min_size=1, max_size=12))
+def test_the_growing_match_agrees_with_a_brute_force_search(prompt, text):
+    def longest_ending_at(end: int) -> int:
+        return max(n for n in range(end + 2) if text[end + 1 - n : end + 1] in prompt)
+
+    assert growing_matches(prompt, text) == [longest_ending_at(end) for end in range(len(text))]
 
 
 # --- stream ---------------------------------------------------------------------------------------

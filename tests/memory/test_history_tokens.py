@@ -128,7 +128,8 @@ def test_token_budget_history_never_splits_tool_pairs(thread, last_messages, bud
     history = result[: -len(new)]
     ids = [m.id for m in thread.messages]
     position = {m.id: i for i, m in enumerate(thread.messages)}
-    window = ids[len(ids) - last_messages :] if last_messages else []
+    # The newest min(last_messages, stored): this oracle once shared the window's negative slice.
+    window = ids[max(0, len(ids) - last_messages) :] if last_messages else []
 
     # History comes from the window, in order, as the newest run of it (no gap inside).
     assert all(m.id in window for m in history)

@@ -68,6 +68,20 @@ def tool_rounds(prefix: str, topic: str, rounds: int, answer: str) -> list[Any]:
     ] + [answer]
 
 
+def loop_messages(script: list[Any]) -> list[Message]:
+    """The assistant calls and tool results a tool loop adds to the prompt (what `lookup` answers)."""
+    out: list[Message] = []
+    for response in script:
+        if isinstance(response, ModelResponse) and response.tool_calls:
+            calls = [ToolCallPart(c.id, c.name, c.args) for c in response.tool_calls]
+            out.append(Message.create("assistant", calls))
+            results = [
+                ToolResultPart(c.id, c.name, f"facts about the {c.args['q']}") for c in response.tool_calls
+            ]
+            out.append(Message.create("tool", results))
+    return out
+
+
 recall_options = st.one_of(
     st.just(False),
     st.fixed_dictionaries(
@@ -155,6 +169,11 @@ def test_every_model_request_is_valid_for_any_memory_configuration(make_agent, c
         needed += counter.count_message(cross_thread_message(other))
     names = ["filter", "history", "limiter", *(["recall"] if recall else [])]
     chosen = data.draw(st.lists(st.sampled_from(names), unique=True), label="input_processors")
+    rounds = data.draw(st.integers(0, 2), label="tool rounds")
+    prefix = f"{thread_id}-" if data.draw(st.booleans()) else ""
+    script = tool_rounds(prefix, topics[-1], rounds, "done")
+    # TokenLimiter fits every call of the loop: leave room for the calls and results it adds.
+    needed += sum(counter.count_message(m) for m in loop_messages(script))
     limit = needed + TokenLimiter.reply_tokens + data.draw(st.integers(0, 150), label="slack")
     if (
         echo != "none"
@@ -170,10 +189,7 @@ def test_every_model_request_is_valid_for_any_memory_configuration(make_agent, c
         "limiter": TokenLimiter(limit),
         "recall": SemanticRecall(embedder=embedder, **recall) if recall else None,
     }
-    rounds = data.draw(st.integers(0, 2), label="tool rounds")
-    model = ScriptedModel(
-        tool_rounds(f"{thread_id}-" if data.draw(st.booleans()) else "", topics[-1], rounds, "done")
-    )
+    model = ScriptedModel(script)
     agent = make_agent(memory=memory, model=model, tools=[lookup], input_processors=[pool[c] for c in chosen])
     before = stored_ids(thread_id)
 

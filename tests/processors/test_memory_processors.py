@@ -138,14 +138,3 @@ def test_processor_context_mark_loaded_records_on_the_turn():
     message = Message.create("user", "old")
     ctx.mark_loaded([message])
     assert message.id in ctx.loaded_ids and message.id in turn.loaded_ids
-
-
-def test_stored_timestamps_read_back_are_aware_utc():
-    from datetime import datetime as dt
-
-    from memproc.selectors import _datetime
-
-    assert _datetime(dt(2025, 3, 30, 2, 30)) == dt(2025, 3, 30, 2, 30, tzinfo=UTC)
-    assert _datetime("2025-03-30 02:30:00") == dt(2025, 3, 30, 2, 30, tzinfo=UTC)
-    aware = dt(2025, 3, 30, 2, 30, tzinfo=UTC)
-    assert _datetime(aware) is aware and _datetime(None) is None

@@ -180,14 +180,16 @@ def test_edited_content_with_the_same_id_is_recounted():
     assert counter.count_message(original) != counter.count_message(edited)
 
 
-def test_the_cache_is_bounded():
+def test_the_cache_keeps_the_last_cache_size_messages():
     counter = CountingCounter(cache_size=3)
     messages = [user(f"m{i}") for i in range(5)]
     for m in messages:
         counter.count_message(m)
-    assert len(counter._cache) == 3
     calls = counter.calls
-    counter.count_message(messages[0])  # evicted: counted again
+    for m in messages[2:]:  # the three most recent: still cached
+        counter.count_message(m)
+    assert counter.calls == calls
+    counter.count_message(messages[1])  # a fourth would not fit: evicted, counted again
     assert counter.calls == calls + 1
     counter.count_message(messages[-1])  # still cached
     assert counter.calls == calls + 1
@@ -272,8 +274,10 @@ def test_bad_settings_are_configuration_errors(spec):
 def test_messages_with_inline_file_bytes_are_not_kept_in_the_cache():
     counter = CountingCounter()
     message = Message.create("user", [TextPart("look"), FilePart(data=b"x" * 1000, media_type="image/png")])
-    counter.count_message(message)
-    assert message.id not in counter._cache
+    first = counter.count_message(message)
+    calls = counter.calls
+    assert counter.count_message(message) == first
+    assert counter.calls > calls  # counted again: nothing (and no bytes) was kept
 
 
 @pytest.mark.parametrize("value", [-1, True, "10"])

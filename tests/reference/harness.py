@@ -15,7 +15,7 @@ from asgiref.sync import async_to_sync
 
 from memproc import Agent, Memory, tool
 from memproc.llm.types import ModelResponse, ToolCall
-from memproc.messages import Message
+from memproc.messages import Message, part_to_json, to_openai
 from memproc.models import thread_key
 from memproc.processors import TokenLimiter, ToolCallFilter
 from memproc.processors.semantic_recall import cross_thread_message
@@ -24,6 +24,10 @@ from memproc.testing import HashEmbedder, ScriptedModel
 from tests.reference.model import Config, Expected, Msg, Round, Turn
 
 DRIVERS = ("generate", "stream", "agenerate", "astream")
+# Through the HTTP API, as the client that is the resource's user: no system input, no per-call
+# options (the API takes neither), and for Chat Completions no message ids (the protocol has none).
+API_DRIVERS = ("api-generate", "api-stream", "api-chat-completions")
+API = "/api/memproc/"
 INSTRUCTIONS = "You are the reference agent."
 BLOCK_WORD = "forbidden"
 WM_SCHEMA = {
@@ -132,6 +136,36 @@ def call_input(turn: Turn, forms: Sequence[str]) -> list[Any]:
     return given
 
 
+def run_api(client: Any, agent_id: str, driver: str, turn: Turn) -> dict[str, Any] | None:
+    """One turn through the HTTP API; returns the tripwire (None when the turn was not blocked)."""
+    if driver == "api-chat-completions":
+        messages = [Message.create(m.role, m.parts) for m in turn.inputs]
+        body = {"model": agent_id, "messages": to_openai(messages), "metadata": {"thread_id": turn.thread_id}}
+        response = client.post(API + "v1/chat/completions", body, format="json")
+        assert response.status_code == 200, response.content
+        choice = response.json()["choices"][0]
+        return (
+            {"reason": choice["message"].get("refusal")}
+            if choice["finish_reason"] == "content_filter"
+            else None
+        )
+    messages = [
+        {**({"id": m.id} if m.id else {}), "role": m.role, "parts": [part_to_json(p) for p in m.parts]}
+        for m in turn.inputs
+    ]
+    body = {"messages": messages, "thread_id": turn.thread_id}
+    kind = "generate" if driver == "api-generate" else "stream"
+    response = client.post(f"{API}agents/{agent_id}/{kind}/", body, format="json")
+    assert response.status_code == 200, response.content
+    if kind == "generate":
+        return response.json()["tripwire"]
+    raw = b"".join(response.streaming_content).decode()
+    events = [block for block in raw.split("\n\n") if block.strip()]
+    last = events[-1]
+    data = json.loads(last.split("data: ", 1)[1])
+    return data if last.startswith("event: tripwire") else data.get("tripwire")
+
+
 def run(agent: Agent, driver: str, messages: list[Any], turn: Turn) -> Any:
     """One turn through `driver`; returns the GenerateResult."""
     kwargs: dict[str, Any] = {"thread_id": turn.thread_id, "resource_id": turn.resource_id}
@@ -196,9 +230,6 @@ def working_memory_data(message: Message) -> str:
 def compare_turn(requests: Sequence[Any], expected: Expected, *, schema: bool, template: str) -> None:
     """The model's requests of one turn against the reference's."""
     got = [[m for m in r.messages if m.role != "system"] for r in requests]
-    if expected.ambiguous_recall:  # float32 rounding may pick other hits: only the count is compared
-        assert len(got) == len(expected.requests)
-        return
     assert [shapes(r) for r in got] == [shapes(r) for r in expected.requests], "model requests differ"
     if not requests:
         return

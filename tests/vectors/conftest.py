@@ -44,9 +44,10 @@ def store(db) -> VectorStore:
 
 @pytest.fixture(autouse=True)
 def forget_large_scopes():
-    """The pgvector store remembers per process which scopes it counted as large; tests reuse ids."""
-    from memproc.vectors import pgvector_store
+    """The pgvector store remembers per process which scopes it counted as large (and which indexes
+    exist); tests reuse ids and drop indexes."""
+    from memproc.vectors.pgvector_store import forget_indexes
 
-    pgvector_store._large_scopes.clear()
+    forget_indexes()
     yield
-    pgvector_store._large_scopes.clear()
+    forget_indexes()
