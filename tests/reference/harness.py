@@ -94,10 +94,11 @@ def build_memory(config: Config, embedder: HashEmbedder) -> Memory:
 def build_agent(
     config: Config, memory: Memory, model: ScriptedModel, *, agent_id: str = "reference"
 ) -> Agent:
-    inputs: list[Any] = []
+    inputs: list[Any] = [InputGuard()]
+    if config.history_by_hand:
+        inputs.append(memory.processors()[0][[p.id for p in memory.processors()[0]].index("message-history")])
     if config.tool_filter:
         inputs.append(ToolCallFilter())
-    inputs.append(InputGuard())
     if config.token_limit is not None:
         inputs.append(TokenLimiter(config.token_limit))
     return Agent(

@@ -85,6 +85,9 @@ class Config:
     read_only: bool = False
     tool_filter: bool = False  # ToolCallFilter() among the input processors
     token_limit: int | None = None  # TokenLimiter(limit) last among the input processors
+    # MessageHistory placed by hand among the input processors (rule 3): it then runs after
+    # SemanticRecall, so recall does not know the window yet.
+    history_by_hand: bool = False
 
     def for_call(self, options: dict[str, Any]) -> Config:
         """Rule 22: per-call memory options override the agent's for one turn."""
@@ -380,7 +383,12 @@ def recall(
     query = next((m.text for m in reversed(new) if m.role == "user" and m.text.strip()), "")
     if r is None or not query:
         return [], [], False
-    present = {m.id for m in [*window, *new]}
+    # What is in the prompt when recall runs: the input as given, and the window unless a
+    # MessageHistory placed by hand loads it later (the conversation then keeps one copy of each).
+    if cfg.history_by_hand:
+        present = {m.id for m in turn.inputs if m.role != "system"}
+    else:
+        present = {m.id for m in [*window, *new]}
     q = embed(query)
     candidates: list[tuple[float, str, tuple[str, str]]] = []
     for key, thread in world.threads.items():

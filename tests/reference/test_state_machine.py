@@ -70,6 +70,7 @@ configs = st.builds(
     read_only=st.sampled_from([False] * 9 + [True]),
     tool_filter=st.booleans(),
     token_limit=st.one_of(st.none(), st.none(), st.integers(40, 400)),
+    history_by_hand=st.sampled_from([False, False, True]),
 )
 # Small patches that touch the same keys again and again: nested objects merge, null deletes.
 wm_patches = st.sampled_from(
@@ -105,6 +106,8 @@ class MemoryMachine(RuleBasedStateMachine):
         if config.token_limit is not None and config.working_memory is not None:
             # The Markdown template alone is ~120 tokens: leave room for a conversation.
             config = dataclasses.replace(config, token_limit=config.token_limit + 200)
+        if config.last_messages is False:  # no MessageHistory to place by hand
+            config = dataclasses.replace(config, history_by_hand=False)
         self.config = config
         self.memory = harness.build_memory(config, self.embedder)
         self.serial = itertools.count()
@@ -170,12 +173,8 @@ class MemoryMachine(RuleBasedStateMachine):
             else data.draw(
                 st.sampled_from(
                     [{}] * 6
-                    + [
-                        {"last_messages": 2},
-                        {"last_messages": 0},
-                        {"read_only": True},
-                        {"semantic_recall": False},
-                    ]
+                    + ([] if self.config.history_by_hand else [{"last_messages": 2}, {"last_messages": 0}])
+                    + [{"read_only": True}, {"semantic_recall": False}]
                 ),
                 label="memory_options",
             )
