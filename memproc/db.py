@@ -30,9 +30,6 @@ from memproc.fields import VectorField
 # From this many rows a PostgreSQL insert goes through COPY (below it, one INSERT is cheaper).
 COPY_MIN_ROWS = 64
 
-# (model, rows keyed by field name, the fields): an insert to make together with another.
-RowsInsert = tuple[type[models.Model], Sequence[Mapping[str, Any]], Iterable[str]]
-
 
 _sqlite_writer = threading.RLock()
 
@@ -141,22 +138,6 @@ def insert_rows(
     return _insert_batches(connection, quoted, columns, model_fields, values, ignore_conflicts)
 
 
-def insert_prepared(
-    model: type[models.Model],
-    values: Sequence[Sequence[Any]],
-    *,
-    fields: Iterable[str],
-    using: str = "default",
-) -> int:
-    """`insert_rows` of values that `prepared_values` gave, for a caller that keeps them (the exact
-    text a row was written with). INSERT statements only, never COPY."""
-    if not values:
-        return 0
-    connection = connections[using]
-    quoted, columns, model_fields = _target(connection, model, tuple(fields))
-    return _insert_batches(connection, quoted, columns, model_fields, values, False)
-
-
 def _insert_batches(
     connection: Any,
     quoted: str,
@@ -190,45 +171,6 @@ def prepared_values(
         ]
         for row in rows
     ]
-
-
-def insert_after_update(
-    model: type[models.Model],
-    rows: Sequence[Mapping[str, Any]],
-    *,
-    fields: Iterable[str],
-    update: str,
-    update_params: Sequence[Any],
-    returned: str,
-    also: Sequence[RowsInsert] = (),
-    using: str = "default",
-) -> None:
-    """PostgreSQL: `update` (an UPDATE ... RETURNING `returned`) and the INSERT of `rows` as one
-    statement, a data-modifying CTE, so a turn's save makes one round trip fewer. Each row's value
-    of `returned` (its last field) is an offset that the statement adds to the UPDATE's returned
-    value; if the UPDATE matched no row, that value is NULL. The inserts of `also` (rows of other
-    tables) join the statement as CTEs of their own."""
-    connection = connections[using]
-    table, columns, model_fields = _target(connection, model, tuple(fields))
-    *plain, computed = model_fields
-    values = prepared_values(plain, rows, connection)
-    params = [*update_params]
-    ctes = [f"updated AS ({update} RETURNING {returned})"]
-    for number, (other, other_rows, other_fields) in enumerate(also):
-        other_table, other_columns, other_model_fields = _target(connection, other, tuple(other_fields))
-        marks = _marks(len(other_model_fields))
-        ctes.append(
-            f"also_{number} AS (INSERT INTO {other_table} ({other_columns}) "
-            f"{_values_sql(len(other_rows), marks)})"
-        )
-        params += itertools.chain.from_iterable(prepared_values(other_model_fields, other_rows, connection))
-    placeholders = "(" + "%s, " * len(plain) + f"(SELECT {returned} FROM updated) + %s)"
-    sql = f"WITH {', '.join(ctes)} INSERT INTO {table} ({columns}) {_values_sql(len(rows), placeholders)}"
-    for row, row_values in zip(rows, values, strict=True):
-        params += row_values
-        params.append(row[computed.name])
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
 
 
 def _insert(

@@ -20,17 +20,15 @@ from django.utils.dateparse import parse_datetime
 from memproc import models
 from memproc.db import vendor_of
 from memproc.exceptions import ThreadNotFoundError, ValidationError
-from memproc.messages import PART_FIELDS, FrozenDict, Message, message_from_content
+from memproc.messages import Message, message_from_content
 from memproc.models import public_thread_id, split_thread_key, thread_key
 
 MESSAGE_FIELDS = ("id", "thread_id", "resource_id", "role", "content", "created_at", "sequence")
 
 # The per-turn reads below are plain SQL: the ORM spends ~1 ms compiling each query on a 2-core
 # machine, more than the database spends answering them. Anything not on a turn's path uses the ORM.
-# The content comes as JSON text on every database (PostgreSQL would decode it), so a row is hashable
-# and its parsed message can be cached (`_message_cached`). On SQLite the time comes as its stored
-# text too: a bare datetime column goes through Django's converter on every fetched row (~2 µs a row,
-# a history window's rows every turn), while `_datetime` parses only rows the cache has not seen.
+# The content comes as JSON text on every database and is parsed here; on SQLite the time comes as
+# its stored text too and `_datetime` parses it.
 _MESSAGE_COLUMNS = "m.id, m.thread_id, m.resource_id, m.role, {content}, {created}, m.sequence"
 _CONTENT_AS_TEXT = {"postgresql": "m.content::text"}
 _CREATED_AS_TEXT = {"sqlite": "CAST(m.created_at AS TEXT)"}
@@ -85,61 +83,7 @@ def _datetime(value: Any) -> datetime | None:
 
 
 def _message_from_raw(row: Sequence[Any]) -> Message:
-    """A stored message from a raw row. A history window is read again every turn, so parsed rows are
-    cached by their exact values: an edit (content), a move or a new row is a new key. Messages are
-    immutable, so sharing one is safe."""
-    row = tuple(row)
-    if isinstance(row[4], str):
-        return _message_cached(row)
     return _message_parsed(row)
-
-
-@functools.lru_cache(maxsize=4096)
-def _message_cached(row: tuple[Any, ...]) -> Message:
-    seeded = _SEEDS.pop(row, None)
-    return seeded if seeded is not None else _message_parsed(row)
-
-
-# Messages this process has just saved, by the exact row a later read returns (SQLite, where content
-# and time come back as the text that was written): the next turn's history read finds its
-# predecessor's messages here instead of parsing them (~10 µs a message). A seed never read (its
-# save rolled back, or another process answers the thread) only waits for the next clear.
-_SEEDS: dict[tuple[Any, ...], Message] = {}
-_SEEDS_MAX = 256
-
-
-def message_seed(row: tuple[Any, ...], message: Message) -> None:
-    """Offers `message`, just written as `row` (the columns `_message_columns` reads, as the database
-    returns them), to the next read of that row. Only a message that survives the trip through JSON
-    unchanged is offered, and it is given the row's thread, time and sequence as parsing would."""
-    if not _round_trips(message):
-        return
-    if len(_SEEDS) >= _SEEDS_MAX:
-        _SEEDS.clear()
-    _SEEDS[row] = message.replace(
-        thread_id=public_thread_id(row[1]), resource_id=row[2], created_at=_datetime(row[5]), sequence=row[6]
-    )
-
-
-def _round_trips(message: Message) -> bool:
-    """Whether parsing the stored JSON of `message` gives back equal parts and metadata of the same
-    types: plain JSON values only (no bytes, which are stored as base64 text, no subclasses)."""
-    for part in message.parts:
-        names = PART_FIELDS.get(type(part))
-        if names is None or not all(_json_native(getattr(part, name)) for name in names):
-            return False
-    return _json_native(message.metadata)
-
-
-def _json_native(value: Any) -> bool:
-    kind = type(value)
-    if value is None or kind is str or kind is int or kind is float or kind is bool:
-        return True
-    if kind is tuple:
-        return all(_json_native(item) for item in value)
-    if kind is FrozenDict:
-        return all(type(key) is str and _json_native(item) for key, item in value.items())
-    return False
 
 
 def _message_parsed(row: Sequence[Any]) -> Message:

@@ -7,22 +7,12 @@ from collections.abc import Collection, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
-from django.db.models import TextField
+from django.db import IntegrityError, router, transaction
+from django.db.models import F, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
 from memproc import models
-from memproc.db import (
-    COPY_MIN_ROWS,
-    RowsInsert,
-    insert_after_update,
-    insert_prepared,
-    insert_rows,
-    model_fields,
-    prepared_values,
-    vendor_of,
-)
 from memproc.exceptions import (
     AttachmentError,
     MessageConflict,
@@ -34,12 +24,7 @@ from memproc.models import public_thread_id, thread_key
 from memproc.processors.attachments import AttachmentUploader
 from memproc.processors.base import ProcessorContext
 from memproc.processors.tokens import get_token_counter
-from memproc.selectors import (
-    MESSAGE_FIELDS,
-    message_seed,
-    messages_existing_rows,
-    thread_owner_and_messages,
-)
+from memproc.selectors import messages_existing_rows, thread_owner_and_messages
 from memproc.services.attachments import (
     DjangoAttachmentStore,
     attachment_delete,
@@ -53,53 +38,17 @@ from memproc.services.threads import thread_ensure
 from memproc.signals import messages_saved, send_after_commit
 
 
-def sequences_allocate(*, thread_key: str, count: int) -> int:
-    """Reserves `count` sequence numbers for a thread; returns the first. One locking UPDATE.
+def sequences_allocate(*, thread_key: str, count: int, using: str) -> int:
+    """Reserves `count` sequence numbers for a thread; returns the first.
 
     The UPDATE takes the thread's row lock (PostgreSQL) or the database write lock (SQLite) until the
-    surrounding transaction ends, so concurrent turns on one thread never interleave.
+    surrounding transaction ends, so concurrent turns on one thread never interleave; the read after
+    it, in the same transaction, sees this turn's own value.
     """
-    table = models.Thread._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET last_sequence = last_sequence + %s, updated_at = %s "
-            f"WHERE id = %s RETURNING last_sequence",
-            [count, timezone.now(), thread_key],
-        )
-        row = cursor.fetchone()
-    if row is None:
+    threads = models.Thread.objects.using(using).filter(pk=thread_key)
+    if not threads.update(last_sequence=F("last_sequence") + count, updated_at=timezone.now()):
         raise ValidationError(f"Thread {public_thread_id(thread_key)!r} does not exist")
-    return int(row[0]) - count + 1
-
-
-NOT_NULL_VIOLATION = "23502"
-
-
-def is_one_statement(messages: Sequence[Message]) -> bool:
-    """Whether `messages_insert` saves `messages` in one statement (PostgreSQL, below COPY's size)."""
-    return vendor_of() == "postgresql" and 0 < len(messages) < COPY_MIN_ROWS
-
-
-def _no_sequence(exc: Exception) -> bool:
-    """Whether a one-statement save failed for want of a sequence: its UPDATE found no thread, so the
-    rows' `sequence` was NULL (psycopg 3 and psycopg2 name the SQLSTATE apart)."""
-    cause = exc.__cause__
-    state = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
-    column = getattr(getattr(cause, "diag", None), "column_name", None)
-    return state == NOT_NULL_VIOLATION and column in (None, "sequence")
-
-
-MESSAGE_COLUMNS = (
-    "id",
-    "thread",
-    "resource_id",
-    "role",
-    "content",
-    "text",
-    "token_count",
-    "created_at",
-    "sequence",
-)
+    return threads.values_list("last_sequence", flat=True).get() - count + 1
 
 
 def messages_insert(
@@ -108,71 +57,42 @@ def messages_insert(
     resource_id: str,
     messages: Sequence[Message],
     agent_id: str = "",
-    also: Sequence[RowsInsert] = (),
 ) -> None:
-    """Appends messages to an existing thread, in order: one sequence UPDATE and one INSERT (on
-    PostgreSQL one statement that does both, below COPY's batch size); the rows of `also` (other
-    tables) are inserted first, on PostgreSQL in the same statement.
-
-    Call inside a transaction: the UPDATE's lock keeps concurrent turns from interleaving. Where
-    `is_one_statement` says the save is one statement, that statement is atomic by itself.
-    """
+    """Appends messages to an existing thread, in order, with the ORM: one sequence UPDATE (which
+    holds the thread's lock until the transaction ends), its read, and one bulk INSERT."""
     if not messages:
         return
+    if any(m.role == "system" for m in messages):
+        raise ValidationError("System messages are never saved")
     key = thread_key(resource_id, thread_id)
-    now = timezone.now()
-    rows = []
-    for offset, message in enumerate(messages):
-        if message.role == "system":
-            raise ValidationError("System messages are never saved")
-        rows.append(
-            {
-                "id": message.id,
-                "thread": key,
-                "resource_id": resource_id,
-                "role": message.role,
-                "content": message.to_content(),
-                "text": message.text,
-                "token_count": message.metadata.get("token_count"),
-                "created_at": message.created_at or now + timedelta(microseconds=offset),
-                "sequence": offset,
-            }
-        )
-    one_statement = is_one_statement(messages)
-    try:
-        if one_statement:
-            # Row i's sequence is the thread's new last sequence minus (count - 1 - i).
-            for row in rows:
-                row["sequence"] += 1 - len(rows)
-            insert_after_update(
-                models.Message,
-                rows,
-                fields=MESSAGE_COLUMNS,
-                update=f"UPDATE {models.Thread._meta.db_table} SET last_sequence = last_sequence + %s, "
-                "updated_at = %s WHERE id = %s",
-                update_params=[len(rows), now, key],
-                returned="last_sequence",
-                also=also,
+    using = router.db_for_write(models.Message)
+    # Inside a caller's transaction a failure aborts it whole anyway: no savepoint of our own.
+    with transaction.atomic(using=using, savepoint=False):
+        first = sequences_allocate(thread_key=key, count=len(messages), using=using)
+        now = timezone.now()
+        rows = [
+            models.Message(
+                id=message.id,
+                thread_id=key,
+                resource_id=resource_id,
+                role=message.role,
+                content=message.to_content(),
+                text=message.text,
+                token_count=message.metadata.get("token_count"),
+                created_at=message.created_at or now + timedelta(microseconds=offset),
+                sequence=first + offset,
             )
-        else:
-            for model, other_rows, fields in also:
-                insert_rows(model, other_rows, fields=fields)
-            first = sequences_allocate(thread_key=key, count=len(rows))
-            for row in rows:
-                row["sequence"] += first
-            if vendor_of() == "sqlite":
-                _insert_and_seed(rows, messages)
-            else:
-                insert_rows(models.Message, rows, fields=MESSAGE_COLUMNS)
-    except IntegrityError as exc:
-        if one_statement and _no_sequence(exc):
-            raise ValidationError(f"Thread {public_thread_id(key)!r} does not exist") from exc
-        # The sequence numbers are ours (the UPDATE above holds the thread's lock) and foreign keys are
-        # checked at commit, so a clash here is a message id that a concurrent request saved first.
-        # The caller's transaction rolls back: nothing of the request is saved.
-        raise MessageConflict(
-            "A message id of this request was saved by another request meanwhile; nothing was saved."
-        ) from exc
+            for offset, message in enumerate(messages)
+        ]
+        try:  # no savepoint: a clash ends the transaction, which the caller then rolls back
+            models.Message.objects.using(using).bulk_create(rows)
+        except IntegrityError as exc:
+            # The sequence numbers are ours (the UPDATE above holds the thread's lock), so a clash is
+            # a message id that a concurrent request saved first. The caller's transaction rolls
+            # back: nothing of the request is saved.
+            raise MessageConflict(
+                "A message id of this request was saved by another request meanwhile; nothing was saved."
+            ) from exc
     send_after_commit(
         messages_saved,
         models.Message,
@@ -181,24 +101,6 @@ def messages_insert(
         thread_id=thread_id,
         resource_id=resource_id,
     )
-
-
-# Where each column of a read row (selectors.MESSAGE_FIELDS, by attname) is among MESSAGE_COLUMNS.
-_READ_COLUMNS = tuple(
-    MESSAGE_COLUMNS.index(models.Message._meta.get_field(name).name) for name in MESSAGE_FIELDS
-)
-
-
-def _insert_and_seed(rows: list[dict[str, Any]], messages: Sequence[Message]) -> None:
-    """SQLite: inserts the rows and offers each message to the next read of its row, which returns
-    the very text written here (see `selectors.message_seed`)."""
-    # The connection itself, not Django's `connection` proxy: each field's preparation reads its
-    # `ops`, and every read through the proxy looks the connection up again.
-    database = connections[DEFAULT_DB_ALIAS]
-    values = prepared_values(model_fields(models.Message, MESSAGE_COLUMNS), rows, database)
-    insert_prepared(models.Message, values, fields=MESSAGE_COLUMNS)
-    for message, written in zip(messages, values, strict=True):
-        message_seed(tuple(written[i] for i in _READ_COLUMNS), message)
 
 
 @transaction.atomic(savepoint=False)  # inside a caller's transaction a failure aborts it whole anyway

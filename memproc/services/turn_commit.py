@@ -4,26 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 
-from memproc import background, models
-from memproc.conf import settings
-from memproc.db import RowsInsert, one_sqlite_writer
+from memproc import background
+from memproc.db import one_sqlite_writer
 from memproc.models import thread_key
 from memproc.processors.turn import Turn
-from memproc.services.attachments import attachment_links, attachments_commit, attachments_link
+from memproc.services.attachments import attachments_commit, attachments_link
 from memproc.services.compaction import compaction_enqueue
-from memproc.services.messages import is_one_statement, messages_insert
+from memproc.services.messages import messages_insert
 from memproc.services.recall import sources_embed, sources_for
 from memproc.services.threads import thread_ensure
 from memproc.services.titles import thread_title_generate, title_options
 from memproc.services.tripwires import tripwire_log
-from memproc.services.turn_records import (
-    RECORD_FIELDS,
-    turn_record_alone,
-    turn_record_insert,
-    turn_record_row,
-)
+from memproc.services.turn_records import turn_record_alone, turn_record_insert
 from memproc.services.working_memory import working_memory_update
 
 __all__ = ["blocked_save", "turn_commit", "turn_manifest"]
@@ -39,16 +33,6 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
         return
     assert turn.thread_id and turn.resource_id
     key = thread_key(turn.resource_id, turn.thread_id)
-    also: list[RowsInsert] = (
-        [(models.TurnRecord, [turn_record_row(**record)], RECORD_FIELDS)] if record is not None else []
-    )
-    if _save_is_one_statement(turn):
-        # The record, the sequence bump and the messages: one statement, atomic by itself, so no
-        # BEGIN and COMMIT round trips. The inline embedding is enqueued after it, as after a commit.
-        _messages_insert(turn, also=also)
-        if writes.embed:
-            _enqueue_embedding(turn)
-        return
     with one_sqlite_writer(), transaction.atomic():
         if not turn.thread_exists:
             thread_ensure(thread_id=turn.thread_id, resource_id=turn.resource_id, agent_id=turn.agent.id)
@@ -57,9 +41,14 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
             writes.generate_title = bool(memory and memory.generate_title and not turn.thread_title)
         if writes.messages:
             writes.messages = attachments_commit(staged=turn.attachments, messages=writes.messages)
-            _messages_insert(turn, also=also)
+            messages_insert(
+                thread_id=turn.thread_id,
+                resource_id=turn.resource_id,
+                messages=writes.messages,
+                agent_id=turn.agent.id,
+            )
             attachments_link(resource_id=turn.resource_id, messages=writes.messages)
-        elif record is not None:
+        if record is not None:
             turn_record_insert(**record)
         for wm in writes.working_memory:
             working_memory_update(
@@ -88,37 +77,6 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
             _enqueue_title(turn, key)
     if writes.messages:
         turn.attachments = []  # committed (or deleted after commit): nothing left to discard
-
-
-def _messages_insert(turn: Turn, *, also: list[RowsInsert]) -> None:
-    assert turn.thread_id and turn.resource_id
-    messages_insert(
-        thread_id=turn.thread_id,
-        resource_id=turn.resource_id,
-        messages=turn.writes.messages,
-        agent_id=turn.agent.id,
-        also=also,
-    )
-
-
-def _save_is_one_statement(turn: Turn) -> bool:
-    """Whether the whole save is the one statement of `messages_insert` (PostgreSQL): a known thread,
-    messages and nothing else to write (no working memory, no files, no outbox job, no compaction
-    or title job), outside a caller's transaction (where a savepoint must keep a failure from
-    dooming it)."""
-    writes = turn.writes
-    compaction = turn.info.get("compaction")
-    return (
-        is_one_statement(writes.messages)
-        and turn.thread_exists
-        and not connection.in_atomic_block
-        and not writes.working_memory
-        and not turn.attachments
-        and not attachment_links(writes.messages)
-        and not (writes.embed and settings.BACKGROUND != "inline")
-        and not (compaction and compaction.get("due"))
-        and not writes.generate_title
-    )
 
 
 def _enqueue_title(turn: Turn, key: str) -> None:

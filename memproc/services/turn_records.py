@@ -15,34 +15,18 @@ from typing import Any
 from django.db import transaction
 
 from memproc import models
-from memproc.db import insert_rows
 
-__all__ = ["RECORD_FIELDS", "turn_record_alone", "turn_record_insert", "turn_record_row"]
+__all__ = ["turn_record_alone", "turn_record_insert", "turn_record_row"]
 
 logger = logging.getLogger(__name__)
-
-RECORD_FIELDS = (
-    "id",
-    "agent_id",
-    "thread_id",
-    "resource_id",
-    "status",
-    "model",
-    "steps",
-    "usage",
-    "manifest",
-    "message_ids",
-    "tripwire",
-    "error",
-    "started_at",
-    "duration_ms",
-)
 
 
 def turn_record_insert(**fields: Any) -> None:
     """One INSERT; the caller's transaction decides its fate (a completed turn's save). Callers
     build a record only when RECORD_TURNS is on."""
-    insert_rows(models.TurnRecord, [turn_record_row(**fields)], fields=RECORD_FIELDS)
+    row = turn_record_row(**fields)
+    row["tripwire_id"] = row.pop("tripwire")
+    models.TurnRecord.objects.create(**row)
 
 
 def turn_record_row(
@@ -62,7 +46,7 @@ def turn_record_row(
     tripwire_id: Any = None,
     error: str = "",
 ) -> dict[str, Any]:
-    """The record's row, keyed by RECORD_FIELDS."""
+    """The record's fields, by name."""
     return {
         "id": record_id,
         "agent_id": agent_id or "",

@@ -239,8 +239,8 @@ def test_compaction_costs_a_turn_no_query_while_no_fold_is_due(make_agent, model
 
 def turn_queries() -> int:
     """A turn with history and no recall: its first read; savepoint, the save, release. The save is
-    the sequence UPDATE and the message INSERT, on PostgreSQL one statement."""
-    return 1 + 2 + (1 if connection.vendor == "postgresql" else 2)
+    the sequence UPDATE, its read and the message INSERT."""
+    return 1 + 2 + 3
 
 
 def test_a_turn_that_finds_a_fold_due_runs_it_after_commit_with_a_fixed_number_of_queries(
