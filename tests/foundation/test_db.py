@@ -16,10 +16,20 @@ from django.utils import timezone
 from memproc import models
 from memproc.db import COPY_MIN_ROWS, insert_rows, one_sqlite_writer
 from memproc.messages import Message
-from memproc.services.messages import MESSAGE_COLUMNS
 from memproc.vectors.base import EMBEDDING_COLUMNS
 
 pytestmark = pytest.mark.django_db
+MESSAGE_COLUMNS = (
+    "id",
+    "thread",
+    "resource_id",
+    "role",
+    "content",
+    "text",
+    "token_count",
+    "created_at",
+    "sequence",
+)
 
 SIZES = [3, COPY_MIN_ROWS + 36]  # one INSERT, and COPY on PostgreSQL
 
