@@ -10,6 +10,7 @@ from memproc.events import StreamEvent
 from memproc.exceptions import ConfigurationError
 from memproc.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from memproc.processors.base import ProcessorContext
+from memproc.processors.conversation import whole_tool_pairs
 from memproc.processors.tokens import TokenCounter, check_counter_spec, get_token_counter
 
 __all__ = ["TokenLimiter", "tool_call_groups", "truncate_to_tokens"]
@@ -87,7 +88,10 @@ class TokenLimiter:
 
     def _fit(self, ctx: ProcessorContext) -> list[Message] | None:
         counter = self.get_counter()
-        messages = list(ctx.messages)
+        # What the model will get: the halves of tool pairs that memory loaded incomplete are left
+        # out of the request (rule 16), so they must not count against the limit either.
+        new = {m.id for m in ctx.messages if m.id not in ctx.loaded_ids}
+        messages = whole_tool_pairs(list(ctx.messages), protected=new)
         costs = [counter.count_message(m) for m in messages]
         system_tokens = sum(counter.count_message(m) for m in ctx.system_messages)
 

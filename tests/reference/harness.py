@@ -26,7 +26,7 @@ from tests.reference.model import Config, Expected, Msg, Round, Turn
 DRIVERS = ("generate", "stream", "agenerate", "astream")
 # Through the HTTP API, as the client that is the resource's user: no system input, no per-call
 # options (the API takes neither), and for Chat Completions no message ids (the protocol has none).
-API_DRIVERS = ("api-generate", "api-stream", "api-chat-completions")
+API_DRIVERS = ("api-generate", "api-stream", "api-chat-completions", "api-aisdk")
 API = "/api/memproc/"
 INSTRUCTIONS = "You are the reference agent."
 BLOCK_WORD = "forbidden"
@@ -150,6 +150,14 @@ def run_api(client: Any, agent_id: str, driver: str, turn: Turn) -> dict[str, An
             if choice["finish_reason"] == "content_filter"
             else None
         )
+    if driver == "api-aisdk":  # useChat sending only its new messages (UI messages: ids, text parts)
+        ui = [{"id": m.id, "role": m.role, "parts": [{"type": "text", "text": m.text}]} for m in turn.inputs]
+        body = {"id": turn.thread_id, "messages": ui, "trigger": "submit-message"}
+        response = client.post(f"{API}agents/{agent_id}/chat/", body, format="json")
+        assert response.status_code == 200, response.content
+        raw = b"".join(response.streaming_content).decode()
+        frames = [json.loads(b.removeprefix("data: ")) for b in raw.split("\n\n") if b.startswith("data: {")]
+        return next((f["data"] for f in frames if f["type"] == "data-tripwire"), None)
     messages = [
         {**({"id": m.id} if m.id else {}), "role": m.role, "parts": [part_to_json(p) for p in m.parts]}
         for m in turn.inputs

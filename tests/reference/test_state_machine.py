@@ -185,6 +185,9 @@ class MemoryMachine(RuleBasedStateMachine):
 
         inputs = []
         echo = data.draw(st.sampled_from(["none", "none", "with ids", "without ids"]), label="echo")
+        aisdk = driver == "api-aisdk"
+        if aisdk:  # a useChat client that sends only its new messages, each with its UI id
+            echo = "none"
         if chat_completions and echo == "with ids":  # the protocol has no message ids
             echo = "without ids"
         if echo != "none" and stored:
@@ -201,7 +204,7 @@ class MemoryMachine(RuleBasedStateMachine):
                 text += f" {harness.BLOCK_WORD}"
             client_id = (
                 f"{self.prefix}-in-{next(self.serial)}"
-                if not chat_completions and data.draw(st.booleans(), label="id")
+                if aisdk or (not chat_completions and data.draw(st.booleans(), label="id"))
                 else None
             )
             inputs.append(text_msg("user", text, id=client_id))
