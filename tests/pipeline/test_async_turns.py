@@ -57,6 +57,8 @@ class AsyncModel:
     def __init__(self, delta_gap: float = 0.05) -> None:
         self.delta_gap = delta_gap
         self.threads: set[str] = set()
+        self.active = 0  # one event loop: no lock needed
+        self.peak = 0
 
     def generate(self, request: ModelRequest) -> ModelResponse:
         raise AssertionError("the async driver must await agenerate")
@@ -67,7 +69,10 @@ class AsyncModel:
         return ModelResponse(text="re: " + request.messages[-1].text)
 
     async def astream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        self.active += 1
+        self.peak = max(self.peak, self.active)
         await asyncio.sleep(WAIT)
+        self.active -= 1
         for word in ("re:", request.messages[-1].text):
             yield StreamEvent(type="text-delta", text=word + " ")
             await asyncio.sleep(self.delta_gap)
@@ -108,8 +113,8 @@ def test_concurrent_agenerate_with_a_sync_model_overlaps(db):
     n = 6
     results, wall = run(timed(agent.agenerate(f"q{i}", thread_id=f"t{i}", resource_id="r") for i in range(n)))
     assert [r.text for r in results] == [f"re: q{i}" for i in range(n)]
-    assert wall < n * WAIT / 2, f"{n} turns of {WAIT}s took {wall:.2f}s: they ran one after another"
-    assert model.peak > 1
+    assert model.peak > 1  # calls in flight at once: overlap, whatever the machine's load
+    assert wall < n * WAIT, f"{n} turns of {WAIT}s took {wall:.2f}s: they ran one after another"
     assert StoredMessage.objects.count() == 2 * n
 
 
@@ -140,7 +145,8 @@ def test_concurrent_turns_on_one_thread_keep_every_message():
 
 @pytest.mark.parametrize("model_class", [SleepyModel, AsyncModel], ids=["sync-model", "async-model"])
 def test_concurrent_astream_overlaps_and_streams_deltas(model_class):
-    agent = agent_with(model_class())
+    model = model_class()
+    agent = agent_with(model)
 
     async def one(i: int):
         first_delta = None
@@ -154,7 +160,10 @@ def test_concurrent_astream_overlaps_and_streams_deltas(model_class):
 
     n = 6
     results, wall = run(timed(one(i) for i in range(n)))
-    assert wall < n * WAIT / 2
+    # Overlap shown by the model's own count of calls in flight, not by the clock of a busy machine;
+    # the wall-clock bound only rules out running one after another.
+    assert model.peak > 1
+    assert wall < n * WAIT, f"{n} turns of {WAIT}s took {wall:.2f}s: they ran one after another"
     for first_delta, events in results:
         assert events[-1].type == "finish" and first_delta is not None
     assert StoredMessage.objects.count() == 2 * n
