@@ -18,6 +18,8 @@ import json
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as SendTimeout
 from datetime import timedelta
 from typing import Any
 
@@ -41,6 +43,14 @@ MAX_ATTEMPTS = 12
 BACKOFF_CAP_SECONDS = 3600
 
 _inline_failures = threading.Event()  # set when this process parked an inline job: sweep on success
+
+# Sends after commit run on these threads, so that a broker which accepts connections and never
+# answers costs a caller at most BROKER_SEND_TIMEOUT. Celery's transports have no read timeout by
+# default, so such a send may never return: at most SENDERS of them are in flight per process, and
+# while all are stuck a job is left in the outbox at once (the dispatcher sends it later).
+SENDERS = 4
+_senders = threading.BoundedSemaphore(SENDERS)
+_sender_pool = ThreadPoolExecutor(max_workers=SENDERS, thread_name_prefix="memproc-send")
 
 
 def register_task(task_name: str, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -69,7 +79,17 @@ def enqueue(task_name: str, *, kwargs: dict[str, Any], inline: Callable[[], Any]
 
 def _send_after_commit(job_id: int, task_name: str, kwargs: dict[str, Any]) -> None:
     try:
-        celery_send(task_name, kwargs)
+        celery_send_bounded(task_name, kwargs)
+    except BrokerUnanswered as exc:
+        # Its row is due after SEND_LEASE; a send that still gets through is absorbed by the
+        # idempotent task.
+        logger.warning(
+            "memproc: background task %s waits in the outbox (%s); it is sent by `manage.py "
+            "memproc_outbox` or the memproc.outbox_dispatch task",
+            task_name,
+            exc,
+        )
+        return
     except Exception as exc:
         logger.warning(
             "memproc: could not send background task %s (%s: %s); it stays in the outbox and is sent "
@@ -81,6 +101,35 @@ def _send_after_commit(job_id: int, task_name: str, kwargs: dict[str, Any]) -> N
         _record_failure(job_id, exc, attempts=1)
         return
     _forget(job_id)
+
+
+class BrokerUnanswered(Exception):
+    """The broker took no answer back in time, or earlier sends are still stuck on it."""
+
+
+def celery_send_bounded(task_name: str, kwargs: dict[str, Any]) -> None:
+    """`celery_send`, waiting at most BROKER_SEND_TIMEOUT; BrokerUnanswered past it."""
+    from celery import current_app
+
+    app = current_app._get_current_object()  # Celery's current app is per thread: the caller's
+    if not _senders.acquire(blocking=False):
+        raise BrokerUnanswered(f"the broker has not answered the last {SENDERS} sends")
+    try:
+        sent = _sender_pool.submit(_send_then_free_sender, app, task_name, kwargs)
+    except BaseException:
+        _senders.release()
+        raise
+    try:
+        sent.result(timeout=float(settings.BROKER_SEND_TIMEOUT))
+    except SendTimeout:
+        raise BrokerUnanswered(f"no answer within {settings.BROKER_SEND_TIMEOUT} s") from None
+
+
+def _send_then_free_sender(app: Any, task_name: str, kwargs: dict[str, Any]) -> None:
+    try:
+        celery_send(task_name, kwargs, app=app)
+    finally:
+        _senders.release()
 
 
 def _run_inline_after_commit(
@@ -143,7 +192,7 @@ def outbox_dispatch(*, limit: int = 500, include_parked: bool = False) -> dict[s
             continue
         try:
             if settings.BACKGROUND == "celery":
-                celery_send(job.task, job.kwargs)
+                celery_send_bounded(job.task, job.kwargs)
             else:
                 run_task_inline(job.task, job.kwargs)
         except Exception as exc:
@@ -156,10 +205,12 @@ def outbox_dispatch(*, limit: int = 500, include_parked: bool = False) -> dict[s
     return counts
 
 
-def celery_send(task_name: str, kwargs: dict[str, Any]) -> None:
-    from celery import current_app
+def celery_send(task_name: str, kwargs: dict[str, Any], *, app: Any = None) -> None:
+    if app is None:
+        from celery import current_app
 
-    current_app.send_task(task_name, kwargs=kwargs)
+        app = current_app
+    app.send_task(task_name, kwargs=kwargs)
 
 
 def _record_failure(job_id: int, exc: BaseException, *, attempts: int) -> None:

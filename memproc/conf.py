@@ -61,6 +61,9 @@ DEFAULTS: dict[str, Any] = {
     "ATTACHMENT_URL_EXPIRY": 3600,
     # Background work: "inline" (after commit, in-process) or "celery"
     "BACKGROUND": "inline",
+    # Seconds a caller waits, after its turn committed, for the Celery broker to take a job; past it
+    # the job stays in the outbox and is sent later. No network wait happens inside a transaction.
+    "BROKER_SEND_TIMEOUT": 5,
     # API
     "RESOURCE_RESOLVER": "memproc.api.permissions.user_resources",
     "MAX_REQUEST_MESSAGES": 200,

@@ -61,6 +61,32 @@ def one_sqlite_writer(using: str = "default") -> Iterator[None]:
         yield
 
 
+@contextmanager
+def atomic_write(using: str = "default") -> Iterator[None]:
+    """`transaction.atomic(using)` under `one_sqlite_writer(using)`, whose lock is handed on at
+    commit, before the `on_commit` callbacks run: those send to a broker or run inline jobs (an
+    embedder call), and the next writer must not wait for them."""
+    connection = connections[using]
+    if connection.vendor != "sqlite" or connection.in_atomic_block:
+        with transaction.atomic(using=using):
+            yield
+        return
+    held = _sqlite_writer.acquire()
+
+    def hand_on() -> None:
+        nonlocal held
+        if held:
+            held = False
+            _sqlite_writer.release()
+
+    try:
+        with transaction.atomic(using=using):
+            transaction.on_commit(hand_on, using=using)  # the first callback of this transaction
+            yield
+    finally:
+        hand_on()
+
+
 @cache
 def _columns(model: type[models.Model], names: tuple[str, ...]) -> tuple[str, tuple[models.Field, ...]]:
     fields = tuple(model._meta.get_field(name) for name in names)

@@ -136,6 +136,9 @@ MEMPROC = {
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
 CELERY_TASK_IGNORE_RESULT = True
+# A broker that accepts connections and never answers must not hold a sender forever.
+CELERY_BROKER_CONNECTION_TIMEOUT = 5
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_timeout": 5, "socket_connect_timeout": 5}
 
 LOGGING = {
     "version": 1,

@@ -2,10 +2,11 @@
 
 The first request with a key claims it by inserting an `IdempotencyRecord` (state running). The unique
 (scope, key) constraint decides between concurrent requests: the one whose insert wins runs the turn,
-the others answer 409 (retry later) and run nothing. A turn that answers keeps its result in the
-record (state done); a repeat with the same body then replays it without running a turn, and one with
-another body answers 422. A turn that fails, or a stream whose client goes away before its end, saved
-nothing (rule 9): its claim is released, so the client may retry with the same key.
+the others answer 409 (retry later) and run nothing. A turn that saved keeps its result in the record
+(state done), even when its client went away before the answer; a repeat with the same body then
+replays it without running a turn, and one with another body answers 422. A turn that fails, or a
+stream whose client goes away before the save, saved nothing (rule 9): its claim is released, so the
+client may retry with the same key.
 
 Keys are scoped per caller (the user, else the resources the resolver grants) and per endpoint, so
 two callers' keys never meet; a record expires after the setting `IDEMPOTENCY_TTL` (seconds), and the
@@ -133,15 +134,16 @@ def idempotent_stream(
     *,
     endpoint: str,
     resources: Resources,
-    run: Callable[[Callable[[Any], dict[str, Any]]], StreamingHttpResponse],
+    run: Callable[[Callable[[Any], dict[str, Any]], list[Any]], StreamingHttpResponse],
     render_result: Callable[[Any], dict[str, Any]],
 ) -> StreamingHttpResponse:
-    """`run(render_result)`'s event stream; with an Idempotency-Key, a repeat gets the first turn's
-    result as an equivalent stream. The result is kept once the stream has sent its terminal event
-    (`finish` or `tripwire`: the turn has saved); a stream that ends without one releases the key."""
+    """`run(render_result, result_box)`'s event stream; with an Idempotency-Key, a repeat gets the
+    first turn's result as an equivalent stream. The result is kept once the turn has saved (its
+    terminal event, `finish` or `tripwire`, was rendered, or the turn put its result in `result_box`
+    before its client went away); a stream whose turn saved nothing releases the key."""
     key = idempotency_key(request)
     if key is None:
-        return run(render_result)
+        return run(render_result, [])
     outcome = idempotency_claim(
         scope=idempotency_scope(request, endpoint=endpoint, resources=resources),
         key=key,
@@ -153,6 +155,7 @@ def idempotent_stream(
         response[REPLAYED_HEADER] = "true"
         return response
     results: list[dict[str, Any]] = []
+    saved: list[Any] = []
 
     def render(result: Any) -> dict[str, Any]:
         data = render_result(result)
@@ -160,11 +163,11 @@ def idempotent_stream(
         return data
 
     try:
-        response = run(render)
+        response = run(render, saved)
     except BaseException:
         idempotency_release(outcome)
         raise
-    settle = partial(_settle_stream, outcome, results)
+    settle = partial(_settle_stream, outcome, results, saved, render_result)
     content = response.streaming_content
     if response.is_async:
         response.streaming_content = _settled_async(content, settle)
@@ -173,9 +176,16 @@ def idempotent_stream(
     return response
 
 
-def _settle_stream(claim: Claim, results: list[dict[str, Any]]) -> None:
+def _settle_stream(
+    claim: Claim,
+    results: list[dict[str, Any]],
+    saved: list[Any],
+    render_result: Callable[[Any], dict[str, Any]],
+) -> None:
     if results:
         idempotency_settle(claim, status_code=status.HTTP_200_OK, data=results[-1])
+    elif saved:  # the client went away after the save: a retry must replay it, not run it again
+        idempotency_settle(claim, status_code=status.HTTP_200_OK, data=render_result(saved[-1]))
     else:
         idempotency_release(claim)
 

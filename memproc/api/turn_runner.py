@@ -54,19 +54,35 @@ async def _finish(started: Any) -> GenerateResult:
 
 
 def turn_events(
-    request: Any, agent: Any, messages: Any, **options: Any
+    request: Any,
+    agent: Any,
+    messages: Any,
+    *,
+    result_box: list[GenerateResult] | None = None,
+    **options: Any,
 ) -> Iterator[StreamEvent] | AsyncIterator[StreamEvent]:
     """A streamed turn: under WSGI a sync iterator already run to its first event (an error before it
     answers a normal status); under ASGI an async iterator whose turn ran here up to its first model
-    call, with the connection released before that call."""
+    call, with the connection released before that call.
+
+    Under ASGI a client that goes away cancels the turn, possibly while it saves; `result_box` then
+    still gets the result of a turn that saved. (Under WSGI the stream is closed only at an event,
+    and the terminal event comes right after the save.)"""
     if not is_asgi(request):
         return primed(agent.stream(messages, **options))
     started = turn_begin(agent, messages, streaming=True, **options)
     release_connections()
-    return turn_continue_async(started)
+    return turn_continue_async(started, result_box=result_box)
 
 
 def turn_stream_response(
-    request: Any, agent: Any, messages: Any, render_result: Callable[[Any], dict[str, Any]], **options: Any
+    request: Any,
+    agent: Any,
+    messages: Any,
+    render_result: Callable[[Any], dict[str, Any]],
+    *,
+    result_box: list[GenerateResult] | None = None,
+    **options: Any,
 ) -> StreamingHttpResponse:
-    return stream_response(turn_events(request, agent, messages, **options), SSEEncoder(render_result))
+    events = turn_events(request, agent, messages, result_box=result_box, **options)
+    return stream_response(events, SSEEncoder(render_result))

@@ -69,6 +69,7 @@ VALIDATORS: dict[str, Validator] = {
     "ATTACHMENT_CONTENT_TYPES": values.content_types,
     "ATTACHMENT_URL_EXPIRY": values.integer(1, unit="seconds"),
     "BACKGROUND": values.background,
+    "BROKER_SEND_TIMEOUT": values.seconds,
     "RESOURCE_RESOLVER": backends.resource_resolver,
     "MAX_REQUEST_MESSAGES": values.integer(1, unit="messages"),
     "API_ALLOW_SYSTEM_MESSAGES": values.boolean,

@@ -42,6 +42,20 @@ def integer(minimum: int, maximum: int | None = None, *, unit: str = "") -> Vali
     return validate
 
 
+def seconds(key: str, value: Any) -> list[CheckMessage]:
+    """A positive number of seconds (an int or a float, not a bool or string)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < float("inf"):
+        return []
+    return [
+        error(
+            key,
+            f"is {show(value)}; it must be a positive number of seconds.",
+            hint=f"Use a number of seconds, like the default {DEFAULTS.get(key)!r}.",
+            id="E007",
+        )
+    ]
+
+
 def boolean(key: str, value: Any) -> list[CheckMessage]:
     if isinstance(value, bool):
         return []

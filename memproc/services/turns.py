@@ -190,6 +190,10 @@ class TurnEngine:
         self.last_prompt: list[Message] = []
         # The response as far as it got, for the tripwire log of an output-side block (rule 20).
         self.draft: list[Message] = []
+        # Set once the turn's save (or a blocked turn's log) committed: a driver cancelled after that
+        # still has the turn's result, and must not report that nothing was saved.
+        self.saved = False
+        self.result: GenerateResult | None = None
         self._resolved: dict[int, tuple[Message, Message]] = {}
         # The span current where the turn was created (a request's) is its trace parent.
         self._trace_parent = telemetry.current_span()
@@ -314,7 +318,7 @@ class TurnEngine:
             self.draft = []
             try:
                 responses = yield from self._model_loop(feedback)
-                responses, record = yield Blocking(self._finish, (responses,))
+                record = yield Blocking(self._finish, (responses,))
             except Blocked as blocked:
                 tripwire = blocked.tripwire
                 if tripwire.retry and tripwire.phase == "output" and self.retries < self.max_retries:
@@ -325,20 +329,8 @@ class TurnEngine:
                     continue
                 return (yield from self._blocked(tripwire))
             break
-        saved = turn.writes.messages or savable(
-            [*self.conversation.new_input, *responses], internal_tools=turn.internal_tool_names
-        )
-        result = GenerateResult(
-            text=_final_text(responses),
-            messages=saved,
-            tripwire=None,
-            usage=self.usage,
-            thread_id=turn.thread_id,
-            resource_id=turn.resource_id,
-            prompt=self.last_prompt or self.conversation.request_messages(),
-            steps=self.steps,
-            memory=dict(turn.info),
-        )
+        result = self.result
+        assert result is not None
         if turn_completed.receivers:
             yield Blocking(
                 partial(_send_turn_completed, result=result, agent_id=self.agent.id, record=record)
@@ -347,9 +339,10 @@ class TurnEngine:
             yield StreamEvent(type="finish", result=result, usage=self.usage)
         return result
 
-    def _finish(self, responses: list[Message]) -> tuple[list[Message], dict[str, Any] | None]:
+    def _finish(self, responses: list[Message]) -> dict[str, Any] | None:
         """The output processors, then the atomic save: one blocking step. A Blocked from an output
-        processor comes before anything is saved (the caller may retry the turn's model loop)."""
+        processor comes before anything is saved (the caller may retry the turn's model loop).
+        Sets `result` once saved; returns the turn record's fields (None without RECORD_TURNS)."""
         turn = self.turn
         assert turn is not None
         responses = self.runner.run_output(self.output_chain, responses=responses)
@@ -362,7 +355,22 @@ class TurnEngine:
         with telemetry.span("memproc.save", parent=self.span) as save_span:
             save_span.set_attribute("memproc.save.messages", len(turn.writes.messages))
             turn_commit(turn, record=record)
-        return responses, record
+        saved = turn.writes.messages or savable(
+            [*self.conversation.new_input, *responses], internal_tools=turn.internal_tool_names
+        )
+        self.result = GenerateResult(
+            text=_final_text(responses),
+            messages=saved,
+            tripwire=None,
+            usage=self.usage,
+            thread_id=turn.thread_id,
+            resource_id=turn.resource_id,
+            prompt=self.last_prompt or self.conversation.request_messages(),
+            steps=self.steps,
+            memory=dict(turn.info),
+        )
+        self.saved = True
+        return record
 
     def _hooks(
         self, hook: str, method: Callable[..., Any], chain: Sequence[Any], unchanged: Any, **kwargs: Any
@@ -378,19 +386,6 @@ class TurnEngine:
         content = list(self.conversation.new_input)
         if tripwire.phase in OUTPUT_PHASES or tripwire.phase == "input_step":
             content += self.draft
-        yield Blocking(
-            partial(
-                blocked_save,
-                tripwire_fields={
-                    "tripwire": tripwire,
-                    "agent_id": self.agent.id,
-                    "thread_id": turn.thread_id,
-                    "resource_id": turn.resource_id,
-                    "messages": content,
-                },
-                record=self._record("blocked") if settings.RECORD_TURNS else None,
-            )
-        )
         result = GenerateResult(
             text="",
             messages=[],
@@ -402,9 +397,28 @@ class TurnEngine:
             steps=self.steps,
             memory=dict(turn.info),
         )
+        yield Blocking(
+            partial(
+                self._save_blocked,
+                result,
+                tripwire_fields={
+                    "tripwire": tripwire,
+                    "agent_id": self.agent.id,
+                    "thread_id": turn.thread_id,
+                    "resource_id": turn.resource_id,
+                    "messages": content,
+                },
+                record=self._record("blocked") if settings.RECORD_TURNS else None,
+            )
+        )
         if self.streaming:
             yield StreamEvent(type="tripwire", tripwire=tripwire, result=result)
         return result
+
+    def _save_blocked(self, result: GenerateResult, **fields: Any) -> None:
+        blocked_save(**fields)
+        self.result = result
+        self.saved = True
 
     # --- the model and tool loop ---------------------------------------------------------------
 

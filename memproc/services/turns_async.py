@@ -60,10 +60,18 @@ def executor() -> ThreadPoolExecutor:
 
 async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     """Runs a blocking call in a worker thread, with this task's context variables; the thread's
-    database connection is closed afterwards unless CONN_MAX_AGE keeps it."""
+    database connection is closed afterwards unless CONN_MAX_AGE keeps it.
+
+    A thread cannot be stopped: when the awaiting task is cancelled, the cancellation waits for the
+    call to end, so that what it did (a turn's save) is known before the caller goes on."""
     loop = asyncio.get_running_loop()
     context = contextvars.copy_context()
-    return await loop.run_in_executor(executor(), partial(context.run, _with_connection_cleanup, fn, *args))
+    done = loop.run_in_executor(executor(), partial(context.run, _with_connection_cleanup, fn, *args))
+    try:
+        return await asyncio.shield(done)
+    except asyncio.CancelledError:
+        await asyncio.wait([done])
+        raise
 
 
 def _with_connection_cleanup(fn: Callable[..., Any], *args: Any) -> Any:
@@ -126,7 +134,11 @@ async def turn_continue_async(
             except Exception as exc:
                 error = exc
     except (asyncio.CancelledError, GeneratorExit):
-        if not finished:
+        if engine.saved:
+            # The caller went away after the save (or after the terminal event): the turn stands.
+            if not finished and result_box is not None and engine.result is not None:
+                result_box.append(engine.result)
+        elif not finished:
             logger.info(
                 "memproc: turn of agent %s cancelled (the caller went away); nothing saved",
                 engine.agent.id,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -151,10 +152,16 @@ def agent(make_agent: Callable[..., Agent]) -> Agent:
 
 
 def stream_and_leave(
-    user: Any, path: str, payload: Any, headers: tuple[tuple[bytes, bytes], ...] = ()
+    user: Any,
+    path: str,
+    payload: Any,
+    headers: tuple[tuple[bytes, bytes], ...] = (),
+    *,
+    leave_when: threading.Event | None = None,
 ) -> list:
     """POSTs `payload` to a stream endpoint through Django's own ASGI handler, as `user` with Basic
-    auth, and disconnects after the first frame of the body; returns the ASGI messages sent back."""
+    auth, and disconnects after the first frame of the body (or, with `leave_when`, once that event
+    is set, from whatever thread); returns the ASGI messages sent back."""
     from django.core.asgi import get_asgi_application
 
     user.set_password("pw")
@@ -192,7 +199,10 @@ def stream_and_leave(
             if not requested:
                 requested = True
                 return {"type": "http.request", "body": body, "more_body": False}
-            await first_body.wait()
+            if leave_when is not None:
+                await asyncio.to_thread(leave_when.wait, 10)
+            else:
+                await first_body.wait()
             return {"type": "http.disconnect"}
 
         async def send(message: dict[str, Any]) -> None:

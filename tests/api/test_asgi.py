@@ -129,6 +129,21 @@ def test_client_that_goes_away_cancels_the_turn_and_saves_nothing(user, make_age
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
+def test_a_stream_read_to_its_end_logs_no_cancellation(user, make_agent, resource, caplog):
+    """Every completed ASGI stream used to log "cancelled (the caller went away); nothing saved"."""
+    make_agent(model=SlowStreamingModel())
+    client = async_client(user)
+
+    async def read():
+        response = await client.post(STREAM, {"messages": "hi"}, content_type="application/json")
+        return [chunk async for chunk in response.streaming_content]
+
+    with caplog.at_level(logging.INFO, logger="memproc"):
+        events = parse(run(read))
+    assert events[-1][0] == "finish" and models.Message.objects.count() == 2
+    assert "cancelled" not in caplog.text and "nothing saved" not in caplog.text
+
+
 def test_requests_that_use_the_database_at_once_are_bounded_under_asgi(
     user, make_agent, resource, monkeypatch, settings
 ):

@@ -470,3 +470,15 @@ def test_hnsw_index_type_is_vector_or_halfvec():
     assert check(HNSW_INDEX_TYPE="vector") == [] and check(HNSW_INDEX_TYPE="halfvec") == []
     [message] = check(HNSW_INDEX_TYPE="halfvector")
     assert message.id == "memproc.E019" and "halfvec" in message.msg
+
+
+@pytest.mark.parametrize("value", [0, -1, "5", True, float("nan"), float("inf"), None])
+def test_broker_send_timeout_must_be_a_positive_number_of_seconds(value):
+    messages = VALIDATORS["BROKER_SEND_TIMEOUT"]("BROKER_SEND_TIMEOUT", value)
+    assert [m.id for m in messages] == ["memproc.E007"]
+    assert "positive number of seconds" in messages[0].msg
+
+
+@pytest.mark.parametrize("value", [0.5, 5, 30])
+def test_broker_send_timeout_takes_ints_and_floats(value):
+    assert VALIDATORS["BROKER_SEND_TIMEOUT"]("BROKER_SEND_TIMEOUT", value) == []

@@ -190,7 +190,7 @@ def test_an_edit_under_celery_is_an_outbox_job_sent_after_commit(
     from memproc import background
 
     sent = []
-    monkeypatch.setattr(background, "celery_send", lambda name, kwargs: sent.append((name, kwargs)))
+    monkeypatch.setattr(background, "celery_send", lambda name, kwargs, **_: sent.append((name, kwargs)))
     settings.MEMPROC = {**settings.MEMPROC, "BACKGROUND": "celery"}
     with TestCase.captureOnCommitCallbacks(execute=False) as callbacks:
         recall_memory.update_messages([Message.create("user", "Make it Faro", id=conversation[2].id)])

@@ -20,3 +20,34 @@ def user(db: None) -> Any:
     user = UserFactory()
     ResourceFactory(id=str(user.pk))
     return user
+
+
+@pytest.fixture
+def black_hole() -> Any:
+    """A TCP endpoint that accepts connections and never answers: (host, port)."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                peer, _ = server.accept()
+            except OSError:
+                continue
+            held.append(peer)  # read nothing, answer nothing
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()
+    stop.set()
+    thread.join(2)
+    for peer in held:
+        peer.close()
+    server.close()

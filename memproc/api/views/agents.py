@@ -170,13 +170,14 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
         agent = self.agent(id)
         turn = self.turn_request(request)
 
-        def run(render_result: Any) -> Any:
+        def run(render_result: Any, result_box: list[Any]) -> Any:
             turn.check_message_ids()
             return turn_stream_response(
                 request,
                 agent,
                 turn.messages,
                 render_result,
+                result_box=result_box,
                 thread_id=turn.thread_id,
                 resource_id=turn.resource_id,
             )
