@@ -308,6 +308,24 @@ def thread_key_for(*, thread_id: str, resource_id: str | None = None) -> str:
     return thread.pk
 
 
+def messages_before(*, thread_key: str, before: int, limit: int) -> list[Message]:
+    """The newest `limit` messages of a thread below sequence `before`, oldest first."""
+    if limit <= 0:
+        return []
+    rows = thread_messages(thread_key=thread_key).filter(sequence__lt=before)
+    return [message_from_row(row) for row in reversed(list(rows.reverse().values(*MESSAGE_FIELDS)[:limit]))]
+
+
+def message_ids_from(*, thread_key: str, message_id: str) -> tuple[int | None, list[str]]:
+    """A stored message's sequence and the ids of it and every later message of its thread, or
+    (None, []) when the thread holds no such message."""
+    start = message_sequence(thread_key=thread_key, message_id=message_id)
+    if start is None:
+        return None, []
+    ids = thread_messages(thread_key=thread_key).filter(sequence__gte=start).values_list("pk", flat=True)
+    return start, list(ids)
+
+
 def thread_messages(*, thread_key: str) -> QuerySet[models.Message]:
     return models.Message.objects.filter(thread_id=thread_key).order_by("sequence")
 

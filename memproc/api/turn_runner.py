@@ -22,6 +22,7 @@ from memproc.api.sse import SSEEncoder, primed, stream_response
 from memproc.events import GenerateResult, StreamEvent
 from memproc.services.turns_async import turn_continue_async
 from memproc.services.turns_sync import turn_begin
+from memproc.services.turns_sync import turn_events as turn_events_sync
 
 __all__ = ["is_asgi", "turn_events", "turn_generate", "turn_stream_response"]
 
@@ -69,7 +70,7 @@ def turn_events(
     still gets the result of a turn that saved. (Under WSGI the stream is closed only at an event,
     and the terminal event comes right after the save.)"""
     if not is_asgi(request):
-        return primed(agent.stream(messages, **options))
+        return primed(turn_events_sync(agent, messages, streaming=True, **options))
     started = turn_begin(agent, messages, streaming=True, **options)
     release_connections()
     return turn_continue_async(started, result_box=result_box)

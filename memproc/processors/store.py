@@ -118,9 +118,8 @@ class InMemoryStore:
 
     def add(self, thread_id: str, messages: Sequence[Message], *, embedder: Any = None) -> None:
         stored = self.threads.setdefault(thread_id, [])
-        stored.extend(
-            m.replace(thread_id=thread_id, sequence=len(stored) + i + 1) for i, m in enumerate(messages)
-        )
+        last = stored[-1].sequence or len(stored) if stored else 0
+        stored.extend([m.replace(thread_id=thread_id, sequence=last + i + 1) for i, m in enumerate(messages)])
         if embedder is not None:
             embeddable = [m for m in messages if m.role in ("user", "assistant") and m.text.strip()]
             for message, vector in zip(embeddable, embedder.embed([m.text for m in embeddable]), strict=True):

@@ -60,6 +60,9 @@ class Turn:
     thread_exists: bool = False
     thread_title: str = ""
     thread_last_sequence: int | None = None  # as read at the start of the turn
+    # Stored messages this turn replaces (a regenerated answer, an edited message and what followed):
+    # hidden from its reads, deleted in the transaction that saves it, kept if it saves nothing.
+    replaces: list[str] = field(default_factory=list)
     loaded_ids: set[str] = field(default_factory=set)
     tools: dict[str, Tool] = field(default_factory=dict)
     writes: TurnWrites = field(default_factory=TurnWrites)

@@ -27,9 +27,20 @@ class DjangoMemoryStore:
     `messages_recent`.
     """
 
-    def __init__(self, *, summaries: bool = True, history: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        summaries: bool = True,
+        history: int = 0,
+        before: int | None = None,
+        hidden: Iterable[str] = (),
+    ) -> None:
+        # With `before`, the turn replaces the thread's messages from that sequence on (`hidden`,
+        # their ids): it reads the thread as it was before them.
         self.summaries = summaries
-        self.history = history
+        self.history = 0 if before is not None else history
+        self.before = before
+        self.hidden = frozenset(hidden)
         self._summaries: dict[str, ThreadSummaryValue | None] = {}
         # thread key -> (last sequence it was read at, its newest `history` messages)
         self._recent: dict[str, tuple[int, list[Message]]] = {}
@@ -55,18 +66,27 @@ class DjangoMemoryStore:
         self, *, thread_id: str, resource_id: str | None, limit: int, last_sequence: int | None = None
     ) -> list[Message]:
         key = thread_key(resource_id or "", thread_id)
+        if self.before is not None and self.hidden:
+            return selectors.messages_before(thread_key=key, before=self.before, limit=limit)
         read = self._recent.get(key)
         if read is not None and last_sequence == read[0] and 0 < limit <= self.history:
             return read[1][-limit:]
         return selectors.messages_recent(thread_key=key, limit=limit, last_sequence=last_sequence)
 
     def messages_existing(self, *, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
-        return selectors.messages_existing(ids=ids)
+        return {
+            message_id: where
+            for message_id, where in selectors.messages_existing(ids=ids).items()
+            if message_id not in self.hidden
+        }
 
     def messages_around(
         self, *, message_ids: Sequence[str], before: int, after: int
     ) -> dict[str, list[Message]]:
-        return selectors.messages_around(message_ids=message_ids, before=before, after=after)
+        around = selectors.messages_around(
+            message_ids=[i for i in message_ids if i not in self.hidden], before=before, after=after
+        )
+        return {i: [m for m in found if m.id not in self.hidden] for i, found in around.items()}
 
     def vectors_search(
         self,
@@ -79,14 +99,25 @@ class DjangoMemoryStore:
         threshold: float | None = None,
         vector_store: Any = None,
     ) -> list[VectorHit]:
-        return get_vector_store(vector_store).search(
+        search = get_vector_store(vector_store).search
+        if not self.hidden:
+            return search(
+                embedder_id=embedder_id,
+                vector=vector,
+                top_k=top_k,
+                thread_id=thread_id,
+                resource_id=resource_id,
+                threshold=threshold,
+            )
+        hits = search(
             embedder_id=embedder_id,
             vector=vector,
-            top_k=top_k,
+            top_k=top_k + len(self.hidden),  # hidden ones may take places in the top k
             thread_id=thread_id,
             resource_id=resource_id,
             threshold=threshold,
         )
+        return [hit for hit in hits if hit.message_id not in self.hidden][:top_k]
 
     def working_memory_get(
         self, *, scope: str, key: str, resource_id: str | None = None

@@ -12,7 +12,7 @@ from memproc.models import Message, thread_key
 from memproc.processors.turn import Turn
 from memproc.services.attachments import attachments_commit, attachments_link
 from memproc.services.compaction import compaction_enqueue
-from memproc.services.messages import messages_insert
+from memproc.services.messages import messages_delete, messages_insert
 from memproc.services.recall import sources_embed, sources_for
 from memproc.services.threads import thread_ensure
 from memproc.services.titles import thread_title_generate, title_options
@@ -39,6 +39,8 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
             turn.thread_exists = True
             memory = turn.agent.memory
             writes.generate_title = bool(memory and memory.generate_title and not turn.thread_title)
+        if turn.replaces and writes.messages:
+            messages_delete(message_ids=turn.replaces, thread_key=key)
         if writes.messages:
             writes.messages = attachments_commit(staged=turn.attachments, messages=writes.messages)
             messages_insert(

@@ -40,12 +40,12 @@ from memproc.messages import (
     thaw,
     to_messages,
 )
-from memproc.models import split_thread_key
+from memproc.models import split_thread_key, thread_key
 from memproc.processors.conversation import Conversation
 from memproc.processors.message_history import MessageHistory, savable
 from memproc.processors.runner import Blocked, ProcessorRunner, StepView
 from memproc.processors.turn import Turn, TurnWrites
-from memproc.selectors import thread_key_for
+from memproc.selectors import message_ids_from, thread_key_for
 from memproc.services.attachments import (
     attachments_discard,
     attachments_resolve,
@@ -88,13 +88,18 @@ def turn_start(
     memory_options: dict[str, Any] | None = None,
     summaries: bool = True,
     history: int = 0,
+    replace_from: str | None = None,
 ) -> Turn:
     """Normalises input and checks thread ownership (one query when the agent has memory; with
     `summaries`, the one query also reads the thread's compaction summary, with `history` the
     thread's newest messages for MessageHistory).
 
     System messages in the input are kept apart: used for this turn after the instructions, never
-    saved (rule 18)."""
+    saved (rule 18).
+
+    With `replace_from` (a stored message of the thread) the turn replaces that message and every
+    later one: it reads the thread as it was before them, and its save deletes them in the same
+    transaction; a turn that fails, is blocked or saves nothing leaves them as they were."""
     now = timezone.now()
     raw = messages if isinstance(messages, list | tuple) else [messages]
     client_ids = {
@@ -113,6 +118,7 @@ def turn_start(
         raise ValidationError("messages need at least one message that is not a system message")
     memory = agent.memory_for(memory_options)
     store = None
+    replaces: list[str] = []
     exists, title, last_sequence = False, "", None
     if memory is not None:
         store = DjangoMemoryStore(summaries=summaries, history=history)
@@ -123,6 +129,13 @@ def turn_start(
         if row is not None:
             _, title, last_sequence = row
             exists = True
+        if exists and replace_from:
+            cut, replaces = message_ids_from(
+                thread_key=thread_key(resource_id, thread_id), message_id=replace_from
+            )
+            if cut is not None:
+                store = DjangoMemoryStore(summaries=summaries, before=cut, hidden=replaces)
+                store.thread_owner(thread_id=thread_id, resource_id=resource_id)
     inputs = [
         m.replace(created_at=m.created_at or now, thread_id=thread_id, resource_id=resource_id)
         for m in inputs
@@ -139,6 +152,7 @@ def turn_start(
         thread_title=title,
         thread_last_sequence=last_sequence,
         memory_options=dict(memory_options or {}),
+        replaces=replaces,
     )
     for t in agent.tools:
         turn.add_tool(t)
@@ -175,6 +189,7 @@ class TurnEngine:
         streaming: bool = False,
         memory_options: dict[str, Any] | None = None,
         max_processor_retries: int | None = None,
+        replace_from: str | None = None,
     ) -> None:
         retries = agent.max_processor_retries if max_processor_retries is None else max_processor_retries
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
@@ -184,6 +199,7 @@ class TurnEngine:
         self.max_retries = retries
         self.retries = 0
         self._start_args = (messages, thread_id, resource_id, memory_options)
+        self.replace_from = replace_from
         self.turn: Turn | None = None
         self.usage: dict[str, Any] = {}
         self.steps = 0
@@ -222,6 +238,7 @@ class TurnEngine:
             history=max(
                 (p.last_messages for p in self.input_chain if isinstance(p, MessageHistory)), default=0
             ),
+            replace_from=self.replace_from,
         )
 
     def _setup(self, turn: Turn) -> None:

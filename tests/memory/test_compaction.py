@@ -418,7 +418,9 @@ def test_under_celery_the_fold_is_a_task_sent_after_commit_with_json_kwargs(
     make_agent, monkeypatch, settings
 ):
     sent: list[tuple[str, dict]] = []
-    monkeypatch.setattr("memproc.background.celery_send", lambda name, kwargs, **_: sent.append((name, kwargs)))
+    monkeypatch.setattr(
+        "memproc.background.celery_send", lambda name, kwargs, **_: sent.append((name, kwargs))
+    )
     agent = make_agent(
         id="celery-agent", model=scripted(), memory=Memory(last_messages=4, compaction=COMPACTION)
     )

@@ -150,7 +150,13 @@ def test_aborts_with_a_clear_reason_when_the_new_input_alone_cannot_fit():
     assert error.processor_id == "token-limiter"
     assert "token limit is 40" in error.reason
     assert f"needs {50 + R} tokens" in error.reason
-    assert error.metadata == {"limit": 40, "tokens": 50 + R, "system_tokens": 0, "input_tokens": 50, "step": 0}
+    assert error.metadata == {
+        "limit": 40,
+        "tokens": 50 + R,
+        "system_tokens": 0,
+        "input_tokens": 50,
+        "step": 0,
+    }
     assert error.retry is False
 
 

@@ -27,7 +27,9 @@ R = "black-hole-user"
 def silent_broker(black_hole: tuple[str, int]) -> Iterator[Celery]:
     host, port = black_hole
     app = Celery("memproc-tests-black-hole", set_as_current=False)
-    app.conf.update(broker_url=f"redis://{host}:{port}/0", broker_connection_timeout=1, task_ignore_result=True)
+    app.conf.update(
+        broker_url=f"redis://{host}:{port}/0", broker_connection_timeout=1, task_ignore_result=True
+    )
     from celery import _state
 
     previous, previous_default = current_app._get_current_object(), _state.default_app
@@ -76,7 +78,11 @@ def timed(work: Any) -> tuple[Any, float]:
 def test_a_turn_answers_within_the_send_timeout_and_its_job_waits_in_the_outbox(
     silent_broker: Celery, agent: Agent, settings: Any
 ) -> None:
-    settings.MEMPROC = {**getattr(settings, "MEMPROC", {}), "BACKGROUND": "celery", "BROKER_SEND_TIMEOUT": 0.5}
+    settings.MEMPROC = {
+        **getattr(settings, "MEMPROC", {}),
+        "BACKGROUND": "celery",
+        "BROKER_SEND_TIMEOUT": 0.5,
+    }
     result, elapsed = timed(lambda: agent.generate("I keep bees", thread_id="bees", resource_id=R))
 
     assert result.text
@@ -121,7 +127,11 @@ def test_a_stuck_send_does_not_hold_other_turns_of_the_process(
 def test_the_http_api_answers_200_every_time_while_the_broker_is_silent(
     silent_broker: Celery, agent: Agent, settings: Any
 ) -> None:
-    settings.MEMPROC = {**getattr(settings, "MEMPROC", {}), "BACKGROUND": "celery", "BROKER_SEND_TIMEOUT": 0.5}
+    settings.MEMPROC = {
+        **getattr(settings, "MEMPROC", {}),
+        "BACKGROUND": "celery",
+        "BROKER_SEND_TIMEOUT": 0.5,
+    }
     client = APIClient()
     client.force_authenticate(UserFactory())
     # More turns than the process has senders: later ones do not wait at all. (Last in this file: its

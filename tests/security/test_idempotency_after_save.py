@@ -64,7 +64,10 @@ def test_a_client_that_leaves_during_the_save_gets_a_replay_not_a_second_turn(
     client = APIClient()
     client.force_authenticate(user)
     again = client.post(
-        STREAM, {"messages": "hello", "thread_id": "t"}, format="json", HTTP_IDEMPOTENCY_KEY="leave-during-save"
+        STREAM,
+        {"messages": "hello", "thread_id": "t"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="leave-during-save",
     )
     body = b"".join(again.streaming_content)
     connections.close_all()

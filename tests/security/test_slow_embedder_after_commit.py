@@ -49,7 +49,9 @@ class SlowSaveEmbedder(HashEmbedder):
 def test_concurrent_turns_with_a_slow_embedder_overlap_their_embedding(settings: Any) -> None:
     settings.MEMPROC = {**getattr(settings, "MEMPROC", {}), "BACKGROUND": "inline"}
     embedder = SlowSaveEmbedder(dimensions=16)
-    agent = Agent(id="slow-embedder", model="local/echo", memory=Memory(semantic_recall=True, embedder=embedder))
+    agent = Agent(
+        id="slow-embedder", model="local/echo", memory=Memory(semantic_recall=True, embedder=embedder)
+    )
     errors: list[BaseException] = []
 
     def turn(index: int) -> None:

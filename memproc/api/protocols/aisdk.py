@@ -40,7 +40,6 @@ from memproc.api.protocols.common import (
     drop_blocked,
     internal_tools,
     new_part,
-    replace_from,
     turn_input_check,
     without_system,
 )
@@ -331,8 +330,7 @@ class ChatView(ChatViewMixin, views.APIView):
         resource_id, thread = self.settle_owner(thread_id, data.get("resource_id"))
         conversation = drop_blocked(data["messages"], is_block_notice)
         ui_part = new_part(conversation, thread_exists=thread is not None, agent=agent)
-        if thread is not None:
-            self.replace_answered(thread, ui_part, data)
+        replaces = self.replaced_from(thread, ui_part, data) if thread is not None else None
         part, _ = without_system([m for ui in ui_part for m in memproc_messages(ui)])
         turn_input_check(
             part,
@@ -342,21 +340,23 @@ class ChatView(ChatViewMixin, views.APIView):
         encoder = UIMessageStreamEncoder(
             message_id=new_id(), thread_id=thread_id, hidden_tools=internal_tools(agent)
         )
-        events = turn_events(request, agent, part, thread_id=thread_id, resource_id=resource_id)
+        events = turn_events(
+            request, agent, part, thread_id=thread_id, resource_id=resource_id, replace_from=replaces
+        )
         return stream_response(events, encoder, {STREAM_HEADER: "v1", THREAD_HEADER: thread_id})
 
-    def replace_answered(self, thread: Any, ui_part: list[Any], data: Mapping[str, Any]) -> None:
+    def replaced_from(self, thread: Any, ui_part: list[Any], data: Mapping[str, Any]) -> str | None:
         """A new-looking user message that the thread already holds: on regenerate (or an edit, which
-        names it in `messageId`) it and what follows it are replaced; otherwise it is a repeat, a 400."""
+        names it in `messageId`) the turn replaces it and what follows it (in the transaction that
+        saves the turn, so a failed or blocked turn leaves them); otherwise it is a repeat, a 400."""
         ids = [m["id"] for m in ui_part if m.get("role") == "user"]
         here = (thread.resource_id, thread.public_id)
         stored = [i for i, where in messages_existing(ids=ids).items() if where == here]
         if not stored:
-            return
+            return None
         first = next(i for i in ids if i in stored)
         if data["trigger"] == "regenerate-message" or data.get("messageId") in stored:
-            replace_from(thread_key=thread.pk, message_id=first)
-            return
+            return first
         raise serializers.ValidationError(
             {
                 "messages": [

@@ -14,8 +14,6 @@ from memproc.api.views.checks import attachments_check
 from memproc.conf import settings as memproc_settings
 from memproc.exceptions import MemprocError
 from memproc.messages import to_messages
-from memproc.selectors import thread_messages
-from memproc.services.messages import messages_delete
 from memproc.tools import WORKING_MEMORY_TOOL
 
 THREAD_HEADER = "X-Memproc-Thread-Id"
@@ -113,17 +111,6 @@ def without_system(messages: list[Mapping[str, Any]]) -> tuple[list[Mapping[str,
             message = {**message, "role": "system"}
         kept.append(message)
     return kept, ignored
-
-
-def replace_from(*, thread_key: str, message_id: str) -> int:
-    """Deletes a stored message and everything after it in its thread (a client that edits a message or
-    asks for a new answer has dropped them too). Returns how many were deleted; 0 if it is not stored."""
-    rows = thread_messages(thread_key=thread_key)
-    start = rows.filter(pk=message_id).values_list("sequence", flat=True).first()
-    if start is None:
-        return 0
-    ids = list(rows.filter(sequence__gte=start).values_list("pk", flat=True))
-    return messages_delete(message_ids=ids, thread_key=thread_key)
 
 
 def internal_tools(agent: Any) -> set[str]:
