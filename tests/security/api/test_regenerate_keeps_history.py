@@ -11,15 +11,6 @@ import pytest
 from memproc.exceptions import ModelUnavailableError
 from memproc.llm.types import ModelRequest
 from memproc.testing import ScriptedModel
-from tests.api.conftest import (  # noqa: F401 - fixtures
-    agent,
-    make_agent,
-    model,
-    owner_client,
-    resource,
-    thread,
-    user,
-)
 from tests.api.test_protocol_aisdk import FailingMidStream, chat, frames, stored, ui
 from tests.factories import MessageFactory
 
@@ -36,7 +27,12 @@ class DownModel(ScriptedModel):
 def two_turns(thread: Any) -> Any:
     """The owner's thread with two answered turns (u1, a1, u2, a2)."""
     for sequence, (message_id, role, text) in enumerate(
-        [("u1", "user", "first"), ("a1", "assistant", "one"), ("u2", "user", "second"), ("a2", "assistant", "two")],
+        [
+            ("u1", "user", "first"),
+            ("a1", "assistant", "one"),
+            ("u2", "user", "second"),
+            ("a2", "assistant", "two"),
+        ],
         start=1,
     ):
         MessageFactory(thread=thread, id=message_id, role=role, text=text, sequence=sequence)
@@ -45,7 +41,12 @@ def two_turns(thread: Any) -> Any:
     return thread
 
 
-BEFORE = [("u1", "user", "first"), ("a1", "assistant", "one"), ("u2", "user", "second"), ("a2", "assistant", "two")]
+BEFORE = [
+    ("u1", "user", "first"),
+    ("a1", "assistant", "one"),
+    ("u2", "user", "second"),
+    ("a2", "assistant", "two"),
+]
 
 
 @pytest.mark.django_db
@@ -82,7 +83,9 @@ def test_a_regenerate_whose_model_fails_mid_stream_leaves_the_history(owner_clie
 
 @pytest.mark.django_db
 def test_an_edit_that_a_guardrail_blocks_leaves_the_thread(owner_client, agent, model, two_turns):
-    chunks = frames(chat(owner_client, two_turns.public_id, ui("u1", "user", "a forbidden edit"), messageId="u1"))
+    chunks = frames(
+        chat(owner_client, two_turns.public_id, ui("u1", "user", "a forbidden edit"), messageId="u1")
+    )
     assert any(c.get("type") == "data-tripwire" for c in chunks) or chunks[-1]["type"] == "finish"
     assert stored(two_turns.public_id) == BEFORE
     assert model.requests == []
@@ -102,12 +105,17 @@ def test_a_regenerate_that_saves_replaces_in_one_step_and_the_model_never_sees_t
         trigger="regenerate-message",
     )
     assert frames(response)[-1]["type"] == "finish"
-    assert stored(two_turns.public_id) == [*BEFORE[:3], (stored(two_turns.public_id)[3][0], "assistant", "deux")]
+    assert stored(two_turns.public_id) == [
+        *BEFORE[:3],
+        (stored(two_turns.public_id)[3][0], "assistant", "deux"),
+    ]
     assert [m.text for m in model.requests[0].messages if m.role != "system"] == ["first", "one", "second"]
 
 
 @pytest.mark.django_db
-def test_an_edit_of_the_first_message_that_saves_replaces_everything_after_it(owner_client, agent, model, two_turns):
+def test_an_edit_of_the_first_message_that_saves_replaces_everything_after_it(
+    owner_client, agent, model, two_turns
+):
     model.add("edited answer")
     response = chat(owner_client, two_turns.public_id, ui("u1", "user", "first, edited"), messageId="u1")
     assert frames(response)[-1]["type"] == "finish"
