@@ -1,14 +1,17 @@
-"""Attachments: files offloaded to storage, previewed inline and opened through the storage's URL."""
+"""Attachments: files offloaded to storage, previewed inline and opened as downloads (never as pages of
+the site: a client-sent file must not run with an operator's session)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.db.models import F, QuerySet
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse
 from django.template.defaultfilters import filesizeformat
 from django.template.loader import render_to_string
+from django.urls import URLPattern, path
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
@@ -16,7 +19,8 @@ from django.utils.translation import gettext_lazy as _
 from memproc import models
 from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_url, thread_label
 from memproc.admin.transcript import file_url
-from memproc.services.attachments import attachment_delete
+from memproc.exceptions import StorageUnavailable
+from memproc.services.attachments import attachment_delete, attachment_download_response
 
 TEXT_PREVIEW_BYTES = 4096
 TEXT_TYPES = ("application/json", "application/xml", "application/x-yaml", "application/yaml")
@@ -84,6 +88,26 @@ class AttachmentAdmin(ReadOnlyAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[models.Attachment]:
         # The message's thread key only, not the message row with its content.
         return super().get_queryset(request).annotate(thread_ref=F("message__thread_id"))
+
+    def get_urls(self) -> list[URLPattern]:
+        download = path(
+            "<path:object_id>/download/",
+            self.admin_site.admin_view(self.download_view),
+            name=f"{self.opts.app_label}_{self.opts.model_name}_download",
+        )
+        return [download, *super().get_urls()]
+
+    def download_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The file as a download, for whoever may view attachments here."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        attachment = self.get_object(request, object_id)
+        if attachment is None or not attachment.file:
+            raise Http404
+        try:
+            return attachment_download_response(attachment)
+        except StorageUnavailable as exc:
+            return HttpResponse(str(exc), status=503, content_type="text/plain; charset=utf-8")
 
     def delete_model(self, request: HttpRequest, obj: models.Attachment) -> None:
         attachment_delete(attachment=obj)  # removes the file from storage after commit

@@ -21,7 +21,7 @@ from django.utils.safestring import SafeString
 from memproc import models
 from memproc.admin.common import admin_url, one_line, pretty_json
 from memproc.admin.turn_panels import TurnView, attach_turn_panels
-from memproc.services.attachments import attachment_url
+from memproc.services.attachments import attachment_download_url
 
 TRANSCRIPT_PAGE_SIZE = 500
 MESSAGE_COLUMNS = ("id", "role", "content", "token_count", "created_at", "sequence")
@@ -287,13 +287,16 @@ def attachment_view(row: models.Attachment) -> AttachmentView:
 
 
 def file_url(row: models.Attachment) -> str | None:
-    """The storage's URL for the file (a signed URL on S3), or None when the storage cannot give one."""
+    """Where an operator downloads the file: the storage's signed URL that sends the download headers
+    (S3), else the admin's download view; never the storage's plain URL, which a file server may
+    serve inline on the site's origin."""
     if not row.file:
         return None
     try:
-        return attachment_url(attachment=row)
-    except Exception:  # a storage without URLs, or one that is down, must not break the page
-        return None
+        signed = attachment_download_url(row)
+    except Exception:  # a storage that is down must not break the page
+        signed = None
+    return signed or reverse("admin:memproc_attachment_download", args=[row.pk])
 
 
 def _page_number(value: Any, pages: int) -> int:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.core.validators import RegexValidator
+from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -17,7 +18,7 @@ from memproc.messages import FilePart, Message, TextPart, part_to_json, thaw, to
 from memproc.models import public_thread_id
 from memproc.processors.attachments import inline_file
 from memproc.selectors import thread_messages
-from memproc.services.attachments import attachment_url
+from memproc.services.attachments import attachment_download_url
 
 # The grammar of ids that clients choose (threads, resources): they travel in URL paths and name
 # files' folders, so no slash, nothing a client or a proxy would normalise ("." and "..", whitespace
@@ -613,9 +614,12 @@ class AttachmentSerializer(serializers.ModelSerializer):
 
     @extend_schema_field({"type": "string", "format": "uri", "nullable": True})
     def get_url(self, attachment: models.Attachment) -> str | None:
-        """The storage's URL (a signed one on S3), absolute when the storage gives a path."""
+        """Where the file downloads from: the storage's signed URL that sends the download headers
+        (S3), else memproc's `download/` view (never the storage's plain URL, served inline)."""
         if not attachment.file:
             return None
-        url = attachment_url(attachment=attachment)
+        url = attachment_download_url(attachment) or reverse(
+            "memproc:attachment-download", args=[attachment.pk]
+        )
         request = self.context.get("request")
         return request.build_absolute_uri(url) if request is not None and url.startswith("/") else url

@@ -85,9 +85,11 @@ def test_thread_page_is_a_transcript(admin_client, conversation):
     assert '<details class="memproc-tool memproc-tool-call">' in page
     assert "<code>lookup_order</code>" in page and "&quot;shipped&quot;" in page
     assert "9 tokens" in page
-    # Attachments link through the storage URL; an unsafe file URL is shown, never linked.
-    assert f'href="{conversation.text_attachment.file.url}"' in page
-    assert conversation.text_attachment.file.url.startswith("/media/attachments/")
+    # Attachments link to the admin's download view (never the storage's plain URL, which a file
+    # server may serve inline on the site's origin); an unsafe file URL is shown, never linked.
+    download = reverse("admin:memproc_attachment_download", args=[conversation.text_attachment.pk])
+    assert f'href="{download}"' in page
+    assert f'href="{conversation.text_attachment.file.url}"' not in page
     assert 'href="javascript:' not in page
     # Working memory: the current text in the form, the revision history below.
     assert "Order 7 is late." in page
@@ -134,9 +136,13 @@ def test_attachment_pages_preview_text_escaped_and_images(admin_client, conversa
     text = get_ok(admin_client, change_url("attachment", conversation.text_attachment.pk))
     assert "Shipping notes &lt;script&gt;" in text and "<script>alert" not in text
     assert "First 4.0" in text  # only the head of a long file
-    assert f'href="{conversation.text_attachment.file.url}"' in text
+    assert (
+        f'href="{reverse("admin:memproc_attachment_download", args=[conversation.text_attachment.pk])}"'
+        in text
+    )
     image = get_ok(admin_client, change_url("attachment", conversation.image_attachment.pk))
-    assert f'<img src="{conversation.image_attachment.file.url}"' in image
+    image_url = reverse("admin:memproc_attachment_download", args=[conversation.image_attachment.pk])
+    assert f'<img src="{image_url}"' in image
     listing = get_ok(admin_client, reverse("admin:memproc_attachment_changelist"))
     assert "notes.txt" in listing and "FileSystemStorage" in listing
     assert conversation.text_attachment.sha256[:12] in listing and "KB" in listing

@@ -28,6 +28,7 @@ ENDPOINTS = {
     "tripwires/{id}/": {"get"},
     "tripwires/{id}/review/": {"post"},
     "attachments/{id}/": {"get"},
+    "attachments/{id}/download/": {"get"},
 }
 HTTP_METHODS = {"get", "put", "post", "patch", "delete"}
 

@@ -183,7 +183,7 @@ def test_owner_reads_attachment_metadata_and_url(owner_client, thread):
         "sha256": attachment.sha256,
         "created_at": body["created_at"],
         "thread_id": thread.public_id,
-        "url": f"http://testserver/media/attachments/{attachment.file.name}",
+        "url": f"http://testserver{API}attachments/{attachment.pk}/download/",
     }
 
 

@@ -332,7 +332,7 @@ def test_a_storage_that_cannot_sign_a_url_is_a_json_503(web, stored_attachment, 
     """A storage whose URLs need the network (a signing service, a token endpoint) that is down."""
     from storages.backends.s3 import S3Storage
 
-    def url(self: Any, *args: Any, **kwargs: Any) -> str:
+    def url(self: Any, name: str, parameters: Any = None, expire: Any = None, http_method: Any = None) -> str:
         raise connection_error()
 
     monkeypatch.setattr(S3Storage, "url", url)

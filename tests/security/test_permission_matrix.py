@@ -163,6 +163,7 @@ MATRIX: dict[tuple[str, str], tuple[Rule, Call]] = {
         Call(kwargs=lambda w: {"id": w.victim_resource}, body=lambda w: {"working_memory": "overwritten"}),
     ),
     ("attachment-detail", "GET"): (READ, Call(kwargs=lambda w: {"id": str(w.attachment.pk)})),
+    ("attachment-download", "GET"): (READ, Call(kwargs=lambda w: {"id": str(w.attachment.pk)})),
     # A turn on another owner's thread writes to it: messages, working memory, a turn record.
     ("agent-generate", "POST"): (WRITE, Call(kwargs=lambda w: {"id": AGENT}, body=turn_body)),
     ("agent-stream", "POST"): (WRITE, Call(kwargs=lambda w: {"id": AGENT}, body=turn_body, streams=True)),

@@ -18,6 +18,7 @@ files), `resolve` (prompt time), `deletion`.
 """
 
 from memproc.services.attachments.deletion import attachments_delete, attachments_release
+from memproc.services.attachments.download import attachment_download_response, attachment_download_url
 from memproc.services.attachments.files import (
     REQUEST_ENVELOPE_BYTES,
     DjangoAttachmentStore,
@@ -48,6 +49,8 @@ __all__ = [
     "attachment_body_limit",
     "attachment_check_size",
     "attachment_delete",
+    "attachment_download_response",
+    "attachment_download_url",
     "attachment_links",
     "attachment_model_options",
     "attachment_read",

@@ -23,6 +23,7 @@ from memproc.processors.attachments import (
     file_check,
     normalise_type,
 )
+from memproc.services.attachments.types import stored_extension
 from memproc.storage import storage_errors
 
 logger = logging.getLogger(__name__)
@@ -135,7 +136,10 @@ def file_save(*, attachment_id: uuid.UUID, resource_id: str, file: CheckedFile) 
     write left under that name (a partly written file, an object stored whose answer was lost)."""
     field = models.Attachment._meta.get_field("file")
     instance = models.Attachment(id=attachment_id, resource_id=_path_segment(resource_id), sha256=file.sha256)
-    target = field.generate_filename(instance, f"{attachment_id.hex[:12]}/{file.name}")
+    # The server's name, not the client's: its extension decides how a plain file server types it.
+    target = field.generate_filename(
+        instance, f"{attachment_id.hex[:12]}/{attachment_id.hex}{stored_extension(file.content_type)}"
+    )
     content = ContentFile(file.data, name=file.name)
     content.content_type = file.content_type  # type: ignore[attr-defined]  # S3Storage sends it as Content-Type
     with storage_errors("storing a file"):
