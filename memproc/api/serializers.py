@@ -17,6 +17,7 @@ from memproc.exceptions import AttachmentError, MemprocError
 from memproc.messages import FilePart, Message, TextPart, part_to_json, thaw, to_messages
 from memproc.models import public_thread_id
 from memproc.processors.attachments import inline_file
+from memproc.processors.conversation import unanswered_calls
 from memproc.selectors import thread_messages
 from memproc.services.attachments import attachment_download_url
 
@@ -164,7 +165,9 @@ class MessagesField(serializers.JSONField):
 def message_errors(
     messages: Sequence[Message], *, thread_calls: set[str] | None = None
 ) -> dict[int, dict[str, list[str]]]:
-    """Field errors of single messages, by their index: `{index: {"content" | "tool_call_id": [...]}}`.
+    """Field errors of single messages, by their index: `{index: {"content" | "id" | "tool_call_id":
+    [...]}}`. Ids must be unique within the request; a tool call must be answered by the tool messages
+    right after its assistant message.
 
     A message needs content: text that is not blank, a file, a tool call or a tool result; tool calls
     are an assistant message's, tool results a tool message's. A tool result must answer a call of
@@ -173,8 +176,13 @@ def message_errors(
     (None: not known here, so those are left to the caller to check)."""
     errors: dict[int, dict[str, list[str]]] = {}
     answerable: set[str] | None = None  # no assistant message yet: the thread's calls
+    unanswered = unanswered_calls(messages)
+    seen: set[str] = set()
     for index, message in enumerate(messages):
         found: dict[str, list[str]] = {}
+        if message.id in seen:
+            found["id"] = [f"Message id {message.id!r} is used twice in this request; ids must be unique."]
+        seen.add(message.id)
         if all(isinstance(p, TextPart) and not p.text.strip() for p in message.parts):
             found["content"] = ["This message is empty: send text, a file, a tool call or a tool result."]
         elif message.role == "tool" and not message.tool_results:
@@ -192,6 +200,12 @@ def message_errors(
                     "message that made the call (in this request, or the thread's last message)."
                     for call_id in orphans[:5]
                 ]
+        if index in unanswered:
+            found.setdefault("tool_call_id", []).extend(
+                f"Tool call {call_id!r} has no result: the tool messages right after this message must "
+                "answer each of its calls."
+                for call_id in unanswered[index][:5]
+            )
         if found:
             errors[index] = found
         if message.role == "assistant":

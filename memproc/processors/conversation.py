@@ -18,7 +18,14 @@ from collections.abc import Iterable, Sequence
 
 from memproc.messages import Message, ToolCallPart, ToolResultPart
 
-__all__ = ["Conversation", "echoed_prefix", "order_messages", "unique_by_id", "whole_tool_pairs"]
+__all__ = [
+    "Conversation",
+    "echoed_prefix",
+    "order_messages",
+    "unanswered_calls",
+    "unique_by_id",
+    "whole_tool_pairs",
+]
 
 
 class Conversation:
@@ -134,6 +141,21 @@ def whole_tool_pairs(messages: Sequence[Message], *, protected: set[str]) -> lis
         kept += _keep_results(run, answered=answered, protected=protected)
         i = end
     return kept
+
+
+def unanswered_calls(messages: Sequence[Message]) -> dict[int, list[str]]:
+    """The tool calls no result answers in the tool messages directly after their assistant message,
+    by that message's index. Sent to a provider, such a call is refused (a 400 there)."""
+    found: dict[int, list[str]] = {}
+    for index, message in enumerate(messages):
+        if message.role != "assistant" or not message.tool_calls:
+            continue
+        run = messages[index + 1 : _tool_run_end(messages, index + 1)]
+        answered = {r.tool_call_id for m in run for r in m.tool_results}
+        missing = [c.tool_call_id for c in message.tool_calls if c.tool_call_id not in answered]
+        if missing:
+            found[index] = missing
+    return found
 
 
 def _tool_run_end(messages: Sequence[Message], start: int) -> int:

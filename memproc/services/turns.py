@@ -41,7 +41,7 @@ from memproc.messages import (
     to_messages,
 )
 from memproc.models import split_thread_key, thread_key
-from memproc.processors.conversation import Conversation
+from memproc.processors.conversation import Conversation, unanswered_calls
 from memproc.processors.message_history import MessageHistory, savable
 from memproc.processors.runner import Blocked, ProcessorRunner, StepView
 from memproc.processors.turn import Turn, TurnWrites
@@ -116,6 +116,17 @@ def turn_start(
     inputs = [m for m in given if m.role != "system"]
     if not inputs:
         raise ValidationError("messages need at least one message that is not a system message")
+    ids = [m.id for m in inputs]
+    if len(set(ids)) != len(ids):
+        twice = next(i for i in ids if ids.count(i) > 1)
+        raise ValidationError(f"message id {twice!r} is used twice in this turn's input; ids must be unique")
+    unanswered = unanswered_calls(inputs)
+    if unanswered:
+        index, calls = next(iter(unanswered.items()))
+        raise ValidationError(
+            f"tool call {calls[0]!r} of input message {index} has no result: the tool messages right after "
+            "it must answer each of its calls (a provider refuses an unanswered call)"
+        )
     memory = agent.memory_for(memory_options)
     store = None
     replaces: list[str] = []

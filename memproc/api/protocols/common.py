@@ -53,12 +53,13 @@ def new_part(messages: Sequence[Mapping[str, Any]], *, thread_exists: bool, agen
 
 def tool_results_check(messages: Sequence[Mapping[str, Any]], *, thread_exists: bool) -> None:
     """A tool result in the conversation a client sent must answer a call of the assistant message
-    its run of tool messages follows; saved without one, it would reach the provider as an orphan.
+    its run of tool messages follows, and each call must be answered by the tool messages right
+    after its message; otherwise the provider would refuse the request (a 502 here, not a 400).
     Results before the conversation's first assistant message can answer only a stored thread's last
     message (not known here: they pass on a stored thread, and are orphans on a new one). Raises a
     400 with field errors `{"messages": {index: {"tool_call_id": [...]}}}`, by index in `messages`.
     Messages that do not parse are left to `MessagesField`, which reports them."""
-    if not any(isinstance(m, Mapping) and m.get("role") == "tool" for m in messages):
+    if not any(isinstance(m, Mapping) and m.get("role") in ("tool", "assistant") for m in messages):
         return
     try:
         parsed = to_messages(list(messages))
