@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,10 +12,18 @@ from rest_framework import serializers
 
 from memproc import models
 from memproc.conf import settings
-from memproc.exceptions import AttachmentError, MemprocError
-from memproc.messages import FilePart, Message, TextPart, part_to_json, thaw, to_messages
+from memproc.exceptions import MemprocError
+from memproc.messages import (
+    Message,
+    TextPart,
+    has_unstorable_text,
+    part_errors,
+    part_to_json,
+    thaw,
+    to_messages,
+)
 from memproc.models import public_thread_id
-from memproc.processors.attachments import inline_file
+from memproc.processors.attachments import inline_files_check
 from memproc.processors.conversation import unanswered_calls
 from memproc.selectors import thread_messages
 from memproc.services.attachments import attachment_download_url
@@ -77,20 +84,6 @@ WORKING_MEMORY_SCHEMA = {
     "description": "Markdown text, or (schema mode) a JSON object.",
     "oneOf": [{"type": "string"}, JSON_OBJECT_SCHEMA],
 }
-
-
-UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # NUL and lone surrogates: databases refuse them
-
-
-def has_unstorable_text(value: Any) -> bool:
-    """Whether any string (or key) in JSON-like data holds characters no database stores."""
-    if isinstance(value, str):
-        return UNSTORABLE.search(value) is not None
-    if isinstance(value, Mapping):
-        return any(has_unstorable_text(str(k)) or has_unstorable_text(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(has_unstorable_text(item) for item in value)
-    return False
 
 
 def validate_json_text(value: Any) -> Any:
@@ -229,50 +222,6 @@ def thread_open_calls(thread_key: str | None) -> set[str]:
         for p in parts
         if isinstance(p, Mapping) and p.get("type") == "tool-call" and p.get("tool_call_id")
     }
-
-
-def inline_files_check(messages: Sequence[Message]) -> None:
-    """A file sent inline (a data URI, base64) over MAX_ATTACHMENT_BYTES is refused before the turn
-    runs, as an uploaded file over it is: AttachmentError(code="too_large"), a 413. The size is the
-    decoded one, computed from the encoded length (the same estimate AttachmentUploader applies)."""
-    limit = int(settings.MAX_ATTACHMENT_BYTES)
-    for message in messages:
-        for part in message.parts:
-            file = inline_file(part) if isinstance(part, FilePart) else None
-            if file is not None and file.estimated_size > limit:
-                name = file.name or "An inline file"
-                raise AttachmentError(
-                    f"{name} is {file.estimated_size} bytes; the limit is {limit} bytes",
-                    code="too_large",
-                    metadata={"name": file.name, "size": file.estimated_size, "limit": limit},
-                )
-
-
-PART_FIELD_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
-    "text": {"text": (str,)},
-    "file": {
-        "data": (str, type(None)),
-        "url": (str, type(None)),
-        "media_type": (str,),
-        "name": (str, type(None)),
-    },
-    "tool-call": {"tool_call_id": (str,), "tool_name": (str,), "args": (Mapping,)},
-    "tool-result": {"tool_call_id": (str,), "tool_name": (str,), "is_error": (bool,)},
-    "attachment": {"attachment_id": (str,), "name": (str,), "media_type": (str,), "size": (int,)},
-}
-
-
-def part_errors(part: Any) -> list[str]:
-    """Field types the parts' dataclasses do not check themselves (JSON gives any type anywhere)."""
-    errors = [
-        f"A {part.type} part's {name} has the wrong type."
-        for name, types in PART_FIELD_TYPES.get(part.type, {}).items()
-        if not isinstance(getattr(part, name), types)
-        or (types == (int,) and isinstance(getattr(part, name), bool))
-    ]
-    if part.type == "file" and not (part.data or part.url):
-        errors.append("A file part needs data or a url.")
-    return errors
 
 
 def _good_message_id(value: Any) -> bool:

@@ -229,6 +229,24 @@ def inline_file(part: FilePart) -> InlineFile | None:
     return InlineFile(data[comma + 1 :], "base64" if is_base64 else "percent", uri_type or declared, name)
 
 
+def inline_files_check(messages: Iterable[Message], *, max_bytes: int | None = None) -> None:
+    """A file sent inline (a data URI, base64) over `max_bytes` (default MAX_ATTACHMENT_BYTES) is
+    refused before the turn runs, as an uploaded file over it is: AttachmentError(code="too_large"),
+    a 413 in the API. The size is the decoded one, computed from the encoded length (the same
+    estimate AttachmentUploader applies)."""
+    limit = int(settings.MAX_ATTACHMENT_BYTES if max_bytes is None else max_bytes)
+    for message in messages:
+        for part in message.parts:
+            file = inline_file(part) if isinstance(part, FilePart) else None
+            if file is not None and file.estimated_size > limit:
+                name = file.name or "An inline file"
+                raise AttachmentError(
+                    f"{name} is {file.estimated_size} bytes; the limit is {limit} bytes",
+                    code="too_large",
+                    metadata={"name": file.name, "size": file.estimated_size, "limit": limit},
+                )
+
+
 def file_check(file: InlineFile, *, max_bytes: int, content_types: Sequence[str] | None) -> CheckedFile:
     """Checks and decodes one inline file; raises AttachmentError with code too_large,
     type_not_allowed or undecodable. The size is checked before decoding, from the encoded length."""

@@ -13,7 +13,8 @@ its resource beside it). Documents written before keys existed read the same way
 Times are ISO 8601 in UTC; users (a revision's actor, a review's reviewer) are named by username.
 Embeddings are not exported: an import embeds the imported messages again after commit (one
 `memproc.embed_messages` job per agent). Attachment bytes travel in a zip (`export.json` and
-`files/<attachment id>`) written by `resource_export_zip` and read by `archive_read`.
+`files/<attachment id>`) written by `resource_export_zip` and read by `archive_read`, within
+`ImportLimits` (sizes, member count, compression ratio, JSON nesting: `ImportRefused` past them).
 
 `VOLATILE` names what differs between two exports of the same data: the time of the export and the
 attachments' download URLs (signed ones expire). Everything else survives export, purge, import,
@@ -23,7 +24,7 @@ Modules: `document` (writing the document), `archive` (the zip), `reader` (check
 turning it into rows), `importer` (writing those rows).
 """
 
-from memproc.services.export.archive import archive_read, resource_export_zip
+from memproc.services.export.archive import ImportLimits, ImportRefused, archive_read, resource_export_zip
 from memproc.services.export.document import (
     ARCHIVE_DOCUMENT,
     FORMAT,
@@ -40,6 +41,8 @@ __all__ = [
     "VERSION",
     "VOLATILE",
     "ImportConflict",
+    "ImportLimits",
+    "ImportRefused",
     "ImportReport",
     "archive_read",
     "resource_export",

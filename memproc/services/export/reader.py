@@ -6,6 +6,8 @@ document has; the rows that hold thread keys get the key of (the document's reso
 
 from __future__ import annotations
 
+import json
+import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,10 +16,16 @@ from typing import Any
 from django.utils.dateparse import parse_datetime
 
 from memproc import models
-from memproc.exceptions import ValidationError
-from memproc.messages import message_from_content
+from memproc.exceptions import AttachmentError, ValidationError
+from memproc.messages import UNSTORABLE, Message, has_unstorable_text, message_from_content, part_errors
 from memproc.models import THREAD_KEY_SEPARATOR, thread_key
+from memproc.processors.attachments import inline_files_check
+from memproc.services.attachments import attachment_body_limit
 from memproc.services.export.document import FORMAT, VERSION
+
+INT_MAX = 2**31 - 1  # PositiveIntegerField's range on every database
+# Sequences (BIGINT columns) and file sizes: room for the thread to grow, and exact in every JSON reader.
+SEQUENCE_MAX = 2**53 - 1
 
 Revision = models.WorkingMemoryRevision
 Log = models.TripwireLog
@@ -58,7 +66,10 @@ def document_rows(document: Mapping[str, Any]) -> Rows:
                 _summary(_object(item, "summary", f"threads[{i}]"), f"threads[{i}].summary", thread)
             )
         for j, raw in enumerate(_items(item, "messages", f"threads[{i}]")):
-            rows.messages.append(_message(raw, f"threads[{i}].messages[{j}]", thread))
+            message = _message(raw, f"threads[{i}].messages[{j}]", thread)
+            rows.messages.append(message)
+            # The thread's counter past its messages, or its next turn would take a used sequence.
+            thread.last_sequence = max(thread.last_sequence, message.sequence)
     for i, item in enumerate(_items(document, "working_memory_revisions")):
         revision = _revision(item, f"working_memory_revisions[{i}]", rows.resource.pk)
         rows.revisions.append(revision)
@@ -85,7 +96,7 @@ def _resource(data: Mapping[str, Any]) -> models.Resource:
         id=_resource_id(data, "id", where),
         metadata=_obj(data, "metadata", where),
         working_memory=_text(data, "working_memory", where),
-        working_memory_version=_number(data, "working_memory_version", where),
+        working_memory_version=_integer(data, "working_memory_version", where),
         created_at=_time(data, "created_at", where),
         updated_at=_time(data, "updated_at", where),
     )
@@ -102,8 +113,8 @@ def _thread(data: Mapping[str, Any], where: str, resource_id: str) -> models.Thr
         agent_id=_text(data, "agent_id", where)[:255],
         metadata=_obj(data, "metadata", where),
         working_memory=_text(data, "working_memory", where),
-        working_memory_version=_number(data, "working_memory_version", where),
-        last_sequence=_number(data, "last_sequence", where),
+        working_memory_version=_integer(data, "working_memory_version", where),
+        last_sequence=_integer(data, "last_sequence", where, high=SEQUENCE_MAX),
         created_at=_time(data, "created_at", where),
         updated_at=_time(data, "updated_at", where),
     )
@@ -113,20 +124,23 @@ def _summary(data: Mapping[str, Any], where: str, thread: models.Thread) -> mode
     return models.ThreadSummary(
         thread_id=thread.pk,
         text=_text(data, "text", where),
-        covered_sequence=_number(data, "covered_sequence", where),
-        token_count=_number(data, "token_count", where),
+        covered_sequence=_integer(data, "covered_sequence", where, high=SEQUENCE_MAX),
+        token_count=_integer(data, "token_count", where),
     )
 
 
 def _message(data: Mapping[str, Any], where: str, thread: models.Thread) -> models.Message:
-    """A message row; `text` is computed from the content's parts, as a save computes it."""
+    """A message row, checked as the API checks a turn's messages (`_message_check`); `text` is
+    computed from the content's parts, as a save computes it."""
     content = _obj(data, "content", where)
     role = _choice(data, "role", where, models.Message.Role.choices)
-    try:
-        value = message_from_content(id=_id(data, "id", where), role=role, content=content)
-    except (ValidationError, TypeError, ValueError) as exc:
-        raise ValidationError(f"{where}.content: {exc}") from exc
-    token_count = _number(data, "token_count", where, optional=True)
+    if role == models.Message.Role.SYSTEM:
+        raise ValidationError(
+            f"{where}.role: system messages are never stored (an agent's instructions are its system "
+            "prompt), so an export holds none"
+        )
+    value = _message_check(data, where, role, content)
+    token_count = _integer(data, "token_count", where, optional=True)
     return models.Message(
         id=value.id,
         thread_id=thread.pk,
@@ -134,10 +148,38 @@ def _message(data: Mapping[str, Any], where: str, thread: models.Thread) -> mode
         role=role,
         content=content,
         text=value.text,
-        token_count=None if token_count is None else int(token_count),
+        token_count=token_count,
         created_at=_time(data, "created_at", where),
-        sequence=int(_number(data, "sequence", where)),
+        sequence=_integer(data, "sequence", where, low=1, high=SEQUENCE_MAX),
     )
+
+
+def _message_check(data: Mapping[str, Any], where: str, role: str, content: dict[str, Any]) -> Message:
+    """The message's content as the API takes it: parts of the right shape, inline files within
+    MAX_ATTACHMENT_BYTES, and no larger than the largest request the API reads."""
+    if not isinstance(content.get("parts", []), list):
+        raise ValidationError(f"{where}.content.parts: expected a list of parts")
+    if not isinstance(content.get("metadata") or {}, dict):
+        raise ValidationError(f"{where}.content.metadata: expected an object")
+    try:
+        value = message_from_content(id=_id(data, "id", where), role=role, content=content)
+    except (ValidationError, TypeError, ValueError) as exc:
+        raise ValidationError(f"{where}.content: {exc}") from exc
+    errors = [error for part in value.parts for error in part_errors(part)]
+    if errors:
+        raise ValidationError(f"{where}.content: {' '.join(errors[:5])}")
+    try:
+        inline_files_check([value])
+    except AttachmentError as exc:
+        raise ValidationError(f"{where}.content: {exc}") from exc
+    size = len(json.dumps(content, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    limit = attachment_body_limit()
+    if size > limit:
+        raise ValidationError(
+            f"{where}.content: {size} bytes; the API takes a message of at most {limit} bytes "
+            "(a file of MAX_ATTACHMENT_BYTES as base64, and the rest of a request)"
+        )
+    return value
 
 
 def _revision(data: Mapping[str, Any], where: str, resource_id: str) -> models.WorkingMemoryRevision:
@@ -154,7 +196,7 @@ def _revision(data: Mapping[str, Any], where: str, resource_id: str) -> models.W
         key=key,
         old=_text(data, "old", where),
         new=_text(data, "new", where),
-        version=int(_number(data, "version", where)),
+        version=_integer(data, "version", where),
         source=_choice(data, "source", where, Revision.Source.choices),
         thread_id=thread_key(resource_id, _thread_ref(data, "thread_id", where)),
         created_at=_time(data, "created_at", where),
@@ -172,14 +214,14 @@ def _turn(data: Mapping[str, Any], where: str) -> models.TurnRecord:
         resource_id=_text(data, "resource_id", where),
         status=_choice(data, "status", where, models.TurnRecord.Status.choices),
         model=_text(data, "model", where),
-        steps=int(_number(data, "steps", where)),
+        steps=_integer(data, "steps", where),
         usage=_obj(data, "usage", where),
         manifest=_obj(data, "manifest", where),
         message_ids=message_ids,
         tripwire_id=_uuid(data, "tripwire_id", where) if data.get("tripwire_id") else None,
         error=_text(data, "error", where),
         started_at=_time(data, "started_at", where),
-        duration_ms=float(_number(data, "duration_ms", where)),
+        duration_ms=_number(data, "duration_ms", where),
     )
 
 
@@ -194,7 +236,7 @@ def _tripwire(data: Mapping[str, Any], where: str) -> models.TripwireLog:
         metadata=_obj(data, "metadata", where),
         thread_id=_thread_ref(data, "thread_id", where),
         resource_id=_text(data, "resource_id", where),
-        content=data.get("content"),
+        content=_storable(data.get("content"), f"{where}.content"),
         status=_choice(data, "status", where, Log.Status.choices),
         reviewed_at=_time(data, "reviewed_at", where, optional=True),
         note=_text(data, "note", where),
@@ -212,7 +254,7 @@ def _attachment(data: Mapping[str, Any], where: str, resource_id: str) -> models
         message_id=message_id,
         name=_text(data, "name", where)[:255],
         content_type=_text(data, "content_type", where)[:255],
-        size=int(_number(data, "size", where)),
+        size=_integer(data, "size", where, high=SEQUENCE_MAX),
         sha256=_text(data, "sha256", where),
         created_at=_time(data, "created_at", where),
     )
@@ -237,7 +279,7 @@ def _items(data: Mapping[str, Any], key: str, where: str = "") -> list[Mapping[s
 
 def _id(data: Mapping[str, Any], key: str, where: str) -> str:
     value = data.get(key)
-    if not isinstance(value, str) or not value or len(value) > 255 or "\x00" in value:
+    if not isinstance(value, str) or not value or len(value) > 255 or UNSTORABLE.search(value):
         raise ValidationError(f"{where}.{key}: expected an id (a string of 1 to 255 characters)")
     return value
 
@@ -273,24 +315,49 @@ def _uuid(data: Mapping[str, Any], key: str, where: str) -> uuid.UUID:
 
 def _text(data: Mapping[str, Any], key: str, where: str) -> str:
     value = data.get(key, "")
-    if not isinstance(value, str) or "\x00" in value:
-        raise ValidationError(f"{where}.{key}: expected a string")
+    if not isinstance(value, str) or UNSTORABLE.search(value):
+        raise ValidationError(f"{where}.{key}: expected a string (without NUL or lone surrogates)")
     return value
 
 
-def _number(data: Mapping[str, Any], key: str, where: str, *, optional: bool = False) -> Any:
+def _integer(
+    data: Mapping[str, Any],
+    key: str,
+    where: str,
+    *,
+    low: int = 0,
+    high: int = INT_MAX,
+    optional: bool = False,
+) -> Any:
+    """An integer from `low` to `high` (an integral float is taken as one). The default range fits
+    the integer columns of every database; sequences and sizes go to SEQUENCE_MAX."""
     value = data.get(key, None if optional else 0)
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValidationError(f"{where}.{key}: expected a number >= 0")
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValidationError(f"{where}.{key}: expected a whole number from {low} to {high}")
     return value
+
+
+def _number(data: Mapping[str, Any], key: str, where: str) -> float:
+    value = data.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise ValidationError(f"{where}.{key}: expected a finite number >= 0")
+    return float(value)
 
 
 def _obj(data: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
     value = data.get(key, {})
     if not isinstance(value, dict):
         raise ValidationError(f"{where}.{key}: expected an object")
+    return _storable(value, f"{where}.{key}")
+
+
+def _storable(value: Any, where: str) -> Any:
+    if has_unstorable_text(value):
+        raise ValidationError(f"{where}: holds NUL characters or lone surrogates, which no database stores")
     return value
 
 
