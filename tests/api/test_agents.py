@@ -143,7 +143,12 @@ def test_own_thread_under_another_resource_id_is_a_404(owner_client, agent, mode
 def test_staff_with_change_thread_may_continue_any_thread(staff, agent, model, other_thread):
     staff.user_permissions.add(Permission.objects.get(codename="change_thread"))
     model.add("Sure")
-    response = generate(client_for(staff), messages="hi", thread_id=other_thread.public_id)
+    response = generate(
+        client_for(staff),
+        messages="hi",
+        thread_id=other_thread.public_id,
+        resource_id=other_thread.resource_id,
+    )
     assert response.status_code == 200
     assert response.json()["resource_id"] == other_thread.resource_id
 

@@ -105,15 +105,11 @@ def test_another_resources_thread_is_a_404(owner_client, other_thread):
 
 def test_staff_branch_others_threads_only_with_change_thread(staff, other_thread):
     [message] = add_messages(other_thread, 1)
+    url = branch_url(other_thread.public_id) + f"?resource_id={other_thread.resource_id}"
     viewer = staff_with(staff, "view_thread")
-    assert (
-        viewer.post(branch_url(other_thread.public_id), {"message_id": message}, format="json").status_code
-        == 404
-    )
+    assert viewer.post(url, {"message_id": message}, format="json").status_code == 404
     editor = staff_with(staff, "change_thread")
-    response = editor.post(
-        branch_url(other_thread.public_id), {"message_id": message, "id": "s"}, format="json"
-    )
+    response = editor.post(url, {"message_id": message, "id": "s"}, format="json")
     assert response.status_code == 201 and response.json()["resource_id"] == other_thread.resource_id
 
 

@@ -119,7 +119,9 @@ def test_staff_are_scoped_exactly_like_messages(staff_client, other_thread):
 def test_staff_with_view_thread_read_another_owners_turns(staff, other_thread):
     staff.user_permissions.add(Permission.objects.get(codename="view_thread"))
     make_records(other_thread, 2)
-    response = client_for(staff).get(turns_url(other_thread.public_id))
+    response = client_for(staff).get(
+        turns_url(other_thread.public_id), {"resource_id": other_thread.resource_id}
+    )
     assert response.status_code == 200 and len(response.json()["results"]) == 2
 
 

@@ -173,12 +173,12 @@ def test_a_missing_thread_answers_the_same_404(owner_client, resource):
 def test_staff_with_view_thread_read_any_thread(staff, other_thread):
     staff.user_permissions.add(Permission.objects.get(codename="view_thread"))
     staff_client = client_for(staff)
-    assert staff_client.get(thread_url(other_thread.public_id)).status_code == 200
-    assert staff_client.get(thread_url(other_thread.public_id, "messages/")).status_code == 200
-    assert (
-        staff_client.patch(thread_url(other_thread.public_id), {"title": "x"}, format="json").status_code
-        == 404
-    )
+    theirs = {"resource_id": other_thread.resource_id}  # an id alone means the caller's own resource
+    assert staff_client.get(thread_url(other_thread.public_id)).status_code == 404
+    assert staff_client.get(thread_url(other_thread.public_id), theirs).status_code == 200
+    assert staff_client.get(thread_url(other_thread.public_id, "messages/"), theirs).status_code == 200
+    patch_url = thread_url(other_thread.public_id) + f"?resource_id={other_thread.resource_id}"
+    assert staff_client.patch(patch_url, {"title": "x"}, format="json").status_code == 404
 
 
 def test_staff_without_view_thread_are_scoped_like_anyone(staff_client, other_thread):
@@ -266,13 +266,12 @@ def test_nul_in_a_path_id_is_a_404(owner_client, resource):
 
 
 def test_staff_name_the_resource_when_several_have_the_thread_id(staff, thread, other_thread):
-    """Staff who reach every resource and name an id two resources use get a 400 asking which one;
-    `?resource_id=` picks it, and a resource without that thread is a 404."""
+    """Staff who reach every resource reach another owner's thread only through `?resource_id=`: an id
+    alone means their own resource (a 404 here), and a resource without that thread is a 404."""
     staff.user_permissions.add(Permission.objects.get(codename="change_thread"))
     twin = ThreadFactory(id=thread.public_id, resource=other_thread.resource, title="Twin")
     staff_client = client_for(staff)
-    ambiguous = staff_client.get(thread_url(thread.public_id))
-    assert ambiguous.status_code == 400 and set(ambiguous.json()) == {"resource_id"}
+    assert staff_client.get(thread_url(thread.public_id)).status_code == 404
     for chosen in (thread, twin):
         response = staff_client.get(thread_url(thread.public_id), {"resource_id": chosen.resource_id})
         assert (response.status_code, response.json()["title"]) == (200, chosen.title)

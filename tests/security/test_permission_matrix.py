@@ -105,12 +105,17 @@ class Call:
 
     kwargs: Callable[[World], dict[str, str]] = lambda w: {}
     body: Callable[[World], Any] = lambda w: None
-    query: str = ""
+    query: str | Callable[[World], str] = ""
     streams: bool = False  # a StreamingHttpResponse whose frames must be read to finish the turn
 
 
 def thread_kwargs(world: World) -> dict[str, str]:
     return {"id": VICTIM_THREAD}
+
+
+def victims(world: World) -> str:
+    """A thread id names a thread within its resource; an id alone means the caller's own resource."""
+    return f"?resource_id={world.victim_resource}"
 
 
 def turn_body(world: World) -> dict[str, Any]:
@@ -141,21 +146,29 @@ MATRIX: dict[tuple[str, str], tuple[Rule, Call]] = {
         WRITE,
         Call(body=lambda w: {"id": "planted", "title": "planted", "resource_id": w.victim_resource}),
     ),
-    ("thread-detail", "GET"): (READ, Call(kwargs=thread_kwargs)),
-    ("thread-detail", "PATCH"): (WRITE, Call(kwargs=thread_kwargs, body=lambda w: {"title": "renamed"})),
-    ("thread-detail", "DELETE"): (DELETE, Call(kwargs=thread_kwargs)),
-    ("thread-clone", "POST"): (WRITE, Call(kwargs=thread_kwargs, body=lambda w: {"id": "cloned"})),
+    ("thread-detail", "GET"): (READ, Call(kwargs=thread_kwargs, query=victims)),
+    ("thread-detail", "PATCH"): (
+        WRITE,
+        Call(kwargs=thread_kwargs, query=victims, body=lambda w: {"title": "renamed"}),
+    ),
+    ("thread-detail", "DELETE"): (DELETE, Call(kwargs=thread_kwargs, query=victims)),
+    ("thread-clone", "POST"): (
+        WRITE,
+        Call(kwargs=thread_kwargs, query=victims, body=lambda w: {"id": "cloned"}),
+    ),
     ("thread-branch", "POST"): (
         WRITE,
-        Call(kwargs=thread_kwargs, body=lambda w: {"message_id": "victim-m1", "id": "branched"}),
+        Call(
+            kwargs=thread_kwargs, query=victims, body=lambda w: {"message_id": "victim-m1", "id": "branched"}
+        ),
     ),
     ("resource-export", "GET"): (READ, Call(kwargs=lambda w: {"id": w.victim_resource}, streams=True)),
-    ("thread-messages", "GET"): (READ, Call(kwargs=thread_kwargs)),
-    ("thread-turns", "GET"): (READ, Call(kwargs=thread_kwargs)),
-    ("thread-working-memory", "GET"): (READ, Call(kwargs=thread_kwargs)),
+    ("thread-messages", "GET"): (READ, Call(kwargs=thread_kwargs, query=victims)),
+    ("thread-turns", "GET"): (READ, Call(kwargs=thread_kwargs, query=victims)),
+    ("thread-working-memory", "GET"): (READ, Call(kwargs=thread_kwargs, query=victims)),
     ("thread-working-memory", "PUT"): (
         WRITE,
-        Call(kwargs=thread_kwargs, body=lambda w: {"working_memory": "overwritten"}),
+        Call(kwargs=thread_kwargs, query=victims, body=lambda w: {"working_memory": "overwritten"}),
     ),
     ("resource-working-memory", "GET"): (READ, Call(kwargs=lambda w: {"id": w.victim_resource})),
     ("resource-working-memory", "PUT"): (
@@ -324,7 +337,8 @@ def client_for(world: World, actor: str) -> APIClient:
 
 def send(world: World, actor: str, name: str, method: str) -> tuple[int, bytes, Any]:
     _, call = MATRIX[(name, method)]
-    url = reverse(f"memproc:{name}", kwargs=call.kwargs(world)) + call.query
+    query = call.query(world) if callable(call.query) else call.query
+    url = reverse(f"memproc:{name}", kwargs=call.kwargs(world)) + query
     body = call.body(world)
     request = getattr(client_for(world, actor), method.lower())
     response = request(url) if body is None else request(url, body, format="json")
@@ -391,10 +405,11 @@ def test_a_turn_cannot_plant_a_thread_in_another_resource(world: World) -> None:
 def test_permissions_granted_after_login_take_effect(world: World) -> None:
     """The staff scope follows the user's current permissions, not a flag set once."""
     staff = world.users["staff"]
-    assert client_for(world, "staff").get(f"/api/memproc/threads/{VICTIM_THREAD}/").status_code == 404
+    url = f"/api/memproc/threads/{VICTIM_THREAD}/{victims(world)}"
+    assert client_for(world, "staff").get(url).status_code == 404
     staff.user_permissions.add(Permission.objects.get(codename="view_thread"))
     world.users["staff"] = type(staff).objects.get(pk=staff.pk)
-    assert client_for(world, "staff").get(f"/api/memproc/threads/{VICTIM_THREAD}/").status_code == 200
+    assert client_for(world, "staff").get(url).status_code == 200
 
 
 def test_inactive_superusers_reach_nothing_of_others(world: World) -> None:
@@ -416,7 +431,7 @@ def test_a_custom_resolver_returning_none_still_grants_everything(world: World, 
     """RESOURCE_RESOLVER stays the extension point: the staff rules are the default resolver's."""
     settings.MEMPROC = {**settings.MEMPROC, "RESOURCE_RESOLVER": f"{__name__}.grant_all"}
     client = client_for(world, "other_user")
-    assert client.get(f"/api/memproc/threads/{VICTIM_THREAD}/").status_code == 200
+    assert client.get(f"/api/memproc/threads/{VICTIM_THREAD}/{victims(world)}").status_code == 200
     assert client.get(f"/api/memproc/attachments/{world.attachment.pk}/").status_code == 200
 
 

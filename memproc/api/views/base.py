@@ -138,13 +138,18 @@ class MemprocViewMixin:
 
     def find_thread(self, thread_id: str, resource_id: str | None = None) -> models.Thread | None:
         """The caller's thread `thread_id`: in `resource_id` (404 if the caller may not use it), else in
-        the caller's resources. Staff who reach several resources name one (`resource_id`) when more
-        than one has a thread of that id (400)."""
+        the caller's own resource. Staff who reach every resource act on another owner's thread only
+        by naming its `resource_id` (an id alone never lands on someone else's thread of that id); a
+        caller whom the resolver grants several resources names one when more than one has a thread
+        of that id (400)."""
         if resource_id is not None:
             self.require_resource(resource_id)
             return thread_get(thread_id=thread_id, resource_id=resource_id)
         allowed = self.allowed_resources()
-        if allowed is not None and len(allowed) == 1:
+        if allowed is None:
+            own = default_resource(self.request)  # type: ignore[attr-defined]
+            return thread_get(thread_id=thread_id, resource_id=own) if own else None
+        if len(allowed) == 1:
             return thread_get(thread_id=thread_id, resource_id=allowed[0])
         try:
             return thread_named(thread_id=thread_id, resource_ids=allowed)
