@@ -17,6 +17,7 @@ from memproc.api.admission import admission_acquire, admission_release
 from memproc.api.errors import memproc_exception_handler
 from memproc.api.parsers import MemprocJSONParser
 from memproc.api.permissions import HasResources, default_resource, resolve_resources
+from memproc.api.protocols.auth import authenticator_classes
 from memproc.api.serializers import ErrorSerializer
 from memproc.api.throttling import MemprocUserThrottle
 from memproc.api.turn_runner import is_asgi
@@ -70,7 +71,8 @@ THREAD_RESOURCE_PARAMETER = OpenApiParameter(
 
 class MemprocViewMixin:
     """memproc's policies, set on its own views so the project's REST_FRAMEWORK is never edited:
-    authentication follows the project; permission, throttling, parsing and errors are memproc's."""
+    authentication follows the project (plus DRF tokens as `Bearer`, as on the protocol endpoints);
+    permission, throttling, parsing and errors are memproc's."""
 
     permission_classes: list[type] = [HasResources]
     throttle_classes: list[type] = [MemprocUserThrottle]
@@ -78,6 +80,9 @@ class MemprocViewMixin:
     lookup_field = "pk"
     lookup_url_kwarg = "id"
     lookup_value_regex = "[^/]+"
+
+    def get_authenticators(self) -> list[Any]:
+        return [cls() for cls in authenticator_classes()]
 
     def get_throttles(self) -> list[Any]:
         """The project's default throttles, then memproc's own."""
