@@ -26,6 +26,7 @@ from typing import Any
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
+from memproc import logs, redaction
 from memproc.conf import settings
 
 logger = logging.getLogger(__name__)
@@ -92,11 +93,10 @@ def _send_after_commit(job_id: int, task_name: str, kwargs: dict[str, Any]) -> N
         return
     except Exception as exc:
         logger.warning(
-            "memproc: could not send background task %s (%s: %s); it stays in the outbox and is sent "
+            "memproc: could not send background task %s (%s); it stays in the outbox and is sent "
             "again by `manage.py memproc_outbox` or the memproc.outbox_dispatch task",
             task_name,
-            type(exc).__name__,
-            exc,
+            _describe(exc),
         )
         _record_failure(job_id, exc, attempts=1)
         return
@@ -141,7 +141,7 @@ def _run_inline_after_commit(
         else:
             run_task_inline(task_name, kwargs)
     except Exception as exc:
-        logger.exception("memproc: background task %s failed; it is retried later", task_name)
+        logs.failure(logger, "memproc: background task %s failed; it is retried later", task_name, exc=exc)
         _park_inline_failure(task_name, kwargs, exc)
         return
     if _inline_failures.is_set():
@@ -238,7 +238,8 @@ def _backoff(attempts: int) -> timedelta:
 
 
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:2000]
+    """The failure as logged and kept in `OutboxJob.last_error`: masked (`memproc.redaction`)."""
+    return redaction.describe(exc)[:2000]
 
 
 def _is_json(value: Any) -> bool:

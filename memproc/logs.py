@@ -13,6 +13,11 @@ emitted during a turn, third-party ones included (the OpenAI SDK's retries, data
 
 A JSON formatter (python-json-logger) or structlog's `ProcessorFormatter` then sees `agent_id`,
 `thread_id`, `resource_id` and `turn_id` as fields; outside a turn they are "".
+
+`failure()` logs a failed step the way `logger.exception` would, but with the traceback rendered by
+`memproc.redaction` (class, masked text and frames of each exception in the chain) and no exception
+object on the record: a provider's error may quote the API key or the user's text, and a handler
+reading `exc_info` (Sentry's keeps frame locals) would send it on.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ import logging
 from contextvars import ContextVar, Token
 from typing import Any
 
-__all__ = ["FIELDS", "TurnContextFilter", "bind", "current", "rebind", "unbind"]
+from memproc import redaction
+
+__all__ = ["FIELDS", "TurnContextFilter", "bind", "current", "failure", "rebind", "unbind"]
 
 FIELDS = ("agent_id", "thread_id", "resource_id", "turn_id")
 _EMPTY: dict[str, str] = dict.fromkeys(FIELDS, "")
@@ -62,6 +69,24 @@ def unbind(token: Token[Any]) -> None:
 def current() -> dict[str, str]:
     """The running turn's fields (a copy, for `extra=`), or empty strings outside a turn."""
     return dict(_turn.get() or _EMPTY)
+
+
+def failure(
+    logger: logging.Logger,
+    msg: str,
+    *args: Any,
+    exc: BaseException,
+    level: int = logging.ERROR,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """`logger.exception(msg, *args)` for `exc`, with its traceback masked (`exc_text`, which
+    formatters print where they would print `exc_info`; `exc_info` stays None)."""
+    if not logger.isEnabledFor(level):
+        return
+    filename, line, function, _ = logger.findCaller(stacklevel=2)
+    record = logger.makeRecord(logger.name, level, filename, line, msg, args, None, function, extra)
+    record.exc_text = redaction.traceback_text(exc)
+    logger.handle(record)
 
 
 class TurnContextFilter(logging.Filter):

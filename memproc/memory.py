@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import transaction
 
+from memproc import logs
 from memproc.conf import settings
 from memproc.embedders import get_embedder
 from memproc.exceptions import ConfigurationError, ThreadNotFoundError, ValidationError
@@ -603,8 +604,10 @@ def _travels(spec: Any) -> bool:
 def _embed_logged(embed: Callable[[], Any]) -> None:
     try:
         embed()
-    except Exception:
-        logger.exception("memproc: embedding saved messages in this process failed; they stay unembedded")
+    except Exception as exc:
+        logs.failure(
+            logger, "memproc: embedding saved messages in this process failed; they stay unembedded", exc=exc
+        )
 
 
 def _merged(options: dict[str, Any], name: str, current: dict[str, Any] | None) -> Any:

@@ -43,7 +43,7 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError
 
-from memproc import background
+from memproc import background, logs
 from memproc.agents import get_agent
 from memproc.agents.embedder import agent_embedder, agent_vector_store
 from memproc.exceptions import EmbedderUnavailable, ModelRateLimitError, ModelUnavailableError
@@ -221,8 +221,10 @@ def run_logged(task_name: str, kwargs: dict[str, Any]) -> Any:
         return TASKS[task_name](**kwargs)
     except TRANSIENT_ERRORS:
         raise
-    except Exception:
-        logger.exception("memproc: task %s failed permanently with %r; not retried", task_name, kwargs)
+    except Exception as exc:
+        logs.failure(
+            logger, "memproc: task %s failed permanently with %r; not retried", task_name, kwargs, exc=exc
+        )
         return None
 
 

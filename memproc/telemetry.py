@@ -5,6 +5,10 @@ explicit parent rather than as the "current" span: a turn's steps run in a gener
 threads, where a current-span context would leak into the caller. The turn's own span takes as
 parent whatever span was current when the turn was created (the request's, under
 opentelemetry-instrumentation-django). Message content is recorded only with `TRACE_CONTENT`.
+
+A failed span records its exception as `memproc.redaction` renders it: the class, the masked text and
+the stack frames, never the exception's original text or chained cause (a provider's error may quote
+the API key or the user's text).
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import functools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
+
+from memproc import redaction
 
 __all__ = ["NO_SPAN", "current_span", "enabled", "span", "start_span"]
 
@@ -26,7 +32,7 @@ class _NoSpan:
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
         pass
 
-    def record_exception(self, exception: BaseException) -> None:
+    def record_exception(self, exception: BaseException, attributes: Any = None) -> None:
         pass
 
     def set_status(self, *args: Any, **kwargs: Any) -> None:
@@ -110,12 +116,20 @@ def span(
 
 
 def fail(current: Any, exc: BaseException) -> None:
-    """Marks a span as failed by `exc` (its class as `error.type`, per the semantic conventions)."""
+    """Marks a span as failed by `exc` (its class as `error.type`, per the semantic conventions). The
+    exception event carries the masked text and a traceback without any exception's own text
+    (`memproc.redaction`), which override what the SDK would take from `exc` itself."""
     trace = _api()
     if trace is None or current is NO_SPAN:
         return
     current.set_attribute("error.type", type(exc).__qualname__)
-    current.record_exception(exc)
+    current.record_exception(
+        exc,
+        attributes={
+            "exception.message": redaction.message(exc),
+            "exception.stacktrace": redaction.traceback_text(exc),
+        },
+    )
     current.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__qualname__))
 
 

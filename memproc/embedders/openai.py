@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from memproc import redaction
 from memproc.conf import settings
 from memproc.embedders.checks import vector_problem
 from memproc.exceptions import ConfigurationError, EmbedderUnavailable, ValidationError
@@ -83,16 +84,20 @@ class OpenAIEmbedder:
             options["dimensions"] = self._requested_dimensions
         # The API refuses empty strings; a space embeds as "nothing" just as well.
         inputs = [text if text.strip() else " " for text in texts]
+        # Errors are masked (the key, key-like tokens, URL credentials and, without TRACE_CONTENT,
+        # quotes of the texts) and raised without the SDK's exception, whose text is the provider's.
         try:
             response = self.client().embeddings.create(
                 model=self.model, input=inputs, encoding_format="float", **options
             )
         except (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError) as exc:
-            raise EmbedderUnavailable(f"{self.id}: {self._redact(str(exc))}") from exc
+            raise EmbedderUnavailable(f"{self.id}: {self._masked(exc, texts)}") from None
         except openai.APIStatusError as exc:
-            raise _permanent_error(self.id, exc, self._redact) from exc
+            raise _permanent_error(self.id, exc, self._masked(exc, texts)) from None
         except (openai.APIError, ValueError) as exc:  # an error event, or a body that is not JSON
-            raise EmbedderUnavailable(f"{self.id}: unreadable reply: {self._redact(str(exc))[:300]}") from exc
+            raise EmbedderUnavailable(
+                f"{self.id}: unreadable reply: {self._masked(exc, texts)[:300]}"
+            ) from None
         matrix = self._matrix(response, len(texts))
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         if not (np.all(np.isfinite(norms)) and np.all(norms > 0)):  # float32 squares over- or underflowed
@@ -122,9 +127,10 @@ class OpenAIEmbedder:
         self._dimensions = size
         return np.asarray(vectors, dtype=np.float32).reshape(count, size)
 
-    def _redact(self, text: str) -> str:
+    def _masked(self, exc: BaseException, texts: list[str]) -> str:
+        """The provider's error text, for the log: masked (`memproc.redaction.scrub`)."""
         key = self.api_key or _settings_key()
-        return key.redact(text) if key else text
+        return redaction.scrub(str(exc), secrets=[key] if key else [], content=texts)
 
     def client(self) -> Any:
         """The SDK client, built on first use (the import is lazy: `openai` is an optional extra)."""
@@ -162,9 +168,9 @@ def _settings_key() -> Secret | None:
     return Secret(str(key)) if key else None
 
 
-def _permanent_error(embedder_id: str, exc: Any, redact: Any) -> Exception:
+def _permanent_error(embedder_id: str, exc: Any, said: str) -> Exception:
     status = getattr(exc, "status_code", 0)
-    message = f"{embedder_id}: HTTP {status}: {redact(str(exc))}"
+    message = f"{embedder_id}: HTTP {status}: {said}"
     if status in TRANSIENT_STATUSES or status >= 500:
         return EmbedderUnavailable(message)
     if status in (401, 403, 404):  # bad key, no access, unknown model or wrong base_url

@@ -12,6 +12,7 @@ import logging
 import re
 from typing import Any
 
+from memproc import redaction
 from memproc.llm import resolve_model
 from memproc.llm.types import ModelRequest
 from memproc.messages import Message
@@ -44,11 +45,10 @@ def ask_json(spec: Any, *, instructions: str, content: str, owner: str) -> dict[
         response = model.generate(request)
     except Exception as exc:
         logger.warning(
-            "memproc: %s judge model %s failed (%s: %s); using the offline detector",
+            "memproc: %s judge model %s failed (%s); using the offline detector",
             owner,
             getattr(model, "id", spec),
-            type(exc).__name__,
-            exc,
+            redaction.describe(exc),
         )
         return None
     data = parse_json_object(getattr(response, "text", "") or "")

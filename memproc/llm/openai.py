@@ -10,9 +10,12 @@ says whether a later retry can help (`ModelUnavailableError`, `ModelRateLimitErr
 
 A reply memproc cannot read (not JSON, an HTML page, `message: null`, fields of the wrong type, no
 choices) is a `ModelResponseError`, never a crash. Every error is logged here once, at WARNING, with
-what the provider said, its status and the base_url; the exception's `public_message` (what the API
-answers) names only what failed. The API key is a `Secret` from the moment it is read, masked in
-reprs (Django's DEBUG page lists frame locals) and inside any provider text that quotes it.
+what the provider said, its status and the base_url, all masked (`memproc.redaction`: the key,
+key-like tokens, URL credentials and, without TRACE_CONTENT, quotes of the request's text); the
+exception's `public_message` (what the API answers) names only what failed. The error is raised
+without the SDK's exception chained to it, so no span or traceback prints the provider's original
+text; with TRACE_CONTENT a DEBUG line has it. The API key is a `Secret` from the moment it is read,
+masked in reprs (Django's DEBUG page lists frame locals) and inside any provider text that quotes it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from memproc import logs, redaction
 from memproc.conf import settings
 from memproc.events import StreamEvent
 from memproc.exceptions import (
@@ -196,14 +200,14 @@ class OpenAIChatModel:
         options = self.options()
         client = self._client_for(options)
         params = self._params(request, options)
-        with self._failures(options):
+        with self._failures(options, params):
             return self._response(client.chat.completions.create(**params))
 
     async def agenerate(self, request: ModelRequest) -> ModelResponse:
         options = self.options()
         client = self._async_client_for(options)
         params = self._params(request, options)
-        with self._failures(options):
+        with self._failures(options, params):
             return self._response(await client.chat.completions.create(**params))
 
     def stream(self, request: ModelRequest) -> Iterator[StreamEvent]:
@@ -211,13 +215,13 @@ class OpenAIChatModel:
         options = self.options()
         client = self._client_for(options)
         params = self._params(request, options)
-        with self._failures(options):
+        with self._failures(options, params):
             stream = client.chat.completions.create(
                 **params, stream=True, stream_options={"include_usage": True}
             )
         state = _StreamState(self, stream)
         try:
-            with self._failures(options):
+            with self._failures(options, params):
                 for chunk in stream:
                     yield from state.feed(chunk)
                 finish = state.finish()
@@ -230,13 +234,13 @@ class OpenAIChatModel:
         options = self.options()
         client = self._async_client_for(options)
         params = self._params(request, options)
-        with self._failures(options):
+        with self._failures(options, params):
             stream = await client.chat.completions.create(
                 **params, stream=True, stream_options={"include_usage": True}
             )
         state = _StreamState(self, stream)
         try:
-            with self._failures(options):
+            with self._failures(options, params):
                 async for chunk in stream:
                     for event in state.feed(chunk):
                         yield event
@@ -303,15 +307,15 @@ class OpenAIChatModel:
             return ToolCall(id=call_id or f"call_{uuid.uuid4().hex[:24]}", name=name, args=dict(arguments))
         try:
             args = json.loads(arguments) if arguments and arguments.strip() else {}
-        except ValueError as exc:
+        except ValueError:
             raise ModelResponseError(
                 f"{self.id} sent tool call {name!r} with arguments that are not valid JSON: "
-                f"{_clip(repr(arguments))}"
-            ) from exc
+                f"{_shown(arguments)}"
+            ) from None
         if not isinstance(args, dict):
             raise ModelResponseError(
                 f"{self.id} sent tool call {name!r} with arguments that are not a JSON object: "
-                f"{_clip(repr(arguments))}"
+                f"{_shown(arguments)}"
             )
         # Some local servers omit the id; the agent loop needs one to pair the result with the call.
         return ToolCall(id=call_id or f"call_{uuid.uuid4().hex[:24]}", name=name, args=args)
@@ -321,27 +325,42 @@ class OpenAIChatModel:
             yield StreamEvent(type="tool-call", tool_call=self._tool_call(call_id, name, arguments, index))
 
     @contextmanager
-    def _failures(self, options: _Options) -> Iterator[None]:
+    def _failures(self, options: _Options, params: Mapping[str, Any]) -> Iterator[None]:
         """Turns whatever goes wrong while talking to the provider or reading its reply into a
-        `ModelError`, logged here once with the details; memproc's own errors pass through."""
+        `ModelError`, logged here once with the details; memproc's own errors pass through.
+
+        Every error leaving here is masked (`memproc.redaction.scrub`: the key, key-like tokens, URL
+        credentials and, without TRACE_CONTENT, quotes of the request's text) and carries no chained
+        original: the SDK's exception holds the provider's own text, which spans, log records and
+        tracebacks would otherwise print. With TRACE_CONTENT, a DEBUG line has the original."""
         try:
             yield
         except ModelError as exc:
+            self._mask(exc, options, params)
             self._log(exc, options)
-            raise
+            raise exc from None
         except MemprocError:
             raise
         except _sdk().OpenAIError as exc:
-            error = self._error(exc, options)
-            self._log(error, options, status=getattr(exc, "status_code", None))
-            raise error from exc
+            error = self._mask(self._error(exc, options), options, params)
+            self._log(error, options, status=getattr(exc, "status_code", None), original=exc)
+            raise error from None
         except _SHAPE_ERRORS as exc:  # the SDK could not parse the body, or it has the wrong shape
-            error = ModelResponseError(
-                f"{self.id}{_at(options)} sent a reply memproc could not read: "
-                f"{type(exc).__name__}: {_clip(options.api_key.redact(str(exc)))}"
+            error = self._mask(
+                ModelResponseError(
+                    f"{self.id}{_at(options)} sent a reply memproc could not read: "
+                    f"{type(exc).__name__}: {_clip(str(exc))}"
+                ),
+                options,
+                params,
             )
-            self._log(error, options, unexpected=exc)
-            raise error from exc
+            self._log(error, options, original=exc)
+            raise error from None
+
+    def _mask(self, error: ModelError, options: _Options, params: Mapping[str, Any]) -> ModelError:
+        """`error` with its text masked in place (the class, traceback and public message stay)."""
+        error.args = (redaction.scrub(str(error), secrets=[options.api_key], content=_request_texts(params)),)
+        return error
 
     def _error(self, exc: Exception, options: _Options | None = None) -> ModelError:
         """The memproc error for an SDK error: the class says whether a retry can help. Its text, for
@@ -379,25 +398,35 @@ class OpenAIChatModel:
         options: _Options,
         *,
         status: int | None = None,
-        unexpected: BaseException | None = None,
+        original: BaseException | None = None,
     ) -> None:
-        """The one server-log line for a failed call: the details the API caller is not shown."""
-        text = options.api_key.redact(str(error))
+        """The one server-log line for a failed call: the details the API caller is not shown, all
+        masked; with TRACE_CONTENT, a DEBUG line with the provider's original error (its text with
+        the key and credentials masked, the request's text kept)."""
+        base_url = redaction.scrub(options.base_url) if options.base_url else None
         logger.warning(
             "memproc: model %s failed (%s; HTTP status %s; base_url %s): %s",
             self.id,
             error.code,
             status if status is not None else "-",
-            options.base_url or "the provider's default",
-            text,
-            exc_info=unexpected is not None,
+            base_url or "the provider's default",
+            str(error),
             extra={
                 "model_id": self.id,
-                "base_url": options.base_url,
+                "base_url": base_url,
                 "provider_status": status,
                 "error_code": error.code,
             },
         )
+        if original is not None and settings.TRACE_CONTENT and logger.isEnabledFor(logging.DEBUG):
+            logs.failure(
+                logger,
+                "memproc: model %s failed; the provider's error (TRACE_CONTENT is on): %s",
+                self.id,
+                redaction.scrub(str(original), secrets=[options.api_key]),
+                exc=original,
+                level=logging.DEBUG,
+            )
 
     def _options_or_none(self) -> _Options | None:
         try:
@@ -608,6 +637,27 @@ def _environ_secret(name: str) -> Secret | None:
 
 def _at(options: _Options | None) -> str:
     return f" at {options.base_url}" if options is not None and options.base_url else ""
+
+
+def _shown(arguments: Any) -> str:
+    """Tool-call arguments for an error's text: the model's output, so only with TRACE_CONTENT."""
+    return _clip(repr(arguments)) if settings.TRACE_CONTENT else "(shown with TRACE_CONTENT)"
+
+
+def _request_texts(params: Mapping[str, Any]) -> list[str]:
+    """The request's messages as sent (its text, tool calls and results), for masking quotes of it."""
+    return list(_strings((params.get("extra_body") or {}).get("messages") or []))
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
 
 
 def _clip(text: str) -> str:

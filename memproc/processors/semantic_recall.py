@@ -80,8 +80,11 @@ class SemanticRecall:
             try:
                 recalled = self.recall(ctx, query)
             except Exception as exc:
-                logger.exception(
-                    "memproc: semantic recall failed; the turn goes on without it", extra=logs.current()
+                logs.failure(
+                    logger,
+                    "memproc: semantic recall failed; the turn goes on without it",
+                    exc=exc,
+                    extra=logs.current(),
                 )
                 telemetry.fail(span, exc)
                 turn.info["recall_error"] = True

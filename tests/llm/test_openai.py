@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import time
 
-import openai
 import pytest
 from django.test import override_settings
 
@@ -196,6 +195,11 @@ def test_stream_with_text_and_tool_call(server):
     assert [e.tool_call.args for e in events if e.type == "tool-call"] == [{"city": "Oslo"}]
 
 
+def assert_not_chained(error: BaseException) -> None:
+    """The SDK's exception (the provider's own text) is not chained for tracebacks to print."""
+    assert error.__cause__ is None and error.__suppress_context__
+
+
 def test_wrong_api_key_raises_authentication_error(server):
     with pytest.raises(ModelAuthenticationError) as excinfo:
         make_model(server, api_key="wrong").generate(ask())
@@ -204,7 +208,7 @@ def test_wrong_api_key_raises_authentication_error(server):
     assert "401" in message
     assert "Incorrect API key provided" in message
     assert "openai/test-model" in message
-    assert isinstance(excinfo.value.__cause__, openai.AuthenticationError)
+    assert_not_chained(excinfo.value)
 
 
 def test_forbidden_raises_authentication_error(server):
@@ -220,7 +224,7 @@ def test_rate_limit_raises_rate_limit_error(server):
     with pytest.raises(ModelRateLimitError, match="429.*Rate limit reached") as excinfo:
         make_model(server).generate(ask())
 
-    assert isinstance(excinfo.value.__cause__, openai.RateLimitError)
+    assert_not_chained(excinfo.value)
 
 
 def test_server_error_raises_unavailable_without_retrying(server):
@@ -271,7 +275,7 @@ def test_timeout_raises_unavailable(server):
         make_model(server, timeout=0.3).generate(ask())
 
     assert time.monotonic() - started < 2.5
-    assert isinstance(excinfo.value.__cause__, openai.APITimeoutError)
+    assert_not_chained(excinfo.value)
 
 
 def test_unreachable_server_raises_unavailable():
