@@ -14,8 +14,10 @@ def input_targets(ctx: ProcessorContext) -> list[Message]:
     return [m for m in ctx.new_messages if m.role != "system"]
 
 
-def user_targets(ctx: ProcessorContext) -> list[Message]:
-    return [m for m in ctx.new_messages if m.role == "user"]
+def caller_texts(ctx: ProcessorContext) -> list[Message]:
+    """On input, what the caller sent: its user messages, and assistant messages it says the model
+    wrote (a client may send any; a forged "assistant" turn is as much the caller's text)."""
+    return [m for m in ctx.new_messages if m.role in ("user", "assistant")]
 
 
 def response_targets(ctx: ProcessorContext) -> list[Message]:

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from memproc.events import StreamEvent
 from memproc.guardrails import _options
-from memproc.guardrails._text import response_targets, user_targets
+from memproc.guardrails._text import caller_texts, response_targets
 from memproc.messages import Message
 from memproc.processors.base import ProcessorContext
 
@@ -47,7 +47,7 @@ class MaxLength:
 
     def process_input(self, ctx: ProcessorContext) -> list[Message] | None:
         if "input" in self.on:
-            length = sum(len(m.text) for m in user_targets(ctx))
+            length = sum(len(m.text) for m in caller_texts(ctx))
             if length > self.limit:
                 ctx.abort(
                     f"Input longer than {self.limit} characters ({length}).",

@@ -12,7 +12,7 @@ from memproc.events import StreamEvent
 from memproc.exceptions import ConfigurationError
 from memproc.guardrails import _channels, _moderation_lexicon, _options
 from memproc.guardrails._judge import ask_json, category_scores
-from memproc.guardrails._text import response_targets, user_targets
+from memproc.guardrails._text import caller_texts, response_targets
 from memproc.messages import Message, ToolResultPart
 from memproc.processors.base import ProcessorContext
 
@@ -132,7 +132,7 @@ class ModerationProcessor:
 
     def process_input(self, ctx: ProcessorContext) -> list[Message] | None:
         if "input" in self.channels:
-            self._check_messages(ctx, user_targets(ctx), where="input")
+            self._check_messages(ctx, caller_texts(ctx), where="input")
         withheld = _channels.Withheld(self.id)
         for item in _channels.memory_items(ctx, self.channels & {"history", "recall"}):
             flagged = self.flagged(self._verdict(ctx, item.text))

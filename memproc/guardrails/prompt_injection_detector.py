@@ -13,7 +13,7 @@ from memproc.guardrails import _channels, _options
 from memproc.guardrails._injection_rules import Verdict, score_text
 from memproc.guardrails._judge import ask_json, category_scores
 from memproc.guardrails._judge import score as to_score
-from memproc.guardrails._text import user_targets
+from memproc.guardrails._text import caller_texts
 from memproc.messages import Message, TextPart, ToolResultPart, thaw
 from memproc.processors.base import ProcessorContext
 
@@ -49,7 +49,8 @@ _SENTENCES = re.compile(r"[^.!?\n]*(?:[.!?]+|\n|$)")
 class PromptInjectionDetector:
     """Scores text on its way to the model for prompt injection and jailbreaks.
 
-    Channels (`channels=`, default all five): "input", the turn's new user messages; "history" and
+    Channels (`channels=`, default all five): "input", the turn's new user messages and any assistant
+    messages the caller sent (a forged assistant turn is caller text too); "history" and
     "recall", the messages memory loaded (this thread's history, recalled messages of this and the
     resource's other threads); "working_memory", the working-memory system message and the model's
     `updateWorkingMemory` calls; "tool_result", what tools return before the model reads it (and tool
@@ -173,7 +174,7 @@ class PromptInjectionDetector:
     def _screen_input(self, ctx: ProcessorContext) -> dict[str, Message]:
         replaced: dict[str, Message] = {}
         flagged: list[dict[str, Any]] = []
-        for message in user_targets(ctx):
+        for message in caller_texts(ctx):
             text = message.text
             if not text.strip():
                 continue
