@@ -64,6 +64,9 @@ DEFAULTS: dict[str, Any] = {
     # Seconds a caller waits, after its turn committed, for the Celery broker to take a job; past it
     # the job stays in the outbox and is sent later. No network wait happens inside a transaction.
     "BROKER_SEND_TIMEOUT": 5,
+    # The longest working memory any write may leave (model, API, admin, code): it goes into every
+    # turn's prompt. A WorkingMemory(max_tokens=...) sets a tighter limit per agent.
+    "MAX_WORKING_MEMORY_CHARS": 32_000,
     # API
     "RESOURCE_RESOLVER": "memproc.api.permissions.user_resources",
     "MAX_REQUEST_MESSAGES": 200,

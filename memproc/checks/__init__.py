@@ -70,6 +70,7 @@ VALIDATORS: dict[str, Validator] = {
     "ATTACHMENT_URL_EXPIRY": values.integer(1, unit="seconds"),
     "BACKGROUND": values.background,
     "BROKER_SEND_TIMEOUT": values.seconds,
+    "MAX_WORKING_MEMORY_CHARS": values.integer(1, unit="characters"),
     "RESOURCE_RESOLVER": backends.resource_resolver,
     "MAX_REQUEST_MESSAGES": values.integer(1, unit="messages"),
     "API_ALLOW_SYSTEM_MESSAGES": values.boolean,

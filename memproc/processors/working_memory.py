@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from memproc.conf import settings
 from memproc.exceptions import ConfigurationError, ToolError, ValidationError
 from memproc.messages import Message
 from memproc.processors.base import ProcessorContext
@@ -169,7 +170,14 @@ class WorkingMemory:
 
 
 def check_size(text: str, *, max_tokens: int | None) -> None:
-    """Refuses (ValidationError) a working memory longer than `max_tokens` (TOKENIZER's count)."""
+    """Refuses (ValidationError) a working memory longer than `max_tokens` (TOKENIZER's count), and,
+    whatever the configuration, one longer than MAX_WORKING_MEMORY_CHARS: it is sent with every turn,
+    and an unbounded one would make every later turn fail its token budget."""
+    cap = int(settings.MAX_WORKING_MEMORY_CHARS)
+    if len(text) > cap:
+        raise ValidationError(
+            f"working memory is limited to {cap} characters; rewrite it shorter (this one has {len(text)})"
+        )
     if max_tokens is None:
         return
     tokens = get_token_counter().count_text(text)
