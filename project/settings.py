@@ -74,7 +74,7 @@ def database_from_env() -> dict:
     if url:
         import dj_database_url
 
-        return dj_database_url.parse(url, conn_max_age=60)
+        return dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True)
     # WAL + synchronous=NORMAL: no fsync per commit (a turn costs ~1 ms instead of ~20 ms);
     # IMMEDIATE transactions make concurrent writers wait for the lock instead of failing.
     return {

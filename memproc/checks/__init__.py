@@ -167,3 +167,21 @@ def check_vector_search(app_configs: Any = None, databases: Any = None, **kwargs
             id="memproc.W001",
         )
     ]
+
+
+@register(Tags.compatibility)
+def check_connection_health(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Persistent connections (CONN_MAX_AGE) without CONN_HEALTH_CHECKS: after the database restarts,
+    each stale connection fails one request (seen: 16 of 45 turns answered 503) before Django drops it."""
+    return [
+        Warning(
+            f"DATABASES[{alias!r}] keeps connections (CONN_MAX_AGE={config.get('CONN_MAX_AGE')!r}) "
+            "without CONN_HEALTH_CHECKS.",
+            hint="Set CONN_HEALTH_CHECKS = True: Django then checks a kept connection before a request "
+            "reuses it, so a database restart does not fail requests on stale connections.",
+            obj="DATABASES",
+            id="memproc.W007",
+        )
+        for alias, config in django_settings.DATABASES.items()
+        if config.get("CONN_MAX_AGE", 0) != 0 and not config.get("CONN_HEALTH_CHECKS", False)
+    ]

@@ -482,3 +482,19 @@ def test_broker_send_timeout_must_be_a_positive_number_of_seconds(value):
 @pytest.mark.parametrize("value", [0.5, 5, 30])
 def test_broker_send_timeout_takes_ints_and_floats(value):
     assert VALIDATORS["BROKER_SEND_TIMEOUT"]("BROKER_SEND_TIMEOUT", value) == []
+
+
+def test_kept_connections_without_health_checks_are_warned_about(settings):
+    from memproc.checks import check_connection_health
+
+    settings.DATABASES = {
+        **settings.DATABASES,
+        "default": {**settings.DATABASES["default"], "CONN_MAX_AGE": 60},
+    }
+    [warning] = check_connection_health()
+    assert warning.id == "memproc.W007" and "CONN_HEALTH_CHECKS" in warning.hint
+    settings.DATABASES = {
+        **settings.DATABASES,
+        "default": {**settings.DATABASES["default"], "CONN_MAX_AGE": 60, "CONN_HEALTH_CHECKS": True},
+    }
+    assert check_connection_health() == []
