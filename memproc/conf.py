@@ -74,6 +74,11 @@ DEFAULTS: dict[str, Any] = {
     "API_ALLOW_SYSTEM_MESSAGES": False,
     # Seconds an Idempotency-Key of generate/ and stream/ is remembered (its answer replayed).
     "IDEMPOTENCY_TTL": 24 * 60 * 60,
+    # Seconds after which a repeat takes over a key whose first request still "runs" on another host
+    # (one on the same host is taken over as soon as its process is gone). Keep it above the longest
+    # turn: a turn makes at most MAX_TOOL_STEPS + 1 model calls, each within the provider's timeout
+    # and retries, plus its tools' time. 5 minutes covers chat turns with a few tool steps.
+    "IDEMPOTENCY_LEASE": 5 * 60,
     # Tripwires
     "STORE_BLOCKED_CONTENT": True,
     # Observability: a TurnRecord per turn (status, usage, why the model saw what it saw), and
@@ -113,6 +118,9 @@ DEFAULT_RETENTION: dict[str, int | None] = {
     "turn_records_days": 90,
     # Attachments no message holds (stored but never sent in a message), with their files.
     "orphan_attachments_days": 7,
+    # Files on the attachment storage that no attachment row references: staged by a turn whose
+    # process died before its commit. The days are a grace period: a turn in flight is never touched.
+    "orphan_files_days": 1,
 }
 
 

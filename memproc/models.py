@@ -390,7 +390,10 @@ class IdempotencyRecord(models.Model):
     """The first answer to a request sent with an `Idempotency-Key`, replayed for its repeats.
 
     `scope` keeps callers apart (the caller and the endpoint), so two users' keys never meet;
-    `request_hash` tells a repeat from a different body sent with the same key (422).
+    `request_hash` tells a repeat from a different body sent with the same key (422). The kept answer
+    holds the user's messages: `resource_id` and `thread_id` (the thread id, within its resource) say
+    whose they are, so purging a resource or deleting a thread deletes it too. `owner_*` name the
+    process running a claim, so a repeat can tell that it died (`memproc.api.claim_owner`).
     """
 
     class State(models.TextChoices):
@@ -404,6 +407,11 @@ class IdempotencyRecord(models.Model):
     state = models.CharField(max_length=16, choices=State.choices, default=State.RUNNING)
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     response = models.JSONField(null=True, blank=True)
+    resource_id = models.CharField(max_length=255, blank=True, default="")
+    thread_id = models.CharField(max_length=255, blank=True, default="")
+    owner_host = models.CharField(max_length=255, blank=True, default="")
+    owner_pid = models.PositiveIntegerField(null=True, blank=True)
+    owner_started = models.BigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(db_index=True)
 
@@ -411,6 +419,7 @@ class IdempotencyRecord(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["scope", "key"], name="memproc_idem_scope_key"),
         ]
+        indexes = [models.Index(fields=["resource_id", "thread_id"], name="memproc_idem_resource")]
 
     def __str__(self) -> str:
         return f"{self.scope} {self.key} ({self.state})"

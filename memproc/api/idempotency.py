@@ -8,9 +8,16 @@ replays it without running a turn, and one with another body answers 422. A turn
 stream whose client goes away before the save, saved nothing (rule 9): its claim is released, so the
 client may retry with the same key.
 
+A claim names the process that runs it (`memproc.api.claim_owner`). A process killed mid-turn settles
+and releases nothing: a repeat on its host finds it gone and takes the key over at once; a repeat on
+another host cannot look, and takes over once the claim is older than the setting `IDEMPOTENCY_LEASE`
+(seconds), which must exceed the longest turn.
+
 Keys are scoped per caller (the user, else the resources the resolver grants) and per endpoint, so
 two callers' keys never meet; a record expires after the setting `IDEMPOTENCY_TTL` (seconds), and the
-retention purge deletes it. A request without the header costs nothing here: no query, no hashing.
+retention purge deletes it. A kept answer holds the user's messages, so it names the resource and the
+thread it came from: purging the resource or deleting the thread deletes it. A request without the
+header costs nothing here: no query, no hashing.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -35,6 +42,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 
+from memproc.api.claim_owner import ClaimOwner, owner_is_gone, this_process
 from memproc.api.serializers import ErrorSerializer
 from memproc.api.sse import frame, sse_response
 from memproc.api.turn_runner import is_asgi
@@ -55,14 +63,12 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-# A first request still "running" after this long died with its process; a repeat may take over.
-# Longer than any turn: the model's timeout and retries times the tool steps stay well below it.
-RUNNING_LEASE = timedelta(minutes=15)
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
 MAX_KEY_LENGTH = 255
 MAX_SCOPE_LENGTH = 255
+MAX_ID_LENGTH = 255  # the resource_id and thread_id columns
 
 Resources = Callable[[], "list[str] | None"]
 
@@ -311,7 +317,9 @@ class Replay:
 
 def idempotency_claim(*, scope: str, key: str, request_hash: str) -> Claim | Replay:
     """Claims `key` for this request, or answers what its first request did: a Replay of a finished
-    one with the same body; 422 for another body; 409 while it runs. An expired record is replaced."""
+    one with the same body; 422 for another body; 409 while it runs. An expired record is replaced,
+    and so is the claim of a first request whose process died (see `_claim_abandoned`)."""
+    owner = this_process()
     for _ in range(3):
         now = timezone.now()
         try:
@@ -320,6 +328,9 @@ def idempotency_claim(*, scope: str, key: str, request_hash: str) -> Claim | Rep
                     scope=scope,
                     key=key,
                     request_hash=request_hash,
+                    owner_host=owner.host,
+                    owner_pid=owner.pid,
+                    owner_started=owner.started,
                     created_at=now,
                     expires_at=now + timedelta(seconds=memproc_settings.IDEMPOTENCY_TTL),
                 )
@@ -332,7 +343,7 @@ def idempotency_claim(*, scope: str, key: str, request_hash: str) -> Claim | Rep
         if first.expires_at <= now:
             IdempotencyRecord.objects.filter(pk=first.pk, expires_at__lte=now).delete()
             continue
-        if first.state != IdempotencyRecord.State.DONE and first.created_at <= now - RUNNING_LEASE:
+        if first.state != IdempotencyRecord.State.DONE and _claim_abandoned(first, now=now):
             # Its process died mid-turn (a settle or release always follows a live one): take over,
             # rather than answer 409 until the key expires.
             IdempotencyRecord.objects.filter(
@@ -347,16 +358,30 @@ def idempotency_claim(*, scope: str, key: str, request_hash: str) -> Claim | Rep
     raise IdempotencyKeyInProgress()  # the key changed hands under us each time: let the client retry
 
 
+def _claim_abandoned(record: IdempotencyRecord, *, now: datetime) -> bool:
+    """A running claim whose process is gone from this host, or older than the lease (an owner on
+    another host, or one recorded before claims named their owner)."""
+    if record.created_at <= now - timedelta(seconds=memproc_settings.IDEMPOTENCY_LEASE):
+        return True
+    return owner_is_gone(ClaimOwner(record.owner_host, record.owner_pid, record.owner_started))
+
+
 def idempotency_settle(claim: Claim, *, status_code: int, data: Any) -> None:
-    """Keeps a successful answer for repeats; any other releases the key."""
+    """Keeps a successful answer for repeats, with the resource and thread the turn's result names
+    (a purge of the one, a delete of the other, takes it); any other answer releases the key."""
     if status_code >= 400:
         idempotency_release(claim)
         return
     # Stored as the client received it (dates as strings, and so on), so a replay renders the same.
     stored = json.loads(json.dumps(data, cls=JSONEncoder))
+    names = stored if isinstance(stored, dict) else {}
     try:
         IdempotencyRecord.objects.filter(pk=claim.record_id).update(
-            state=IdempotencyRecord.State.DONE, status_code=status_code, response=stored
+            state=IdempotencyRecord.State.DONE,
+            status_code=status_code,
+            response=stored,
+            resource_id=str(names.get("resource_id") or "")[:MAX_ID_LENGTH],
+            thread_id=str(names.get("thread_id") or "")[:MAX_ID_LENGTH],
         )
     except DatabaseError:
         # The turn is saved and answered; its repeats answer 409 until the record expires.

@@ -81,6 +81,7 @@ VALIDATORS: dict[str, Validator] = {
     "MAX_TOOL_STEPS": values.integer(1, unit="steps"),
     "ASYNC_THREADS": values.integer(1, unit="threads"),
     "IDEMPOTENCY_TTL": values.integer(1, unit="seconds"),
+    "IDEMPOTENCY_LEASE": values.integer(1, unit="seconds"),
 }
 
 RELATIONS: tuple[Relation, ...] = (values.inline_within_max, values.ef_construction_covers_m)

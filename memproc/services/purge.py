@@ -14,7 +14,7 @@ from django.utils import timezone
 from memproc import models
 from memproc.conf import DEFAULT_RETENTION, settings
 from memproc.selectors import resource_rows
-from memproc.services.attachments import attachment_delete
+from memproc.services.attachments import attachment_delete, orphan_files_purge
 from memproc.services.messages import messages_delete
 
 logger = logging.getLogger(__name__)
@@ -26,6 +26,7 @@ DELETE_ORDER = (
     "working_memory_revisions",
     "turn_records",
     "tripwire_logs",
+    "idempotency_records",
     "messages",
     "threads",
     "resource",
@@ -44,6 +45,7 @@ class PurgeCounts:
     attachments: int = 0
     turn_records: int = 0
     tripwire_logs: int = 0
+    idempotency_records: int = 0  # answers kept for Idempotency-Key retries: they hold the messages
     resource: int = 0  # the Resource row itself: 0 or 1
 
     @property
@@ -56,14 +58,15 @@ class PurgeCounts:
 
 def resource_purge(*, resource_id: str, dry_run: bool = False) -> PurgeCounts:
     """Deletes a resource's threads, messages, embeddings, working memory (with its revisions),
-    attachments, turn records and tripwire logs, then the Resource row; with `dry_run`, only
+    attachments, turn records, tripwire logs and the answers kept for its Idempotency-Key retries
+    (a repeat of such a key then runs as a new request), then the Resource row; with `dry_run`, only
     counts them.
 
     One transaction. Attachment files are removed from storage after it commits, never before, and
     a file still referenced by another attachment row is kept. Another resource's data is never
     touched, and purging a resource with nothing stored is a no-op.
     """
-    querysets = resource_rows(resource_id=resource_id)
+    querysets = {**resource_rows(resource_id=resource_id), "idempotency_records": _kept_answers(resource_id)}
     if dry_run:
         return PurgeCounts(resource_id=resource_id, **{k: qs.count() for k, qs in querysets.items()})
     with transaction.atomic():
@@ -74,6 +77,11 @@ def resource_purge(*, resource_id: str, dry_run: bool = False) -> PurgeCounts:
     result = PurgeCounts(resource_id=resource_id, **counts)
     logger.info("memproc: purged resource %s: %s", resource_id, result.as_dict())
     return result
+
+
+def _kept_answers(resource_id: str) -> QuerySet[models.IdempotencyRecord]:
+    # Not in resource_rows: an export has no use for them, a purge must not leave them.
+    return models.IdempotencyRecord.objects.filter(resource_id=resource_id)
 
 
 def _attachments_delete(attachments: QuerySet[models.Attachment]) -> int:
@@ -100,7 +108,13 @@ def _attachments_delete(attachments: QuerySet[models.Attachment]) -> int:
 
 # --- retention ------------------------------------------------------------------------------------
 
-RETENTION_KEYS = ("messages_days", "tripwire_logs_days", "turn_records_days", "orphan_attachments_days")
+RETENTION_KEYS = (
+    "messages_days",
+    "tripwire_logs_days",
+    "turn_records_days",
+    "orphan_attachments_days",
+    "orphan_files_days",
+)
 EXPIRED_BATCH = 1000
 
 
@@ -109,16 +123,26 @@ def expired_purge(*, now: datetime | None = None, dry_run: bool = False) -> dict
     attachment files no other message uses), tripwire logs and turn records older than their number
     of days (None keeps them forever), and attachments that no message holds (uploaded but never
     sent, or left behind by a message deleted outside memproc's services) once they are
-    `orphan_attachments_days` old; their files are removed from storage after commit. With `dry_run`
-    nothing is deleted and the counts say what would be. Messages go in batches, each its own
-    transaction, so a long backlog never holds one huge lock. Idempotent: run it daily (the
-    `memproc.purge_expired` task, or `manage.py memproc_purge --expired --yes` from cron).
+    `orphan_attachments_days` old; their files are removed from storage after commit. Files under
+    memproc's folder of the attachment storage that no attachment row references (staged by a turn
+    whose process was killed before its commit) go once `orphan_files_days` old (default 1: a turn in
+    flight is never touched). With `dry_run` nothing is deleted and the counts say what would be.
+    Messages go in batches, each its own transaction, so a long backlog never holds one huge lock.
+    Idempotent: run it daily (the `memproc.purge_expired` task, or `manage.py memproc_purge
+    --expired --yes` from cron). A storage that fails while the files are listed raises
+    StorageUnavailable after the rows' purge is done.
 
     Idempotency-Key records past their own expiry (the setting IDEMPOTENCY_TTL) go too; they are
     logged, not counted in the returned dict."""
     now = now or timezone.now()
     retention = {**DEFAULT_RETENTION, **(settings.RETENTION or {})}
-    counts = {"messages": 0, "orphan_attachments": 0, "tripwire_logs": 0, "turn_records": 0}
+    counts = {
+        "messages": 0,
+        "orphan_attachments": 0,
+        "orphan_files": 0,
+        "tripwire_logs": 0,
+        "turn_records": 0,
+    }
     for key, model, field in (
         ("turn_records", models.TurnRecord, "started_at"),
         ("tripwire_logs", models.TripwireLog, "created_at"),
@@ -141,6 +165,9 @@ def expired_purge(*, now: datetime | None = None, dry_run: bool = False) -> dict
             before=now - timedelta(days=days), dry_run=dry_run
         )
     keys = 0 if dry_run else idempotency_records_expire(now=now)
+    days = retention.get("orphan_files_days")
+    if days is not None:  # last: a storage that fails here has held back none of the rows above
+        counts["orphan_files"] = orphan_files_purge(before=now - timedelta(days=days), dry_run=dry_run)
     if not dry_run and (any(counts.values()) or keys):
         logger.info("memproc: deleted expired data: %s", {**counts, "idempotency_records": keys})
     return counts

@@ -121,22 +121,97 @@ def test_a_repeat_while_the_first_runs_is_a_409(owner_client, agent, model, reso
 
 
 def test_a_first_request_that_died_mid_turn_is_taken_over_after_the_lease(
-    owner_client, agent, model, resource, user
+    owner_client, agent, model, resource, user, settings
 ):
-    from memproc.api.idempotency import RUNNING_LEASE
-
+    settings.MEMPROC = {**settings.MEMPROC, "IDEMPOTENCY_LEASE": 120}
     model.add("Taken over")
     models.IdempotencyRecord.objects.create(
         scope=f"agents/api-test/generate user:{user.pk}",
         key="key-1",
         request_hash=_hash_of({"messages": "hello"}),
-        created_at=timezone.now() - RUNNING_LEASE - timedelta(seconds=1),
+        created_at=timezone.now() - timedelta(seconds=121),
         expires_at=timezone.now() + timedelta(hours=1),
     )
     response = post(owner_client, GENERATE, {"messages": "hello"})
     assert response.status_code == 200, response.content
     assert response.json()["text"] == "Taken over" and model.calls == 1
     assert models.IdempotencyRecord.objects.get().state == models.IdempotencyRecord.State.DONE
+
+
+def _running_record(user: Any, **owner: Any) -> None:
+    """A first request that claimed key-1 a moment ago and runs (or ran) in the process `owner` names."""
+    models.IdempotencyRecord.objects.create(
+        scope=f"agents/api-test/generate user:{user.pk}",
+        key="key-1",
+        request_hash=_hash_of({"messages": "hello"}),
+        expires_at=timezone.now() + timedelta(hours=1),
+        **owner,
+    )
+
+
+def _gone_pid() -> int:
+    """The pid of a process of this host that has exited (and been reaped)."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+@pytest.mark.django_db
+def test_a_first_request_whose_process_is_gone_from_this_host_is_taken_over_at_once(
+    owner_client, agent, model, resource, user
+):
+    from memproc.api.claim_owner import this_process
+
+    me = this_process()
+    model.add("Taken over at once")
+    _running_record(user, owner_host=me.host, owner_pid=_gone_pid(), owner_started=me.started)
+    response = post(owner_client, GENERATE, {"messages": "hello"})
+    assert response.status_code == 200, response.content
+    assert response.json()["text"] == "Taken over at once" and model.calls == 1
+    record = models.IdempotencyRecord.objects.get()
+    assert record.state == models.IdempotencyRecord.State.DONE and record.owner_pid == me.pid
+
+
+@pytest.mark.django_db
+def test_a_reused_pid_is_not_the_first_requests_process(owner_client, agent, model, resource, user):
+    from memproc.api.claim_owner import this_process
+
+    me = this_process()
+    if me.started is None:
+        pytest.skip("this platform does not tell when a process started")
+    model.add("Taken over")
+    _running_record(user, owner_host=me.host, owner_pid=me.pid, owner_started=me.started - 1)
+    response = post(owner_client, GENERATE, {"messages": "hello"})
+    assert response.status_code == 200, response.content
+    assert model.calls == 1
+
+
+@pytest.mark.django_db
+def test_a_first_request_whose_process_lives_is_a_409(owner_client, agent, model, resource, user):
+    from memproc.api.claim_owner import this_process
+
+    me = this_process()
+    model.add("Never")
+    _running_record(user, owner_host=me.host, owner_pid=me.pid, owner_started=me.started)
+    response = post(owner_client, GENERATE, {"messages": "hello"})
+    assert response.status_code == 409, response.content
+    assert model.calls == 0 and not models.Message.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_first_request_on_another_host_waits_for_the_lease(owner_client, agent, model, resource, user):
+    from memproc.api.claim_owner import this_process
+
+    model.add("Never")
+    _running_record(
+        user, owner_host="another-host", owner_pid=_gone_pid(), owner_started=this_process().started
+    )
+    response = post(owner_client, GENERATE, {"messages": "hello"})
+    assert response.status_code == 409, response.content
+    assert model.calls == 0
 
 
 def _hash_of(body: dict[str, Any]) -> str:

@@ -103,6 +103,7 @@ def test_a_dry_run_counts_and_changes_nothing(stored):
         "attachments": 2,
         "turn_records": 2,
         "tripwire_logs": 2,
+        "idempotency_records": 0,
         "resource": 1,
     }
     assert snapshot(ALICE) == EXPECTED

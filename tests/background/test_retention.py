@@ -22,6 +22,18 @@ pytestmark = pytest.mark.django_db
 T, R = "t-ret", "r-ret"
 
 
+@pytest.fixture(autouse=True)
+def _own_attachment_storage(settings, tmp_path):
+    """A FileSystemStorage of its own per test, so the orphan-file sweep sees only this test's files."""
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "memproc_attachments": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": tmp_path / "attachments"},
+        },
+    }
+
+
 @pytest.fixture
 def history(make_agent, model):
     """Two turns, one of them 40 days old, with their records; one old and one new tripwire log."""
@@ -40,13 +52,25 @@ def history(make_agent, model):
 
 def test_nothing_expires_by_default_but_old_logs_and_records(history, settings):
     counts = expired_purge(now=timezone.now() + timedelta(days=60))  # 100 days after the old turn
-    assert counts == {"messages": 0, "orphan_attachments": 0, "tripwire_logs": 1, "turn_records": 1}
+    assert counts == {
+        "messages": 0,
+        "orphan_attachments": 0,
+        "orphan_files": 0,
+        "tripwire_logs": 1,
+        "turn_records": 1,
+    }
     assert Message.objects.count() == 4
 
 
 def test_expired_messages_go_with_their_embeddings_and_the_rest_stays(history, settings):
     settings.MEMPROC = {**settings.MEMPROC, "RETENTION": {"messages_days": 30, "turn_records_days": 30}}
-    expected = {"messages": 2, "orphan_attachments": 0, "tripwire_logs": 0, "turn_records": 1}
+    expected = {
+        "messages": 2,
+        "orphan_attachments": 0,
+        "orphan_files": 0,
+        "tripwire_logs": 0,
+        "turn_records": 1,
+    }
     assert expired_purge(dry_run=True) == expected
     assert Message.objects.count() == 4  # a dry run deletes nothing
     counts = expired_purge()
@@ -67,6 +91,7 @@ def test_none_keeps_forever(history, settings):
     assert expired_purge(now=timezone.now() + timedelta(days=3650)) == {
         "messages": 0,
         "orphan_attachments": 0,
+        "orphan_files": 0,
         "tripwire_logs": 0,
         "turn_records": 0,
     }

@@ -288,6 +288,13 @@ def test_idempotency_ttl_is_a_positive_number_of_seconds():
     assert ids(validate("IDEMPOTENCY_TTL", "1d")) == ["memproc.E007"]
 
 
+def test_idempotency_lease_is_a_positive_number_of_seconds():
+    validate = VALIDATORS["IDEMPOTENCY_LEASE"]
+    assert validate("IDEMPOTENCY_LEASE", 300) == []
+    assert ids(validate("IDEMPOTENCY_LEASE", 0)) == ["memproc.E007"]
+    assert ids(validate("IDEMPOTENCY_LEASE", "5m")) == ["memproc.E007"]
+
+
 def test_inline_bytes_above_the_maximum_warn():
     [message] = check(INLINE_ATTACHMENT_BYTES=2048, MAX_ATTACHMENT_BYTES=1024)
     assert message.id == "memproc.W004" and "inline_attachments" in message.hint

@@ -131,3 +131,33 @@ def test_thread_ids_become_keys_within_their_resource_and_nothing_is_lost() -> N
 def test_the_database_is_at_the_latest_migration() -> None:
     executor = MigrationExecutor(connection)
     assert executor.migration_plan(executor.loader.graph.leaf_nodes()) == []
+
+
+BEFORE_KEPT_ANSWERS_NAME_THEIR_RESOURCE = ("memproc", "0014_hnsw_index_type")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_answers_kept_before_the_upgrade_name_their_resource_and_thread() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    newest = latest()
+    target = BEFORE_KEPT_ANSWERS_NAME_THEIR_RESOURCE
+    try:
+        executor = migrate([target])
+        IdempotencyRecord = executor.loader.project_state([target]).apps.get_model(
+            "memproc", "IdempotencyRecord"
+        )
+        expires = timezone.now() + timedelta(hours=1)
+        answer = {"text": "hi", "thread_id": "t1", "resource_id": "r1", "messages": []}
+        IdempotencyRecord.objects.create(
+            scope="s", key="done", request_hash="h", state="done", response=answer, expires_at=expires
+        )
+        IdempotencyRecord.objects.create(scope="s", key="running", request_hash="h", expires_at=expires)
+        migrate(newest)
+        records = {r.key: (r.resource_id, r.thread_id) for r in models.IdempotencyRecord.objects.all()}
+        assert records == {"done": ("r1", "t1"), "running": ("", "")}
+    finally:
+        models.IdempotencyRecord.objects.all().delete()
+        migrate(newest)

@@ -23,11 +23,13 @@ LABELS = {
     "attachments": "attachments (and their files)",
     "turn_records": "turn records",
     "tripwire_logs": "tripwire logs",
+    "idempotency_records": "answers kept for Idempotency-Key retries",
     "resource": "resource row (with its working memory)",
 }
 EXPIRED_LABELS = {
     "messages": "messages (with their embeddings and the attachment files only they used)",
     "orphan_attachments": "attachments no message holds (and their files)",
+    "orphan_files": "attachment files no attachment row references (left by a killed turn)",
     "tripwire_logs": "tripwire logs",
     "turn_records": "turn records",
 }
@@ -35,8 +37,8 @@ EXPIRED_LABELS = {
 
 class Command(BaseCommand):
     help = (
-        "Delete a resource's threads, messages, embeddings, working memory, attachments and tripwire "
-        "logs. Without --yes it only prints what would be deleted."
+        "Delete a resource's threads, messages, embeddings, working memory, attachments, tripwire "
+        "logs and kept Idempotency-Key answers. Without --yes it only prints what would be deleted."
     )
 
     def add_arguments(self, parser: Any) -> None:

@@ -8,13 +8,15 @@ A file sent inline in a turn goes through these steps:
 2. The turn commits: `attachments_commit` writes the rows inside the turn's transaction, before its
    messages, and `attachments_link` points each row at the first saved message referencing it.
 3. The turn is blocked, fails or is abandoned: `attachments_discard` deletes the files it wrote.
+   A process killed before either leaves its files with no row: the retention purge sweeps them
+   once they are a day old (`orphan_files_purge`).
 
 At prompt time `attachments_resolve` gives the model a URL or the bytes; that is never written back.
 Deleting messages or threads releases files no other message references (`attachments_release`);
 deleting a resource deletes all of its files (`attachments_delete`).
 
 Modules: `files` (storage, storing outside a turn, URLs, request size checks), `turn` (a turn's
-files), `resolve` (prompt time), `deletion`.
+files), `resolve` (prompt time), `deletion`, `orphans` (files no row references).
 """
 
 from memproc.services.attachments.deletion import attachments_delete, attachments_release
@@ -29,6 +31,7 @@ from memproc.services.attachments.files import (
     attachment_store,
     attachment_url,
 )
+from memproc.services.attachments.orphans import orphan_files_purge
 from memproc.services.attachments.resolve import (
     OPENAI_INLINE_TYPES,
     attachment_model_options,
@@ -63,4 +66,5 @@ __all__ = [
     "attachments_release",
     "attachments_resolve",
     "messages_without_file_data",
+    "orphan_files_purge",
 ]
