@@ -12,6 +12,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.functional import LazyObject, empty
 
+from memproc.admission import admission_paused
 from memproc.conf import settings
 from memproc.exceptions import StorageUnavailable
 
@@ -64,3 +65,13 @@ def storage_errors(action: str) -> Iterator[None]:
         if not is_storage_error(exc):
             raise
         raise StorageUnavailable(f"The attachment storage failed while {action}: {exc!r}") from exc
+
+
+@contextmanager
+def storage_waiting(action: str) -> Iterator[None]:
+    """`storage_errors(action)` around a call that goes over the network to the storage (a read, a
+    write, a delete): while it waits, the request gives back its admission permit and its database
+    connection (`memproc.admission.admission_paused`). How long it waits is the storage's to bound:
+    for S3Storage, botocore's timeouts and retries in its `client_config` (memproc.W008)."""
+    with admission_paused(), storage_errors(action):
+        yield

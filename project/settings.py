@@ -110,6 +110,21 @@ STORAGES = {
         "OPTIONS": {"location": MEDIA_ROOT / "attachments", "base_url": f"/{MEDIA_URL}attachments/"},
     },
 }
+if os.environ.get("MEMPROC_S3_BUCKET"):  # attachments on S3 (the `s3` extra); credentials from AWS_*
+    from botocore.config import Config
+
+    STORAGES["memproc_attachments"] = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": os.environ["MEMPROC_S3_BUCKET"],
+            "endpoint_url": os.environ.get("MEMPROC_S3_ENDPOINT_URL") or None,
+            # botocore's defaults (60 s to connect, 60 s per read, five attempts) kept an upload
+            # waiting six minutes on an S3 that never answered: a call now fails within 30 s.
+            "client_config": Config(
+                connect_timeout=5, read_timeout=10, retries={"total_max_attempts": 2, "mode": "standard"}
+            ),
+        },
+    }
 
 LOGIN_URL = "/admin/login/"
 LOGIN_REDIRECT_URL = "/"

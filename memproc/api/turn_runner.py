@@ -17,7 +17,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.db import connections
 from django.http import StreamingHttpResponse
 
-from memproc.api.admission import admission_release
+from memproc.admission import admission_release
 from memproc.api.sse import SSEEncoder, primed, stream_response
 from memproc.events import GenerateResult, StreamEvent
 from memproc.services.turns_async import turn_continue_async

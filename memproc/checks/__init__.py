@@ -31,6 +31,8 @@ never build it: no model is loaded and no connection is opened.
 | memproc.W004 | INLINE_ATTACHMENT_BYTES above MAX_ATTACHMENT_BYTES |
 | memproc.W005 | a MODELS option that nothing reads |
 | memproc.W006 | the EMBEDDER's packages are missing, and no registered agent recalls with it (yet) |
+| memproc.W007 | kept database connections (CONN_MAX_AGE) without CONN_HEALTH_CHECKS |
+| memproc.W008 | the attachment storage is an S3Storage on botocore's default 60 s timeouts |
 
 """
 
@@ -44,11 +46,18 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
 
 from memproc.agents.registry import all_agents
-from memproc.checks import backends, providers, values
+from memproc.checks import backends, providers, storage, values
 from memproc.checks.base import Relation, Validator, did_you_mean, error, pip_install
 from memproc.conf import DEFAULTS, user_settings
 
-__all__ = ["RELATIONS", "VALIDATORS", "check_agent_models", "check_settings", "check_vector_search"]
+__all__ = [
+    "RELATIONS",
+    "VALIDATORS",
+    "check_agent_models",
+    "check_attachment_storage",
+    "check_settings",
+    "check_vector_search",
+]
 
 VALIDATORS: dict[str, Validator] = {
     "EMBEDDER": backends.embedder,
@@ -186,3 +195,9 @@ def check_connection_health(app_configs: Any = None, **kwargs: Any) -> list[Chec
         for alias, config in django_settings.DATABASES.items()
         if config.get("CONN_MAX_AGE", 0) != 0 and not config.get("CONN_HEALTH_CHECKS", False)
     ]
+
+
+@register(Tags.compatibility)
+def check_attachment_storage(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """An S3 attachment storage on botocore's default timeouts waits minutes on a silent endpoint."""
+    return storage.s3_timeouts()

@@ -150,7 +150,7 @@ def test_requests_that_use_the_database_at_once_are_bounded_under_asgi(
     """Each ASGI request's sync code runs in a thread of its own with its own connection: memproc
     admits ASYNC_THREADS of them at once to the part that uses the database, and a turn leaves before
     its model wait, so many turns in flight hold few connections and none is refused."""
-    from memproc.api import admission
+    from memproc import admission
 
     settings.MEMPROC = {**settings.MEMPROC, "ASYNC_THREADS": 2}
     monkeypatch.setattr(admission, "_permits", None)
@@ -210,7 +210,7 @@ def test_requests_that_use_the_database_at_once_are_bounded_under_asgi(
 
 def permits_free(count: int) -> bool:
     """Whether `count` threads can hold a permit at once now (each gives it back after)."""
-    from memproc.api import admission
+    from memproc import admission
 
     together = threading.Barrier(count, timeout=1)
     met: list[bool] = []
@@ -235,7 +235,7 @@ def permits_free(count: int) -> bool:
 
 
 def test_admission_bounds_the_threads_that_hold_a_permit(monkeypatch, settings):
-    from memproc.api import admission
+    from memproc import admission
 
     settings.MEMPROC = {**settings.MEMPROC, "ASYNC_THREADS": 3}
     monkeypatch.setattr(admission, "_permits", None)
@@ -274,7 +274,7 @@ def test_a_request_that_fails_unanswered_gives_its_permit_back(
 ):
     """An exception no handler answers (a 500) must not keep the request's permit: a few of those
     would otherwise leave every later request of the process waiting forever."""
-    from memproc.api import admission
+    from memproc import admission
 
     settings.MEMPROC = {**settings.MEMPROC, "ASYNC_THREADS": 1}
     monkeypatch.setattr(admission, "_permits", None)

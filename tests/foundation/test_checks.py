@@ -505,3 +505,42 @@ def test_kept_connections_without_health_checks_are_warned_about(settings):
         "default": {**settings.DATABASES["default"], "CONN_MAX_AGE": 60, "CONN_HEALTH_CHECKS": True},
     }
     assert check_connection_health() == []
+
+
+def s3_storages(settings, **options):
+    return {
+        **settings.STORAGES,
+        "memproc_attachments": {
+            "BACKEND": "storages.backends.s3.S3Storage",
+            "OPTIONS": {"bucket_name": "files", **options},
+        },
+    }
+
+
+def test_an_s3_attachment_storage_with_botocores_default_timeouts_is_warned_about(settings):
+    """botocore waits 60 s to connect and 60 s per read, and retries: minutes on a silent S3."""
+    pytest.importorskip("storages.backends.s3")
+    from botocore.config import Config
+
+    from memproc.checks import check_attachment_storage
+
+    settings.STORAGES = s3_storages(settings)  # no client_config: S3Storage builds botocore's defaults
+    (warning,) = check_attachment_storage()
+    assert warning.id == "memproc.W008" and "memproc_attachments" in warning.msg
+    assert "client_config" in warning.hint and "read_timeout" in warning.hint
+    settings.STORAGES = s3_storages(settings, client_config=Config(retries={"max_attempts": 2}))
+    assert ids(check_attachment_storage()) == ["memproc.W008"]  # 60 s timeouts still
+    settings.STORAGES = s3_storages(settings, client_config=Config(connect_timeout=5, read_timeout=10))
+    assert check_attachment_storage() == []
+    settings.AWS_S3_CLIENT_CONFIG = Config(connect_timeout=5, read_timeout=10)
+    settings.STORAGES = s3_storages(settings)  # django-storages' own setting counts as well
+    assert check_attachment_storage() == []
+
+
+def test_other_attachment_storages_have_no_timeout_warning(settings):
+    from memproc.checks import check_attachment_storage
+
+    assert settings.STORAGES["memproc_attachments"]["BACKEND"].endswith("FileSystemStorage")
+    assert check_attachment_storage() == []
+    settings.STORAGES = {**settings.STORAGES, "memproc_attachments": {"BACKEND": "no.such.Storage"}}
+    assert check_attachment_storage() == []  # Django reports a storage that does not import

@@ -22,9 +22,15 @@ def user(db: None) -> Any:
     return user
 
 
+class BlackHole(tuple):
+    """(host, port), and `accepted`: how many connections the endpoint took so far."""
+
+    accepted = 0
+
+
 @pytest.fixture
 def black_hole() -> Any:
-    """A TCP endpoint that accepts connections and never answers: (host, port)."""
+    """A TCP endpoint that accepts connections and never answers: a BlackHole (host, port)."""
     import socket
     import threading
 
@@ -42,10 +48,12 @@ def black_hole() -> Any:
             except OSError:
                 continue
             held.append(peer)  # read nothing, answer nothing
+            endpoint.accepted += 1
 
+    endpoint = BlackHole(server.getsockname())
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
-    yield server.getsockname()
+    yield endpoint
     stop.set()
     thread.join(2)
     for peer in held:

@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
 from memproc import models
-from memproc.api.admission import admission_acquire, admission_release
+from memproc.admission import admission_acquire, admission_release
 from memproc.api.errors import memproc_exception_handler
 from memproc.api.parsers import MemprocJSONParser
 from memproc.api.permissions import HasResources, default_resource, resolve_resources

@@ -14,6 +14,7 @@ from django.core.files.storage import Storage
 from django.db import IntegrityError, transaction
 
 from memproc import models
+from memproc.admission import admission_paused
 from memproc.conf import settings
 from memproc.exceptions import AttachmentError
 from memproc.processors.attachments import (
@@ -24,7 +25,7 @@ from memproc.processors.attachments import (
     normalise_type,
 )
 from memproc.services.attachments.types import stored_extension
-from memproc.storage import storage_errors
+from memproc.storage import storage_errors, storage_waiting
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ def attachment_url(*, attachment: models.Attachment, expiry: int | None = None) 
 
 def attachment_read(*, attachment: models.Attachment) -> bytes:
     """The file's bytes; StorageUnavailable if the storage fails or has lost the file."""
-    with storage_errors("reading a file"):
+    with storage_waiting("reading a file"):
         with attachment.file.storage.open(attachment.file.name, "rb") as handle:
             return handle.read()
 
@@ -142,7 +143,7 @@ def file_save(*, attachment_id: uuid.UUID, resource_id: str, file: CheckedFile) 
     )
     content = ContentFile(file.data, name=file.name)
     content.content_type = file.content_type  # type: ignore[attr-defined]  # S3Storage sends it as Content-Type
-    with storage_errors("storing a file"):
+    with storage_waiting("storing a file"):
         try:
             return field.storage.save(target, content, max_length=field.max_length)
         except Exception:
@@ -152,7 +153,8 @@ def file_save(*, attachment_id: uuid.UUID, resource_id: str, file: CheckedFile) 
 
 def file_delete(storage: Storage, name: str) -> None:
     try:
-        storage.delete(name)
+        with admission_paused():
+            storage.delete(name)
     except Exception:  # a missing file or a storage that is down must not fail a delete
         logger.warning("memproc: could not delete attachment file %s", name, exc_info=True)
 

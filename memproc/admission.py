@@ -7,11 +7,19 @@ the rest. memproc's views take one of ASYNC_THREADS permits for the part of a re
 database; a turn gives its permit back with its connection before it waits for the model
 (`memproc.api.turn_runner`), so the permits bound the connections, not the turns in flight. Others
 wait for a permit instead of failing. Under WSGI the server's workers already bound both.
+
+A request gives its permit back the same way while it waits on another network back end that may be
+slow or silent, the attachment storage (`admission_paused`): an upload stuck on S3 until botocore's
+timeouts end it must not keep other users' reads waiting for a permit.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.db import connections
 
 from memproc.conf import settings
 
@@ -42,3 +50,23 @@ def admission_release() -> None:
     if permits is not None:
         _held.permit = None
         permits.release()
+
+
+@contextmanager
+def admission_paused() -> Iterator[None]:
+    """Around a wait on the network: a thread that holds a permit closes its database connections and
+    gives the permit back, and takes one again after (waiting for it like a new request). Inside a
+    transaction the connection cannot be closed, so the permit is kept: the wait is then bounded only
+    by the back end's own timeouts."""
+    if getattr(_held, "permit", None) is None or any(
+        c.in_atomic_block for c in connections.all(initialized_only=True)
+    ):
+        yield
+        return
+    for connection in connections.all(initialized_only=True):
+        connection.close()
+    admission_release()
+    try:
+        yield
+    finally:
+        admission_acquire()
