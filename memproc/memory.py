@@ -332,19 +332,16 @@ class Memory:
                 metadata=metadata,
                 limit=limit,
             )
-        from memproc.selectors import messages_recent, thread_read
+        from memproc.selectors import thread_read
         from memproc.services.store import DjangoMemoryStore
 
         limit = int((self.last_messages if last_messages is None else last_messages) or 0)
         key, resource_id = self._key(thread_id, resource_id)
         history: list[Message] = []
         if limit:
-            # One query: the thread's last sequence bounds the window to `limit` rows whatever the
-            # planner's statistics say (after a bulk load PostgreSQL otherwise scanned and sorted the
-            # whole thread: 12 ms at 10k). A short range (deleted messages) is asked again, unbounded.
             owner, _, recent = thread_read(thread_key=key, history=limit)
-            if owner is not None:
-                history = recent if recent is not None else messages_recent(thread_key=key, limit=limit)
+            if owner is not None and recent is not None:
+                history = recent
         if not query or not self.recall_options:
             return history
         recall = self._processors["semantic-recall"]

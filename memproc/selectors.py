@@ -4,101 +4,33 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connection, connections, router
+from django.db import router
 from django.db.models import Count, FloatField, Max, Q, QuerySet, Sum, Value
 from django.db.models.fields.json import KT, KeyTransform
 from django.db.models.functions import Cast, Coalesce, Substr
 from django.utils.dateparse import parse_datetime
 
 from memproc import models
-from memproc.db import vendor_of
 from memproc.exceptions import ThreadNotFoundError, ValidationError
 from memproc.messages import Message, message_from_content
 from memproc.models import public_thread_id, split_thread_key, thread_key
 
 MESSAGE_FIELDS = ("id", "thread_id", "resource_id", "role", "content", "created_at", "sequence")
 
-# The per-turn reads below are plain SQL: the ORM spends ~1 ms compiling each query on a 2-core
-# machine, more than the database spends answering them. Anything not on a turn's path uses the ORM.
-# The content comes as JSON text on every database and is parsed here; on SQLite the time comes as
-# its stored text too and `_datetime` parses it.
-_MESSAGE_COLUMNS = "m.id, m.thread_id, m.resource_id, m.role, {content}, {created}, m.sequence"
-_CONTENT_AS_TEXT = {"postgresql": "m.content::text"}
-_CREATED_AS_TEXT = {"sqlite": "CAST(m.created_at AS TEXT)"}
+
+def _messages() -> QuerySet[models.Message]:
+    """Messages on the database the project's router reads them from."""
+    return models.Message.objects.db_manager(router.db_for_read(models.Message)).all()
 
 
-@functools.cache
-def _message_columns_for(vendor: str) -> str:
-    return _MESSAGE_COLUMNS.format(
-        content=_CONTENT_AS_TEXT.get(vendor, "m.content"),
-        created=_CREATED_AS_TEXT.get(vendor, "m.created_at"),
-    )
-
-
-def _message_columns() -> str:
-    return _message_columns_for(vendor_of())
-
-
-def _table(model: type[models.Model]) -> str:
-    return _quoted_table(vendor_of(), model)
-
-
-@functools.cache
-def _quoted_table(vendor: str, model: type[models.Model]) -> str:
-    # Per vendor (the quoting rules): per-turn statements name tables without reaching the connection.
-    return connection.ops.quote_name(model._meta.db_table)
-
-
-def _fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
-
-
-def _datetime(value: Any) -> datetime | None:
-    """SQLite hands back text or a naive datetime; PostgreSQL an aware one. Stored values are UTC,
-    and naive ones would sort by local time (wrong across a daylight-saving change)."""
-    if value is None:
-        return None
-    if type(value) is str:
-        # Django's text of a UTC time, parsed with its zone in one C call: `replace(tzinfo=...)`
-        # alone costs ~1 µs. Text with its own offset (or a bare date) takes the general path.
-        try:
-            parsed = datetime.fromisoformat(value + "+00:00")
-        except ValueError:
-            parsed = None
-        if parsed is not None and parsed.tzinfo is not None:
-            return parsed
-    parsed = value if isinstance(value, datetime) else parse_datetime(str(value))
-    if parsed is not None and parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed
-
-
-def _message_from_raw(row: Sequence[Any]) -> Message:
-    return _message_parsed(row)
-
-
-def _message_parsed(row: Sequence[Any]) -> Message:
-    content = row[4]
-    if isinstance(content, (str, bytes)):
-        content = json.loads(content)
-    return message_from_content(
-        id=row[0],
-        thread_id=public_thread_id(row[1]),
-        resource_id=row[2],
-        role=row[3],
-        content=content or {},
-        created_at=_datetime(row[5]),
-        sequence=row[6],
-    )
+def _threads() -> QuerySet[models.Thread]:
+    return models.Thread.objects.db_manager(router.db_for_read(models.Thread)).all()
 
 
 def message_from_row(row: dict[str, Any]) -> Message:
@@ -113,31 +45,12 @@ def message_from_row(row: dict[str, Any]) -> Message:
     )
 
 
-def messages_recent(*, thread_key: str, limit: int, last_sequence: int | None = None) -> list[Message]:
-    """The newest `limit` messages of a thread, oldest first. One query on the thread+sequence index.
-
-    With the thread's `last_sequence` (the turn already read it) the query is a bounded range that
-    touches `limit` rows whatever the planner's statistics say; after a bulk load, stale statistics
-    made PostgreSQL scan and sort the whole thread for the plain ORDER BY ... LIMIT. A range that
-    comes back short (messages were deleted) falls back to that plain query.
-    """
+def messages_recent(*, thread_key: str, limit: int) -> list[Message]:
+    """The newest `limit` messages of a thread, oldest first. One query on the thread+sequence index."""
     if limit <= 0:
         return []
-    table = _table(models.Message)
-    if last_sequence is not None:
-        rows = _fetch(
-            f"SELECT {_message_columns()} FROM {table} m WHERE m.thread_id = %s AND m.sequence > %s "
-            "ORDER BY m.sequence",
-            [thread_key, last_sequence - limit],
-        )
-        if len(rows) >= min(limit, last_sequence):
-            return [_message_from_raw(r) for r in rows[-limit:]]
-    rows = _fetch(
-        f"SELECT {_message_columns()} FROM {table} m WHERE m.thread_id = %s "
-        "ORDER BY m.sequence DESC LIMIT %s",
-        [thread_key, limit],
-    )
-    return [_message_from_raw(r) for r in reversed(rows)]
+    rows = _messages().filter(thread_id=thread_key).order_by("-sequence").values(*MESSAGE_FIELDS)[:limit]
+    return [message_from_row(row) for row in reversed(list(rows))]
 
 
 def messages_existing(*, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
@@ -150,131 +63,68 @@ def messages_existing_rows(*, ids: Iterable[str]) -> list[tuple[str, str]]:
     ids = list(ids)
     if not ids:
         return []
-    marks = ", ".join(["%s"] * len(ids))
-    return _fetch(f"SELECT id, thread_id FROM {_table(models.Message)} WHERE id IN ({marks})", ids)
+    return list(_messages().filter(id__in=ids).values_list("id", "thread_id"))
 
 
 def messages_around(*, message_ids: Sequence[str], before: int, after: int) -> dict[str, list[Message]]:
     """Each hit with its neighbours from its own thread, grouped by thread in sequence order; messages
-    a guardrail quarantined (`Message.quarantined`) are left out.
-
-    One query whatever the number of hits: the hits joined to their ranges on the thread+sequence index.
-    """
+    a guardrail quarantined (`Message.quarantined`) are left out. Two queries: the hits' positions,
+    then every range at once on the thread+sequence index."""
     if not message_ids:
         return {}
-    table = _table(models.Message)
-    marks = ", ".join(["%s"] * len(message_ids))
-    rows = _fetch(
-        f"SELECT DISTINCT {_message_columns()} FROM {table} h JOIN {table} m "
-        "ON m.thread_id = h.thread_id AND m.sequence BETWEEN h.sequence - %s AND h.sequence + %s "
-        f"WHERE h.id IN ({marks}) AND NOT m.quarantined ORDER BY m.thread_id, m.sequence",
-        [before, after, *message_ids],
-    )
+    hits = _messages().filter(id__in=list(message_ids)).values_list("thread_id", "sequence")
+    ranges = Q()
+    for key, sequence in hits:
+        ranges |= Q(thread_id=key, sequence__range=(sequence - before, sequence + after))
+    if not ranges:
+        return {}
+    rows = _messages().filter(ranges, quarantined=False).order_by("thread_id", "sequence")
     grouped: dict[str, list[Message]] = {}
-    for row in rows:
-        message = _message_from_raw(row)
+    for row in rows.values(*MESSAGE_FIELDS):
+        message = message_from_row(row)
         grouped.setdefault(message.thread_id or "", []).append(message)
     return grouped
 
 
-_SUMMARY_COLUMNS = "s.text, s.covered_sequence, s.version, s.counted_through, s.counted_tokens"
-SUMMARY_WIDTH = 5
+SUMMARY_FIELDS = ("text", "covered_sequence", "version", "counted_through", "counted_tokens")
 
 
 def thread_read(
     *, thread_key: str, history: int = 0, summary: bool = False
 ) -> tuple[tuple[str, str, int] | None, tuple[Any, ...] | None, list[Message] | None]:
-    """A turn's first read, in one query: the thread's (resource id, title, last sequence) or None,
-    with `summary` its compaction summary's raw columns (text, covered sequence, version, counted
-    through, counted tokens; None without one), and with `history` its newest `history` messages,
-    oldest first, as `messages_recent` gives them.
-
-    The messages come joined on the thread+sequence index by the range the thread's own last sequence
-    bounds, so a round trip per turn is saved on PostgreSQL. They are None when not asked for or when
-    the range came back short (messages were deleted): `messages_recent` then asks on its own.
-    """
-    params = [history, thread_key] if history > 0 else [thread_key]
-    rows = _fetch(_thread_read_sql(vendor_of(), history > 0, summary), params)
-    if not rows:
+    """A turn's first read: the thread's (resource id, title, last sequence) or None; with `summary`
+    its compaction summary's fields (SUMMARY_FIELDS; None without one); with `history` its newest
+    `history` messages, oldest first (None when not asked for). One query, plus one for each."""
+    owner = thread_owner(thread_key=thread_key)
+    if owner is None:
         return None, None, None
-    first = rows[0]
-    owner = (first[0], first[1], int(first[2]))
-    at = 3
     summary_row = None
     if summary:
-        summary_row = None if first[at + 2] is None else tuple(first[at : at + SUMMARY_WIDTH])
-        at += SUMMARY_WIDTH
-    recent = None
-    if history > 0:
-        found = [row[at:] for row in rows if row[at] is not None]
-        if len(found) >= min(history, owner[2]):
-            recent = [_message_from_raw(row) for row in found]
-    return owner, summary_row, recent
-
-
-@functools.cache
-def _thread_read_sql(vendor: str, history: bool, summary: bool) -> str:
-    """`thread_read`'s statement, built once per database vendor and shape (it runs every turn)."""
-    columns = "t.resource_id, t.title, t.last_sequence"
-    joins = ""
-    if summary:
-        columns += f", {_SUMMARY_COLUMNS}"
-        joins += f" LEFT JOIN {_table(models.ThreadSummary)} s ON s.thread_id = t.id"
-    if history:
-        columns += f", {_message_columns_for(vendor)}"
-        joins += (
-            f" LEFT JOIN {_table(models.Message)} m "
-            "ON m.thread_id = t.id AND m.sequence > t.last_sequence - %s"
+        summary_row = (
+            models.ThreadSummary.objects.db_manager(router.db_for_read(models.ThreadSummary))
+            .filter(thread_id=thread_key)
+            .order_by()
+            .values_list(*SUMMARY_FIELDS)
+            .first()
         )
-    order = " ORDER BY m.sequence" if history else ""
-    return f"SELECT {columns} FROM {_table(models.Thread)} t{joins} WHERE t.id = %s{order}"
-
-
-def thread_owner_and_messages(
-    *, thread_key: str, ids: Iterable[str]
-) -> tuple[tuple[str, str, int] | None, list[tuple[str, str]]]:
-    """`thread_owner` and `messages_existing_rows` in one query: a save's two checks."""
-    ids = list(ids)
-    if not ids:
-        return thread_owner(thread_key=thread_key), []
-    marks = ", ".join(["%s"] * len(ids))
-    rows = _fetch(
-        f"SELECT t.resource_id, t.title, t.last_sequence, m.id, m.thread_id FROM (SELECT %s AS k) q "
-        f"LEFT JOIN {_table(models.Thread)} t ON t.id = q.k "
-        f"LEFT JOIN {_table(models.Message)} m ON m.id IN ({marks})",
-        [thread_key, *ids],
-    )
-    first = rows[0]  # the one-row derived table: always a row
-    owner = None if first[2] is None else (first[0], first[1], int(first[2]))
-    return owner, [(row[3], row[4]) for row in rows if row[3] is not None]
+    recent = messages_recent(thread_key=thread_key, limit=history) if history > 0 else None
+    return owner, summary_row, recent
 
 
 def thread_owner(*, thread_key: str) -> tuple[str, str, int] | None:
     """(resource id, title, last sequence) of a thread, or None. One query."""
-    rows = _fetch(
-        f"SELECT resource_id, title, last_sequence FROM {_table(models.Thread)} WHERE id = %s", [thread_key]
+    return (
+        _threads()
+        .filter(pk=thread_key)
+        .order_by()
+        .values_list("resource_id", "title", "last_sequence")
+        .first()
     )
-    return (rows[0][0], rows[0][1], int(rows[0][2])) if rows else None
 
 
 def thread_get(*, thread_id: str, resource_id: str) -> models.Thread | None:
-    """The thread, or None. Its row is selected by key in plain SQL and built by the ORM (whose field
-    converters still apply): every turn request looks its thread up, and compiling the equivalent
-    `filter(pk=...).first()` took three times as long as running it (216 against 64 µs on SQLite)."""
-    alias = router.db_for_read(models.Thread)
-    found = models.Thread.objects.db_manager(alias).raw(
-        _thread_select(alias), [thread_key(resource_id, thread_id)]
-    )
-    return next(iter(found), None)
-
-
-@functools.cache
-def _thread_select(alias: str) -> str:
-    """`thread_get`'s statement for one database: every column of a thread, by key."""
-    quote = connections[alias].ops.quote_name
-    columns = ", ".join(quote(field.column) for field in models.Thread._meta.concrete_fields)
-    table, key = quote(models.Thread._meta.db_table), quote(models.Thread._meta.pk.column)
-    return f"SELECT {columns} FROM {table} WHERE {key} = %s"
+    """The thread, or None. One query."""
+    return _threads().filter(pk=thread_key(resource_id, thread_id)).first()
 
 
 def threads_named(*, thread_id: str, resource_ids: Iterable[str] | None = None) -> list[models.Thread]:
@@ -347,8 +197,8 @@ def threads_with_stats() -> QuerySet[models.Thread]:
 def working_memory_get(*, scope: str, key: str) -> tuple[str, int]:
     """(text, version) of a thread's or resource's working memory; ("", 0) when there is none."""
     model = models.Thread if scope == "thread" else models.Resource
-    rows = _fetch(f"SELECT working_memory, working_memory_version FROM {_table(model)} WHERE id = %s", [key])
-    return (rows[0][0], int(rows[0][1])) if rows else ("", 0)
+    rows = model.objects.db_manager(router.db_for_read(model)).filter(pk=key)
+    return rows.order_by().values_list("working_memory", "working_memory_version").first() or ("", 0)
 
 
 def tripwires_pending_count() -> int:

@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from asgiref.sync import async_to_sync
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -289,16 +289,10 @@ def _claim(thread_key: str, token: uuid.UUID) -> bool:
 
 
 def _row_ensure(thread_key: str) -> None:
-    """The thread's summary row, created empty if the thread exists and has none. One statement."""
-    summary = connection.ops.quote_name(models.ThreadSummary._meta.db_table)
-    thread = connection.ops.quote_name(models.Thread._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {summary} (thread_id, text, covered_sequence, token_count, counted_through, "
-            f"counted_tokens, version, updated_at) SELECT id, '', 0, 0, 0, 0, 0, %s FROM {thread} "
-            "WHERE id = %s ON CONFLICT (thread_id) DO NOTHING",
-            [connection.ops.adapt_datetimefield_value(timezone.now()), thread_key],
-        )
+    """The thread's summary row, created empty if the thread exists and has none."""
+    if models.Thread.objects.filter(pk=thread_key).exists():
+        summary = models.ThreadSummary(thread_id=thread_key)
+        models.ThreadSummary.objects.bulk_create([summary], ignore_conflicts=True)
 
 
 def _messages_between(thread_key: str, after: int, through: int) -> list[Message]:

@@ -24,7 +24,7 @@ from memproc.models import public_thread_id, thread_key
 from memproc.processors.attachments import AttachmentUploader
 from memproc.processors.base import ProcessorContext
 from memproc.processors.tokens import get_token_counter
-from memproc.selectors import messages_existing_rows, thread_owner_and_messages
+from memproc.selectors import messages_existing_rows, thread_owner
 from memproc.services.attachments import (
     DjangoAttachmentStore,
     attachment_delete,
@@ -119,13 +119,10 @@ def messages_save(
     key = thread_key(resource_id, thread_id)
     messages = [m for m in messages if m.role != "system"]
     ids = [m.id for m in messages] if skip_existing else []
-    stored_rows = None
-    if not thread_exists:  # the thread and the ids in one plain-SQL query
-        owner, stored_rows = thread_owner_and_messages(thread_key=key, ids=ids)
-        if owner is None:
-            thread_ensure(thread_id=thread_id, resource_id=resource_id, agent_id=agent_id)
+    if not thread_exists and thread_owner(thread_key=key) is None:
+        thread_ensure(thread_id=thread_id, resource_id=resource_id, agent_id=agent_id)
     if ids:
-        stored = message_ids_check(thread_key=key, messages=messages, rows=stored_rows)
+        stored = message_ids_check(thread_key=key, messages=messages)
         messages = [m for m in messages if m.id not in stored]
     messages_insert(thread_id=thread_id, resource_id=resource_id, messages=messages, agent_id=agent_id)
     return messages
@@ -156,7 +153,7 @@ def message_ids_check(
         found = models.Message.objects.filter(id__in=list(by_id)).values_list(*columns)
     elif rows is not None:
         found = rows
-    else:  # every save asks this: plain SQL, no query compiled
+    else:
         found = messages_existing_rows(ids=by_id)
     for row in found:
         message_id, stored_thread = row[0], row[1]

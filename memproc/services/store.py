@@ -20,40 +20,25 @@ from memproc.vectors import get_vector_store
 class DjangoMemoryStore:
     """Reads through selectors and the configured vector store. Writes go through the turn.
 
-    One per turn. The turn's first read (`thread_owner`) brings what the turn's processors will ask
-    for next, so they cost no query of their own: with `summaries` (the turn compacts) the thread's
-    summary, kept for `thread_summary` (without, that read skips the summary table); with `history`
-    (the longest MessageHistory window of the turn) the thread's newest messages, kept for
-    `messages_recent`.
+    One per turn. The turn's first read (`thread_owner`) also reads the thread's compaction summary
+    when the turn compacts (`summaries`), kept for `thread_summary`.
     """
 
     def __init__(
-        self,
-        *,
-        summaries: bool = True,
-        history: int = 0,
-        before: int | None = None,
-        hidden: Iterable[str] = (),
+        self, *, summaries: bool = True, before: int | None = None, hidden: Iterable[str] = ()
     ) -> None:
         # With `before`, the turn replaces the thread's messages from that sequence on (`hidden`,
         # their ids): it reads the thread as it was before them.
         self.summaries = summaries
-        self.history = 0 if before is not None else history
         self.before = before
         self.hidden = frozenset(hidden)
         self._summaries: dict[str, ThreadSummaryValue | None] = {}
-        # thread key -> (last sequence it was read at, its newest `history` messages)
-        self._recent: dict[str, tuple[int, list[Message]]] = {}
 
     def thread_owner(self, *, thread_id: str, resource_id: str) -> tuple[str, str, int] | None:
         key = thread_key(resource_id, thread_id)
-        owner, summary, recent = selectors.thread_read(
-            thread_key=key, history=self.history, summary=self.summaries
-        )
+        owner, summary, _ = selectors.thread_read(thread_key=key, summary=self.summaries)
         if self.summaries:
             self._summaries[key] = None if summary is None else summary_value(summary)
-        if owner is not None and recent is not None:
-            self._recent[key] = (owner[2], recent)
         return owner
 
     def thread_summary(self, *, thread_id: str, resource_id: str | None) -> ThreadSummaryValue | None:
@@ -68,10 +53,7 @@ class DjangoMemoryStore:
         key = thread_key(resource_id or "", thread_id)
         if self.before is not None and self.hidden:
             return selectors.messages_before(thread_key=key, before=self.before, limit=limit)
-        read = self._recent.get(key)
-        if read is not None and last_sequence == read[0] and 0 < limit <= self.history:
-            return read[1][-limit:]
-        return selectors.messages_recent(thread_key=key, limit=limit, last_sequence=last_sequence)
+        return selectors.messages_recent(thread_key=key, limit=limit)
 
     def messages_existing(self, *, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
         return {

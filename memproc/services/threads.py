@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import IntegrityError, connection, router, transaction
+from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
 from memproc import models
-from memproc.db import insert_rows
 from memproc.exceptions import (
     ValidationError,
 )
@@ -66,30 +65,24 @@ def thread_create(
 
 
 def thread_ensure(*, thread_id: str, resource_id: str, agent_id: str = "") -> models.Thread:
-    """The resource's thread `thread_id`, created on first use. Callers come here when the thread was
-    missing a moment ago (a turn's first save), so it inserts first: the resource and the thread each
-    in one INSERT that skips an existing row, with no lookup and no savepoint before them. A thread a
-    concurrent request created meanwhile is read and returned; only the request that inserted it
+    """The resource's thread `thread_id`, created on first use (and its resource). A thread that a
+    concurrent request created meanwhile is read and returned; only the request that created it
     sends `thread_created`."""
     alias = router.db_for_write(models.Thread)
-    now = timezone.now()
-    resource = _row(models.Resource(id=resource_id, created_at=now, updated_at=now))
-    insert_rows(models.Resource, [resource], fields=resource, using=alias, ignore_conflicts=True)
-    thread = models.Thread(
-        key=thread_key(resource_id, thread_id),
-        public_id=thread_id,
-        resource_id=resource_id,
-        agent_id=agent_id,
-        created_at=now,
-        updated_at=now,
-    )
-    row = _row(thread)
-    if not insert_rows(models.Thread, [row], fields=row, using=alias, ignore_conflicts=True):
+    models.Resource.objects.using(alias).bulk_create([models.Resource(pk=resource_id)], ignore_conflicts=True)
+    try:
+        with transaction.atomic(using=alias):
+            thread = models.Thread.objects.using(alias).create(
+                key=thread_key(resource_id, thread_id),
+                public_id=thread_id,
+                resource_id=resource_id,
+                agent_id=agent_id,
+            )
+    except IntegrityError:
         existing = thread_get(thread_id=thread_id, resource_id=resource_id)
-        if existing is None:  # skipped for a reason other than a thread of that key
-            raise ValidationError(f"Could not create thread {thread_id!r}")
+        if existing is None:  # refused for a reason other than a thread of that key
+            raise ValidationError(f"Could not create thread {thread_id!r}") from None
         return existing
-    thread._state.adding, thread._state.db = False, alias
     send_after_commit(
         thread_created,
         models.Thread,
@@ -99,11 +92,6 @@ def thread_ensure(*, thread_id: str, resource_id: str, agent_id: str = "") -> mo
         resource_id=resource_id,
     )
     return thread
-
-
-def _row(instance: models.Model) -> dict[str, Any]:
-    """An unsaved instance's column values by field name (a foreign key's by its id)."""
-    return {f.name: getattr(instance, f.attname) for f in instance._meta.concrete_fields}
 
 
 def thread_update(
@@ -212,29 +200,23 @@ def _summary_copy(*, source: models.Thread, clone: models.Thread, copied_sequenc
 
 
 def _embeddings_copy(*, id_map: dict[str, str], thread_id: str, resource_id: str) -> None:
-    """Copies the embedding rows of the messages `id_map` names onto their copies: INSERT ... SELECT,
-    so vectors never pass through Python. One statement per 500 messages."""
-    meta = models.MessageEmbedding._meta
-    qn = connection.ops.quote_name
-    column = {name: qn(meta.get_field(name).column) for name in EMBEDDING_COPY_COLUMNS}
+    """Copies the embedding rows of the messages `id_map` names onto their copies."""
     kept = ("chunk", "model", "dimensions", "content_hash", "vector")
-    copied = ", ".join(column[name] for name in kept)
-    source = ", ".join(f"e.{column[name]}" for name in kept)
-    now = connection.ops.adapt_datetimefield_value(timezone.now())
-    pairs = list(id_map.items())
-    for start in range(0, len(pairs), 500):
-        batch = pairs[start : start + 500]
-        values = ", ".join(["(%s, %s)"] * len(batch))
-        sql = (
-            f"INSERT INTO {qn(meta.db_table)} ({column['message']}, {column['thread_id']}, "
-            f"{column['resource_id']}, {copied}, {column['created_at']}) "
-            f"SELECT copy.column2, %s, %s, {source}, %s "
-            f"FROM {qn(meta.db_table)} e JOIN (VALUES {values}) AS copy "
-            f"ON e.{column['message']} = copy.column1"
-        )
-        params = [thread_id, resource_id, now, *(value for pair in batch for value in pair)]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
+    now = timezone.now()
+    rows = models.MessageEmbedding.objects.filter(message_id__in=list(id_map)).values("message_id", *kept)
+    models.MessageEmbedding.objects.bulk_create(
+        [
+            models.MessageEmbedding(
+                message_id=id_map[row["message_id"]],
+                thread_id=thread_id,
+                resource_id=resource_id,
+                created_at=now,
+                **{name: row[name] for name in kept},
+            )
+            for row in rows.iterator(chunk_size=500)
+        ],
+        batch_size=500,
+    )
 
 
 EMBEDDING_COPY_COLUMNS = EMBEDDING_COLUMNS

@@ -42,7 +42,7 @@ from memproc.messages import (
 )
 from memproc.models import split_thread_key, thread_key
 from memproc.processors.conversation import Conversation, unanswered_calls
-from memproc.processors.message_history import MessageHistory, savable
+from memproc.processors.message_history import savable
 from memproc.processors.runner import Blocked, ProcessorRunner, StepView
 from memproc.processors.turn import Turn, TurnWrites
 from memproc.selectors import message_ids_from, thread_key_for
@@ -87,12 +87,10 @@ def turn_start(
     resource_id: str | None,
     memory_options: dict[str, Any] | None = None,
     summaries: bool = True,
-    history: int = 0,
     replace_from: str | None = None,
 ) -> Turn:
-    """Normalises input and checks thread ownership (one query when the agent has memory; with
-    `summaries`, the one query also reads the thread's compaction summary, with `history` the
-    thread's newest messages for MessageHistory).
+    """Normalises input and checks thread ownership (one query when the agent has memory, and one
+    more for the thread's compaction summary with `summaries`).
 
     System messages in the input are kept apart: used for this turn after the instructions, never
     saved (rule 18).
@@ -132,7 +130,7 @@ def turn_start(
     replaces: list[str] = []
     exists, title, last_sequence = False, "", None
     if memory is not None:
-        store = DjangoMemoryStore(summaries=summaries, history=history)
+        store = DjangoMemoryStore(summaries=summaries)
         if not resource_id:
             resource_id = _resource_of(thread_id)
         thread_id = thread_id or new_id()
@@ -246,9 +244,6 @@ class TurnEngine:
             resource_id=resource_id,
             memory_options=memory_options,
             summaries=any(getattr(p, "compaction", None) is not None for p in self.input_chain),
-            history=max(
-                (p.last_messages for p in self.input_chain if isinstance(p, MessageHistory)), default=0
-            ),
             replace_from=self.replace_from,
         )
 

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
-from django.db import connection, transaction
-from django.utils import timezone
+from django.db import router, transaction
 
 from memproc import models
-from memproc.db import insert_rows
 from memproc.exceptions import MemprocError, ValidationError
 from memproc.models import public_thread_id, split_thread_key
 from memproc.processors.working_memory import check_size
@@ -57,13 +54,12 @@ def working_memory_update(
     the version is unchanged (compare-and-swap); a concurrent writer makes it re-read and re-merge.
     """
     model = _model_for(scope)
+    alias = router.db_for_write(model)
     if scope == "resource":
-        resource_ensure_raw(key)
-    table = connection.ops.quote_name(model._meta.db_table)
+        models.Resource.objects.using(alias).bulk_create([models.Resource(pk=key)], ignore_conflicts=True)
+    rows = model.objects.using(alias).filter(pk=key)
     for _ in range(MAX_CAS_ATTEMPTS):
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT working_memory, working_memory_version FROM {table} WHERE id = %s", [key])
-            row = cursor.fetchone()
+        row = rows.values_list("working_memory", "working_memory_version").first()
         if row is None:
             shown = public_thread_id(key) if scope == "thread" else key
             raise ValidationError(f"No {scope} with id {shown!r}")
@@ -76,26 +72,21 @@ def working_memory_update(
             return current, version
         check_size(new, max_tokens=max_tokens)
         # No savepoint: losing the race is not a database error, only a reason to read again.
-        with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {table} SET working_memory = %s, working_memory_version = %s "
-                "WHERE id = %s AND working_memory_version = %s",
-                [new, version + 1, key, version],
+        with transaction.atomic(using=alias, savepoint=False):
+            swapped = rows.filter(working_memory_version=version).update(
+                working_memory=new, working_memory_version=version + 1
             )
-            if cursor.rowcount == 1:
-                revision = {
-                    "id": uuid.uuid4(),
-                    "scope": scope,
-                    "key": key,
-                    "old": current,
-                    "new": new,
-                    "version": version + 1,
-                    "source": source,
-                    "actor": actor.pk if getattr(actor, "is_authenticated", False) else None,
-                    "thread_id": thread_key or (key if scope == "thread" else ""),
-                    "created_at": timezone.now(),
-                }
-                insert_rows(models.WorkingMemoryRevision, [revision], fields=list(revision))
+            if swapped:
+                models.WorkingMemoryRevision.objects.using(alias).create(
+                    scope=scope,
+                    key=key,
+                    old=current,
+                    new=new,
+                    version=version + 1,
+                    source=source,
+                    actor=actor if getattr(actor, "is_authenticated", False) else None,
+                    thread_id=thread_key or (key if scope == "thread" else ""),
+                )
                 send_after_commit(
                     working_memory_updated,
                     models.WorkingMemoryRevision,
@@ -124,25 +115,6 @@ REVISION_FIELDS = (
     "thread_id",
     "created_at",
 )
-
-
-def resource_ensure_raw(resource_id: str) -> None:
-    """Creates the resource row if it is missing, in one statement."""
-    insert_rows(
-        models.Resource,
-        [
-            {
-                "id": resource_id,
-                "working_memory": "",
-                "working_memory_version": 0,
-                "metadata": {},
-                "created_at": timezone.now(),
-                "updated_at": timezone.now(),
-            }
-        ],
-        fields=("id", "working_memory", "working_memory_version", "metadata", "created_at", "updated_at"),
-        ignore_conflicts=True,
-    )
 
 
 def _model_for(scope: str) -> type[models.Thread] | type[models.Resource]:

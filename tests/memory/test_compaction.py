@@ -229,18 +229,18 @@ def test_compaction_costs_a_turn_no_query_while_no_fold_is_due(make_agent, model
     chat(plain, 3)
     baseline = _queries(plain, "plain turn")
     with_compaction = _queries(compacting, "compacting turn")
-    # The summary and the history window come with the turn's first read (the thread row, LEFT JOIN
-    # its summary and its newest messages); savepoint, the save, release.
-    assert len(with_compaction) == len(baseline) == turn_queries(), "\n".join(with_compaction)
-    assert "memproc_threadsummary" in with_compaction[0]
-    assert "memproc_threadsummary" not in baseline[0]
-    assert all("memproc_message" in queries[0] for queries in (baseline, with_compaction))
+    # The thread row, its summary (only when the agent compacts) and its history window; savepoint,
+    # the save, release.
+    assert len(baseline) == turn_queries(), "\n".join(baseline)
+    assert len(with_compaction) == turn_queries(compacting=True), "\n".join(with_compaction)
+    assert "memproc_threadsummary" in with_compaction[1]
+    assert not any("memproc_threadsummary" in query for query in baseline)
 
 
-def turn_queries() -> int:
-    """A turn with history and no recall: its first read; savepoint, the save, release. The save is
-    the sequence UPDATE, its read and the message INSERT."""
-    return 1 + 2 + 3
+def turn_queries(*, compacting: bool = False) -> int:
+    """A turn with history and no recall: the thread, its summary when it compacts, its history;
+    savepoint, the save, release. The save is the sequence UPDATE, its read and the message INSERT."""
+    return 2 + int(compacting) + 2 + 3
 
 
 def test_a_turn_that_finds_a_fold_due_runs_it_after_commit_with_a_fixed_number_of_queries(
@@ -253,14 +253,15 @@ def test_a_turn_that_finds_a_fold_due_runs_it_after_commit_with_a_fixed_number_o
     assert not ThreadSummary.objects.exists()
     queries = _queries(agent, "this turn finds a fold due")
     assert SummaryRevision.objects.count() == 1
-    # The turn's, then the job: claim (no row yet), create the row, claim, read it, read the
-    # messages to fold; savepoint, compare-and-swap update, revision insert, release; unclaim.
-    assert len(queries) == turn_queries() + 10, "\n".join(queries)
+    # The turn's, then the job: claim (no row yet), the thread's existence, create the row, claim,
+    # read it, read the messages to fold; savepoint, compare-and-swap update, revision insert,
+    # release; unclaim.
+    assert len(queries) == turn_queries(compacting=True) + 11, "\n".join(queries)
     # Once the row exists, a fold costs one query less.
     chat(agent, 2, start=50)
     queries = _queries(agent, "this one finds the next fold due")
     assert SummaryRevision.objects.count() == 2
-    assert len(queries) == turn_queries() + 8, "\n".join(queries)
+    assert len(queries) == turn_queries(compacting=True) + 8, "\n".join(queries)
 
 
 # --- the job: idempotent, one at a time ---------------------------------------------------------------

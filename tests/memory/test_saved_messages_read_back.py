@@ -112,9 +112,7 @@ def every_read(thread_id: str, ids: list[str]) -> dict[str, list[Message]]:
             thread_id=thread_id, resource_id=R, date_range=(None, None)
         ),
         "messages_recent": selectors.messages_recent(thread_key=key, limit=last),
-        "messages_recent at last sequence": selectors.messages_recent(
-            thread_key=key, limit=last, last_sequence=last
-        ),
+        "thread_read": selectors.thread_read(thread_key=key, history=last)[2] or [],
         "messages_by_id": sorted(selectors.messages_by_id(ids=ids).values(), key=lambda m: m.sequence or 0),
     }
     return {name: [m for m in read if m.id in wanted] for name, read in reads.items()}

@@ -346,7 +346,7 @@ def test_failure_during_save_rolls_back_every_row(make_agent, model, monkeypatch
         ModelResponse(tool_calls=[ToolCall("c1", "updateWorkingMemory", {"memory": "# Name: Ada"})]), "ok"
     )
     # The working-memory revision is the last write of the turn: the messages are in by then.
-    monkeypatch.setattr("memproc.services.working_memory.insert_rows", explode)
+    monkeypatch.setattr("memproc.models.WorkingMemoryRevision.save", explode)
     with pytest.raises(RuntimeError, match="disk full"):
         agent.generate("I am Ada", thread_id=T, resource_id=R)
     assert stored() == [] and not Thread.objects.exists()
