@@ -11,13 +11,12 @@ stored while a run goes on come later in that order, so a long run picks them up
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connections, router, transaction
+from django.db import connections, router
 from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_datetime
 
@@ -27,6 +26,7 @@ from memproc.exceptions import ValidationError
 from memproc.models import public_thread_id
 from memproc.selectors import thread_key_for
 from memproc.services.recall import EMBEDDABLE_ROLES, EmbeddingSource, sources_embed
+from memproc.vectors.pgvector_store import index_tail_merge
 
 DEFAULT_BATCH_SIZE = 100
 MERGE_BATCH_SIZE = 500
@@ -186,7 +186,7 @@ def embedding_index_merge(
         return 0
     marked = 0
     for model, size in _tails(connection, embedder_id, dimensions):
-        marked += _merge_tail(connection, model, size, batch_size)
+        marked += index_tail_merge(connection, model, size, batch_size)
     return marked
 
 
@@ -199,36 +199,3 @@ def _tails(connection: Any, embedder_id: str | None, dimensions: int | None) -> 
     if dimensions is not None:
         tail = tail.filter(dimensions=dimensions)
     return list(tail.order_by().values_list("model", "dimensions").distinct())
-
-
-def _merge_tail(connection: Any, model: str, dimensions: int, batch_size: int) -> int:
-    qn = connection.ops.quote_name
-    table = qn(models.MessageEmbedding._meta.db_table)
-    lock = _merge_lock(model, dimensions)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [lock])
-        if not cursor.fetchone()[0]:
-            return 0  # another merge of this embedder is at work
-    marked = 0
-    try:
-        while True:
-            with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-                cursor.execute(
-                    f"UPDATE {table} SET indexed = true WHERE id IN (SELECT id FROM {table} "
-                    "WHERE model = %s AND dimensions = %s AND NOT indexed "
-                    "ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED)",
-                    [model, int(dimensions), batch_size],
-                )
-                count = cursor.rowcount
-            marked += count
-            if count < batch_size:
-                return marked
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [lock])
-
-
-def _merge_lock(model: str, dimensions: int) -> int:
-    """The advisory lock key (signed 64-bit) a merge of this embedder holds."""
-    digest = hashlib.sha256(f"memproc.index_merge\x00{model}\x00{dimensions}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)

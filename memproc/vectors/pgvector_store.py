@@ -664,3 +664,39 @@ def _columns(connection: Any) -> dict[str, str]:
 
 def _parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def index_tail_merge(connection: Any, model: str, dimensions: int, batch_size: int) -> int:
+    """Marks one embedder's unindexed rows as indexed in batches (each batch enters the partial HNSW
+    index), under a session advisory lock so that one merge of it runs at a time; returns how many
+    rows it marked (0 when another merge holds the lock)."""
+    qn = connection.ops.quote_name
+    table = qn(MessageEmbedding._meta.db_table)
+    lock = _merge_lock(model, dimensions)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [lock])
+        if not cursor.fetchone()[0]:
+            return 0  # another merge of this embedder is at work
+    marked = 0
+    try:
+        while True:
+            with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+                cursor.execute(
+                    f"UPDATE {table} SET indexed = true WHERE id IN (SELECT id FROM {table} "
+                    "WHERE model = %s AND dimensions = %s AND NOT indexed "
+                    "ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED)",
+                    [model, int(dimensions), batch_size],
+                )
+                count = cursor.rowcount
+            marked += count
+            if count < batch_size:
+                return marked
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [lock])
+
+
+def _merge_lock(model: str, dimensions: int) -> int:
+    """The advisory lock key (signed 64-bit) a merge of this embedder holds."""
+    digest = hashlib.sha256(f"memproc.index_merge\x00{model}\x00{dimensions}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
