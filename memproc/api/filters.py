@@ -3,8 +3,21 @@
 from __future__ import annotations
 
 import django_filters
+from django import forms
 
 from memproc import models
+
+
+class NoEmptyValuesForm(forms.Form):
+    """A filter whose schema is an enum or a date-time, sent empty (`?status=`), is a 400 like any
+    other value outside the schema, not "no filter". Text filters (`?agent=`) may be empty."""
+
+    def clean(self) -> dict[str, object]:
+        cleaned = super().clean() or {}
+        for name, field in self.fields.items():
+            if isinstance(field, (forms.ChoiceField, forms.DateTimeField)) and self.data.get(name) == "":
+                self.add_error(name, "Give a value, or leave the parameter out.")
+        return cleaned
 
 
 class ThreadFilter(django_filters.FilterSet):
@@ -32,6 +45,7 @@ class TripwireFilter(django_filters.FilterSet):
 
     class Meta:
         model = models.TripwireLog
+        form = NoEmptyValuesForm
         fields = [
             "status",
             "agent",

@@ -1,6 +1,8 @@
 """Cursor pagination for memproc's lists. A cursor is the client's to forge, so it is checked before it
 reaches a query: a tampered one (not base64, an impossible date, a number out of range) answers 400
-`{"cursor": [...]}`, never a database error."""
+`{"cursor": [...]}`, never a database error. `?limit=` is a whole number of at least 1 (more than
+`max_page_size` gets `max_page_size`); anything else answers 400 `{"limit": [...]}` rather than being
+ignored, as the OpenAPI schema says."""
 
 from __future__ import annotations
 
@@ -15,6 +17,12 @@ from rest_framework.request import Request
 from memproc.selectors import THREAD_ORDERINGS
 
 BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
+LIMIT_ERROR = "A whole number of at least 1."
+
+
+def limit_schema() -> dict[str, Any]:
+    """The OpenAPI schema of `?limit=`: what `get_page_size` accepts."""
+    return {"type": "integer", "minimum": 1}
 
 
 class MemprocCursorPagination(CursorPagination):
@@ -24,6 +32,25 @@ class MemprocCursorPagination(CursorPagination):
     page_size = 50
     page_size_query_param = "limit"
     max_page_size = 200
+    cursor_query_description = "The `next` or `previous` link's cursor; any other value is a 400."
+
+    def get_page_size(self, request: Request) -> int:
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+            raise ValidationError({self.page_size_query_param: [LIMIT_ERROR]})
+        return min(int(raw), self.max_page_size)
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"] = limit_schema()
+                parameter["description"] = (
+                    f"Items per page (default {self.page_size}, at most {self.max_page_size})."
+                )
+        return parameters
 
     def decode_cursor(self, request: Request) -> Cursor | None:
         try:

@@ -115,3 +115,20 @@ def test_project_views_stay_out_of_the_document():
 
     kept = memproc_endpoints([("/shop/", "", "GET", callback(Foreign)), ("/t/", "", "GET", callback(Own))])
     assert [e[0] for e in kept] == ["/t/"]
+
+
+def test_the_id_pattern_names_every_unprintable_character():
+    """NON_PRINTABLE (the ids' "printable", which the schema's pattern spells) is Unicode's controls,
+    formats, surrogates, private use and separators but the space, as this Python's unicodedata says."""
+    import sys
+    import unicodedata
+
+    from memproc.api.serializers import NON_PRINTABLE
+
+    listed = {code for a, b in NON_PRINTABLE for code in range(a, b + 1)}
+    unprintable = {
+        code
+        for code in range(sys.maxunicode + 1)
+        if code != 0x20 and unicodedata.category(chr(code)) in {"Cc", "Cf", "Cs", "Co", "Zs", "Zl", "Zp"}
+    }
+    assert listed == unprintable

@@ -11,6 +11,29 @@ Hostile input rides along: every operation with a `cursor` parameter is also sen
 (DESIGN §5: a 400 field error, never a 500), and a second run sends every operation with a JSON body
 one larger than Django's `DATA_UPLOAD_MAX_MEMORY_SIZE` (2.5 MiB): whatever the status, it is no 5xx
 and no HTML page.
+
+Checks: every check of schemathesis 4 that applies to a stateless run with one identity (CHECKS):
+server errors, status codes, content types, response headers and bodies, positive data acceptance,
+negative data rejection, missing required headers, undeclared methods (405 with `Allow`), the `Allow`
+header, and ignored auth (each success is replayed without and with wrong credentials).
+`use_after_free` and `ensure_resource_availability` are listed but only bite in a stateful run;
+`object_level_authorization` needs several configured identities, so it is left out.
+
+What positive/negative data found, and what was done:
+- A cursor the server never wrote (`?cursor=abc`): a 400 on `cursor` by design (DESIGN §5), the
+  server's state like a 404, so it is one of STATE_ANSWERS; the parameter's description says so.
+- `?agent=` naming no registered agent with working memory, a thread id the resource already has, a
+  `message_id` of another thread, an object for a Markdown working memory: 400s that answer state,
+  not shape (STATE_ANSWERS).
+- 404, 409, 413, 429 are resource state: POSITIVE_STATUSES adds 413 to schemathesis's defaults.
+- Ids (`id`, `thread_id`, `resource_id` of threads, clones, branches, turns): the schema said only
+  "no slash or control character", the API also refuses other unprintable characters, "." and "..",
+  spaces at either end and "". Schema corrected (IdField: `minLength` 1 and a pattern, ID_REGEX, that
+  is the whole rule; the API checks the same regex), and an id sent as a number is now a 400.
+- `?limit=` that is not a whole number of at least 1 was ignored (200): now a 400 on `limit`, and the
+  schema says `minimum: 1`.
+- `?status=`, `?phase=`, `?created_after=`, `?created_before=` sent empty were ignored: now a 400
+  (the schema is an enum or a date-time), text filters may still be empty.
 """
 
 from __future__ import annotations
@@ -29,10 +52,20 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
+from schemathesis.config import PositiveDataAcceptanceConfig
 from schemathesis.specs.openapi.checks import (
+    allow_header_conformance,
     content_type_conformance,
+    ensure_resource_availability,
+    ignored_auth,
+    missing_required_header,
+    negative_data_rejection,
+    positive_data_acceptance,
+    response_headers_conformance,
     response_schema_conformance,
     status_code_conformance,
+    unsupported_method,
+    use_after_free,
 )
 
 from memproc import Memory
@@ -87,17 +120,61 @@ def forged_cursor_refused(ctx: Any, response: Any, case: Any) -> None:
     if not is_forged(case):
         return None
     assert response.status_code >= 400, f"a forged cursor answered {response.status_code}"
-    if response.status_code == 400:
+    negative = case.meta is not None and case.meta.generation.mode.is_negative  # something else is wrong too
+    if response.status_code == 400 and not negative:
         body = json.loads(response.content)
         assert "cursor" in body or "order" in body, body  # `?order=` is checked first on messages
     return None
+
+
+# 400s that answer the server's state rather than the request's shape, as a 404 or a 409 would: a
+# cursor the server never wrote, an agent that is not registered (or has no working memory), a thread
+# id the resource already uses, a message of another thread, an object for a Markdown working memory.
+STATE_ANSWERS = {
+    "cursor": "Invalid cursor",
+    "agent": "No registered agent ",
+    "id": "This resource already has a thread ",
+    "message_id": "This thread has no such message.",
+    "working_memory": "This working memory is Markdown text.",
+}
+
+
+def answers_state(response: Any) -> bool:
+    """A 400 whose every field error is one of STATE_ANSWERS."""
+    if response.status_code != 400:
+        return False
+    body = json.loads(response.content)
+    return bool(body) and all(
+        field in STATE_ANSWERS
+        and isinstance(messages, list)
+        and all(str(m).startswith(STATE_ANSWERS[field]) for m in messages)
+        for field, messages in body.items()
+    )
+
+
+def positive_data_accepted(ctx: Any, response: Any, case: Any) -> bool | None:
+    """Schemathesis's `positive_data_acceptance` (a request valid by the schema is not refused; 404,
+    409, 413 and 429 are the server's state, see POSITIVE_STATUSES), where a 400 of STATE_ANSWERS
+    counts as such a state answer too."""
+    if answers_state(response):
+        return None
+    return positive_data_acceptance(ctx, response, case)
 
 
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
     content_type_conformance,
+    response_headers_conformance,
     response_schema_conformance,
+    positive_data_accepted,
+    negative_data_rejection,
+    missing_required_header,
+    unsupported_method,
+    allow_header_conformance,
+    ignored_auth,
+    use_after_free,
+    ensure_resource_availability,
     no_html_error_page,
     forged_cursor_refused,
 ]
@@ -105,7 +182,14 @@ HOSTILE_CHECKS = [not_a_server_error, no_html_error_page]
 
 # Loaded once, at collection: the schema view needs no database.
 schema = schemathesis.openapi.from_wsgi(f"{API}schema/?format=json", application)
-schema.config.generation.update(modes=["positive"], max_examples=25, with_security_parameters=False)
+schema.config.generation.update(
+    modes=["positive", "negative"], max_examples=25, with_security_parameters=False
+)
+# Schemathesis's defaults (2xx, 3xx, 401, 403, 404, 409, 429, 5xx), and 413: a body past a size limit.
+POSITIVE_STATUSES = ["2xx", "3xx", "401", "403", "404", "409", "413", "429", "5xx"]
+schema.config.checks.positive_data_acceptance = PositiveDataAcceptanceConfig(
+    expected_statuses=POSITIVE_STATUSES
+)
 # A second copy for the oversized bodies, whose hooks must not reach the conformance run.
 oversized = schemathesis.openapi.from_wsgi(f"{API}schema/?format=json", application).include(
     method=["POST", "PUT", "PATCH"]

@@ -16,7 +16,12 @@ from rest_framework.response import Response
 
 from memproc import models
 from memproc.api.filters import ThreadFilter
-from memproc.api.pagination import MemprocCursorPagination, MessageCursorPagination, ThreadCursorPagination
+from memproc.api.pagination import (
+    MemprocCursorPagination,
+    MessageCursorPagination,
+    ThreadCursorPagination,
+    limit_schema,
+)
 from memproc.api.permissions import default_resource
 from memproc.api.serializers import (
     MessagePageSerializer,
@@ -58,11 +63,11 @@ PAGE_PARAMETERS = [
         str,
         OpenApiParameter.QUERY,
         required=False,
-        description="The `next` or `previous` link's cursor.",
+        description=MemprocCursorPagination.cursor_query_description,
     ),
     OpenApiParameter(
         "limit",
-        int,
+        limit_schema(),
         OpenApiParameter.QUERY,
         required=False,
         description="Messages per page (default 50, at most 200).",
@@ -73,7 +78,7 @@ TURN_PAGE_PARAMETERS = [
     PAGE_PARAMETERS[0],
     OpenApiParameter(
         "limit",
-        int,
+        limit_schema(),
         OpenApiParameter.QUERY,
         required=False,
         description="Turns per page (default 50, at most 200).",
