@@ -34,14 +34,6 @@ COPY_MIN_ROWS = 64
 _sqlite_writer = threading.RLock()
 
 
-@cache
-def vendor_of(using: str = "default") -> str:
-    """The database vendor of an alias, found once. Each read through Django's `connection` proxy
-    looks the connection up again (an asgiref local whose lookup, outside an event loop, raises and
-    catches an exception): a few microseconds each, several times a turn."""
-    return connections[using].vendor
-
-
 @contextmanager
 def one_sqlite_writer(using: str = "default") -> Iterator[None]:
     """On SQLite, this process's writers take turns on a Python lock before they begin.
@@ -87,7 +79,7 @@ def atomic_write(using: str = "default") -> Iterator[None]:
         hand_on()
 
 
-@cache
+@cache  # per model and column names: the field lookups of a bulk load, once, not per batch
 def _columns(model: type[models.Model], names: tuple[str, ...]) -> tuple[str, tuple[models.Field, ...]]:
     fields = tuple(model._meta.get_field(name) for name in names)
     return model._meta.db_table, fields
@@ -128,7 +120,7 @@ def _marks(width: int) -> str:
 _ALWAYS_BINDABLE = 999
 
 
-@cache
+@cache  # per field: asked for every value of every row of a bulk load
 def _stores_text_as_is(field: models.Field) -> bool:
     """Whether the field saves a `str` unchanged (Char/Text fields and keys to them), so the per-turn
     insert can skip its `get_db_prep_save` for str values, which only re-checks that they are str."""
@@ -236,7 +228,7 @@ def _copy_value(field: models.Field, value: Any, connection: Any, binary: bool) 
     return field.get_db_prep_save(value, connection)
 
 
-@cache
+@cache  # per type oid: a Dumper class built for each row of a COPY would cost more than the row
 def _vector_dumper(oid: int) -> type:
     from psycopg.adapt import Dumper
     from psycopg.pq import Format

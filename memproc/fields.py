@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
@@ -67,7 +66,6 @@ _SCALE = 1e9
 _SCALED_MAX = 1e6
 
 
-@functools.lru_cache(maxsize=16)
 def _literal(raw: bytes) -> str:
     values = np.frombuffer(raw, dtype=np.float32).astype(np.float64)
     if values.size and np.isfinite(values).all() and float(np.abs(values).max()) < _SCALED_MAX:

@@ -48,7 +48,7 @@ class _NoSpan:
 NO_SPAN: Any = _NoSpan()
 
 
-@functools.cache
+@functools.cache  # the import attempt, once: not a cache of data
 def _api() -> Any:
     try:
         from opentelemetry import trace

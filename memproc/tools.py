@@ -8,7 +8,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Any, Literal, get_args, get_origin
 
 import jsonschema
@@ -43,7 +43,6 @@ def schema_validator(schema: Mapping[str, Any]) -> Any:
     return _validator_for(json.dumps(schema, sort_keys=True))
 
 
-@lru_cache(maxsize=256)
 def _validator_for(schema_json: str) -> Any:
     schema = json.loads(schema_json)
     cls = jsonschema.validators.validator_for(schema)

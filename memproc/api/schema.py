@@ -81,7 +81,7 @@ class MemprocSchemaGenerator(SchemaGenerator):
         return view
 
 
-@functools.cache
+@functools.cache  # one class per pair: building a class per request would make schemas unequal
 def _on_spectacular(schema_class: type, default_class: type) -> type[AutoSchema] | None:
     """`schema_class` (the default schema, or `@extend_schema` classes built on it) on `AutoSchema`.
 
@@ -152,7 +152,7 @@ def _sidecar_dir() -> Path:
     )
 
 
-@functools.cache
+@functools.cache  # the installed package's version, read once: not a cache of data
 def _sidecar_version() -> str:
     try:
         return version("drf-spectacular-sidecar")

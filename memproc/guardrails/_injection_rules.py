@@ -92,6 +92,8 @@ def score_text(text: str, *, decode: bool = True) -> Verdict:
 _CACHED_CHARS = 4000
 
 
+# Scoring a 4,000-character text takes ~20 ms on a 2-core machine (2026-12-03), and the history and
+# recall channels score the same stored messages again on every turn of a thread.
 @lru_cache(maxsize=2048)
 def _score_cached(text: str, decode: bool) -> Verdict:
     return _score(text, decode=decode)

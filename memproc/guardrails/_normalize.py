@@ -24,7 +24,6 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
-from functools import lru_cache
 
 ZWNJ, ZWJ = "\u200c", "\u200d"
 # Invisible characters that carry no meaning in text a person typed: zero-width space, soft hyphen,
@@ -103,7 +102,6 @@ def fold(text: str, *, confusables: bool = False, lower: bool = False, strip_acc
     return _fold(text, confusables, lower, strip_accents)
 
 
-@lru_cache(maxsize=512)
 def _fold(text: str, confusables: bool, lower: bool, strip_accents: bool) -> Folded:
     if text.isascii() and not CONTROL.search(text):
         n = len(text)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Sequence
-from functools import lru_cache
 
 _DROPPED = frozenset("\u200b\u200c\u200d\u2060\ufeff\u00ad\u034f\u180e\uffff")
 _SEPARATOR = "\uffff"  # joins several protected texts; dropped from every input, so never matched
@@ -137,7 +136,5 @@ def _snap(text: str, start: int, end: int) -> tuple[int, int] | None:
     return (start, end) if start < end else None
 
 
-@lru_cache(maxsize=64)
 def protected(texts: tuple[str, ...]) -> ProtectedText:
-    """Built once per distinct set of texts (an agent's prompt rarely changes between turns)."""
     return ProtectedText(texts)
