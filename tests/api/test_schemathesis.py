@@ -76,6 +76,7 @@ from tests.factories import MessageFactory, ResourceFactory, ThreadFactory, Trip
 FUZZ_USER_PK = 4242
 FUZZ_LOG_ID = "7e0e1d34-5f0c-4f43-9d1a-2a8f0c6b9e11"
 KNOWN_IDS = ["fuzz-thread", "api-test", str(FUZZ_USER_PK), FUZZ_LOG_ID]
+EXAMPLES = 25  # per operation and generation mode (positive, negative)
 OVERSIZED_BYTES = 2_621_440 + 64 * 1024  # past Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MiB)
 
 
@@ -183,7 +184,7 @@ HOSTILE_CHECKS = [not_a_server_error, no_html_error_page]
 # Loaded once, at collection: the schema view needs no database.
 schema = schemathesis.openapi.from_wsgi(f"{API}schema/?format=json", application)
 schema.config.generation.update(
-    modes=["positive", "negative"], max_examples=25, with_security_parameters=False
+    modes=["positive", "negative"], max_examples=EXAMPLES, with_security_parameters=False
 )
 # Schemathesis's defaults (2xx, 3xx, 401, 403, 404, 409, 429, 5xx), and 413: a body past a size limit.
 POSITIVE_STATUSES = ["2xx", "3xx", "401", "403", "404", "409", "413", "429", "5xx"]
@@ -266,7 +267,7 @@ def fuzz_headers(db: None, _keep_test_transaction: None, make_agent: Any, model:
 
 
 @schema.parametrize()
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_api_matches_its_schema(case: Any, fuzz_headers: dict[str, str]) -> None:
     case.call_and_validate(headers=fuzz_headers, checks=CHECKS)
 
