@@ -419,3 +419,13 @@ def test_truncate_finds_the_longest_prefix_on_long_text():
         prefix = truncate_to_tokens(counter, text, budget)
         assert text.startswith(prefix)
         assert counter.count_text(prefix) <= budget < counter.count_text(text[: len(prefix) + 1])
+
+
+def test_result_the_limit_is_for_all_the_texts_together_not_each_one():
+    """Three messages of two tokens each fit a limit of 5 one by one, not together: the third is cut."""
+    processor = limiter(1000, output_limit=5)
+    messages = [assistant("one two", id="a"), assistant("three four", id="b"), assistant("five six", id="c")]
+    ctx = make_ctx([], messages, phase="output")
+    result = processor.process_output_result(ctx)
+    assert [m.text.rstrip() for m in result] == ["one two", "three four", "five"]
+    assert (ctx.state["output_tokens"], ctx.state["output_truncated"]) == (5, True)
