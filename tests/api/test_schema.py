@@ -119,7 +119,8 @@ def test_project_views_stay_out_of_the_document():
 
 def test_the_id_pattern_names_every_unprintable_character():
     """NON_PRINTABLE (the ids' "printable", which the schema's pattern spells) is Unicode's controls,
-    formats, surrogates, private use and separators but the space, as this Python's unicodedata says."""
+    formats, surrogates, private use and separators but the space, by Unicode 15.0 (Python 3.12): on
+    a Python with another Unicode database, only code points that database leaves unassigned differ."""
     import sys
     import unicodedata
 
@@ -131,4 +132,7 @@ def test_the_id_pattern_names_every_unprintable_character():
         for code in range(sys.maxunicode + 1)
         if code != 0x20 and unicodedata.category(chr(code)) in {"Cc", "Cf", "Cs", "Co", "Zs", "Zl", "Zp"}
     }
-    assert listed == unprintable
+    if unicodedata.unidata_version == "15.0.0":  # the version the table was written from
+        assert listed == unprintable
+    else:  # another Python's database: they may differ only on code points it has not assigned
+        assert all(unicodedata.category(chr(code)) == "Cn" for code in listed ^ unprintable)
