@@ -79,7 +79,6 @@ def atomic_write(using: str = "default") -> Iterator[None]:
         hand_on()
 
 
-@cache  # per model and column names: the field lookups of a bulk load, once, not per batch
 def _columns(model: type[models.Model], names: tuple[str, ...]) -> tuple[str, tuple[models.Field, ...]]:
     fields = tuple(model._meta.get_field(name) for name in names)
     return model._meta.db_table, fields

@@ -41,6 +41,18 @@ def two_turns(thread: Any) -> Any:
     return thread
 
 
+def regenerate(client: Any, thread: Any) -> Any:
+    """The AI SDK's "regenerate" of the last answer: the chat up to its user message."""
+    return chat(
+        client,
+        thread.public_id,
+        ui("u1", "user", "first"),
+        ui("a1", "assistant", "one"),
+        ui("u2", "user", "second"),
+        trigger="regenerate-message",
+    )
+
+
 BEFORE = [
     ("u1", "user", "first"),
     ("a1", "assistant", "one"),
@@ -52,14 +64,7 @@ BEFORE = [
 @pytest.mark.django_db
 def test_a_regenerate_whose_model_fails_leaves_the_history(owner_client, make_agent, two_turns):
     make_agent(model=DownModel())
-    response = chat(
-        owner_client,
-        two_turns.public_id,
-        ui("u1", "user", "first"),
-        ui("a1", "assistant", "one"),
-        ui("u2", "user", "second"),
-        trigger="regenerate-message",
-    )
+    response = regenerate(owner_client, two_turns)
     assert response.status_code == 502  # the provider failed before the first frame
     assert stored(two_turns.public_id) == BEFORE
 
@@ -67,16 +72,7 @@ def test_a_regenerate_whose_model_fails_leaves_the_history(owner_client, make_ag
 @pytest.mark.django_db
 def test_a_regenerate_whose_model_fails_mid_stream_leaves_the_history(owner_client, make_agent, two_turns):
     make_agent(model=FailingMidStream())
-    chunks = frames(
-        chat(
-            owner_client,
-            two_turns.public_id,
-            ui("u1", "user", "first"),
-            ui("a1", "assistant", "one"),
-            ui("u2", "user", "second"),
-            trigger="regenerate-message",
-        )
-    )
+    chunks = frames(regenerate(owner_client, two_turns))
     assert chunks[-1]["type"] == "error"
     assert stored(two_turns.public_id) == BEFORE
 
@@ -96,14 +92,7 @@ def test_a_regenerate_that_saves_replaces_in_one_step_and_the_model_never_sees_t
     owner_client, agent, model, two_turns
 ):
     model.add("deux")
-    response = chat(
-        owner_client,
-        two_turns.public_id,
-        ui("u1", "user", "first"),
-        ui("a1", "assistant", "one"),
-        ui("u2", "user", "second"),
-        trigger="regenerate-message",
-    )
+    response = regenerate(owner_client, two_turns)
     assert frames(response)[-1]["type"] == "finish"
     assert stored(two_turns.public_id) == [
         *BEFORE[:3],
