@@ -9,7 +9,14 @@ class MemprocConfig(AppConfig):
 
     def ready(self) -> None:
         # Registers the checks and receivers, and the task bodies inline background work runs.
+        from django.conf import settings
+        from django.db.models.signals import post_delete
+
         from memproc import checks, signals, tasks  # noqa: F401
         from memproc.agents.registry import autodiscover
+        from memproc.services.user_links import user_deleted
 
+        post_delete.connect(
+            user_deleted, sender=settings.AUTH_USER_MODEL, dispatch_uid="memproc.user_deleted"
+        )
         autodiscover()

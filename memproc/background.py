@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from memproc import logs, redaction
 from memproc.conf import settings
+from memproc.db import memproc_db
 
 logger = logging.getLogger(__name__)
 
@@ -73,9 +74,9 @@ def enqueue(task_name: str, *, kwargs: dict[str, Any], inline: Callable[[], Any]
         job = OutboxJob.objects.create(
             task=task_name, kwargs=kwargs, next_attempt_at=timezone.now() + SEND_LEASE
         )
-        transaction.on_commit(lambda: _send_after_commit(job.pk, task_name, kwargs))
+        transaction.on_commit(lambda: _send_after_commit(job.pk, task_name, kwargs), using=memproc_db())
         return
-    transaction.on_commit(lambda: _run_inline_after_commit(task_name, kwargs, inline))
+    transaction.on_commit(lambda: _run_inline_after_commit(task_name, kwargs, inline), using=memproc_db())
 
 
 def _send_after_commit(job_id: int, task_name: str, kwargs: dict[str, Any]) -> None:
@@ -164,8 +165,8 @@ def _park_inline_failure(task_name: str, kwargs: dict[str, Any], exc: BaseExcept
             next_attempt_at=timezone.now() + _backoff(1),
             last_error=_describe(exc),
         )
-    except DatabaseError:
-        logger.exception("memproc: could not record the failed background task %s", task_name)
+    except DatabaseError as exc:
+        logs.failure(logger, "memproc: could not record the failed background task %s", task_name, exc=exc)
         return
     _inline_failures.set()
 
@@ -220,8 +221,8 @@ def _record_failure(job_id: int, exc: BaseException, *, attempts: int) -> None:
         OutboxJob.objects.filter(pk=job_id).update(
             attempts=attempts, next_attempt_at=timezone.now() + _backoff(attempts), last_error=_describe(exc)
         )
-    except DatabaseError:
-        logger.exception("memproc: could not record the failure of outbox job %s", job_id)
+    except DatabaseError as exc:
+        logs.failure(logger, "memproc: could not record the failure of outbox job %s", job_id, exc=exc)
 
 
 def _forget(job_id: int) -> None:
@@ -229,8 +230,8 @@ def _forget(job_id: int) -> None:
 
     try:
         OutboxJob.objects.filter(pk=job_id).delete()
-    except DatabaseError:  # delivered; a later sweep sends it again, which the idempotent task absorbs
-        logger.exception("memproc: could not remove delivered outbox job %s", job_id)
+    except DatabaseError as exc:  # delivered; a later sweep sends it again, which the idempotent task absorbs
+        logs.failure(logger, "memproc: could not remove delivered outbox job %s", job_id, exc=exc)
 
 
 def _backoff(attempts: int) -> timedelta:

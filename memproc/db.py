@@ -23,12 +23,21 @@ from functools import cache
 from typing import Any
 
 import numpy as np
-from django.db import ProgrammingError, connections, models, transaction
+from django.apps import apps
+from django.db import ProgrammingError, connections, models, router, transaction
 
 from memproc.fields import VectorField
 
 # From this many rows a PostgreSQL insert goes through COPY (below it, one INSERT is cheaper).
 COPY_MIN_ROWS = 64
+
+
+def memproc_db() -> str:
+    """The database holding memproc's tables, as the site's router says (the default one without a
+    router). A turn's writes span several tables in one transaction, and `on_commit` work must wait
+    for that database's commit: every transaction and callback names it. `manage.py check` refuses a
+    router that splits memproc's tables between databases (memproc.E016)."""
+    return router.db_for_write(apps.get_model("memproc", "Message"))
 
 
 _sqlite_writer = threading.RLock()

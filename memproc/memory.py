@@ -17,6 +17,7 @@ from django.db import transaction
 
 from memproc import logs
 from memproc.conf import settings
+from memproc.db import memproc_db
 from memproc.embedders import get_embedder
 from memproc.exceptions import ConfigurationError, ThreadNotFoundError, ValidationError
 from memproc.messages import Message, MessageInput, to_messages
@@ -259,11 +260,11 @@ class Memory:
 
             if self._importing:
                 # In this process, so the rows land while the index is held back; errors reach the caller.
-                transaction.on_commit(embed_here)
+                transaction.on_commit(embed_here, using=memproc_db())
                 return saved
             backends = {"embedder": self.embedder, "vector_store": self.vector_store}
             if settings.BACKGROUND == "celery" and not all(map(_travels, backends.values())):
-                transaction.on_commit(partial(_embed_logged, embed_here))
+                transaction.on_commit(partial(_embed_logged, embed_here), using=memproc_db())
                 return saved
             background.enqueue(
                 "memproc.embed_messages",
@@ -425,7 +426,7 @@ class Memory:
             else to_messages({**item, "role": item.get("role") or _stored_role(stored, item)})[0]
             for item in items
         ]
-        with transaction.atomic():
+        with transaction.atomic(using=memproc_db()):
             updated, unembedded = messages_update(messages=values)
             wanted = self.uses_semantic_recall if embed is None else embed
             ids = [
@@ -448,7 +449,7 @@ class Memory:
 
         backends = {"embedder": self.embedder, "vector_store": self.vector_store}
         if settings.BACKGROUND == "celery" and not all(map(_travels, backends.values())):
-            transaction.on_commit(partial(_embed_logged, embed_here))
+            transaction.on_commit(partial(_embed_logged, embed_here), using=memproc_db())
             return
         background.enqueue(
             "memproc.embed_messages",

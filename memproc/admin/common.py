@@ -130,6 +130,17 @@ class ReadOnlyAdmin(KeySafePagesMixin, admin.ModelAdmin):
         return False
 
 
+class UserLinksMixin:
+    """Lists show the users their rows link to (`user_links`) by one more query, never a join: memproc's
+    tables may sit in a database of their own, apart from the users (USER_LINK in memproc.models)."""
+
+    list_select_related: ClassVar[tuple[str, ...]] = ()
+    user_links: ClassVar[tuple[str, ...]] = ()
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return super().get_queryset(request).prefetch_related(*self.user_links)  # type: ignore[misc]
+
+
 class StoredThreadMixin:
     """For rows that name a thread by (resource id, thread id) in plain columns (turn records, tripwire
     logs): a blocked first turn never stored its thread, so the thread is linked only where it exists

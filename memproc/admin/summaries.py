@@ -20,6 +20,7 @@ from memproc.admin.common import (
     KeySafePagesMixin,
     ReadOnlyAdmin,
     ThreadKeyPkMixin,
+    UserLinksMixin,
     admin_link,
     changelist_url,
     one_line,
@@ -128,7 +129,7 @@ class ThreadSummaryAdmin(KeySafePagesMixin, ThreadKeyPkMixin, admin.ModelAdmin):
     def revisions(self, obj: models.ThreadSummary) -> SafeString:
         rows = (
             models.SummaryRevision.objects.filter(thread_id=obj.thread_id)
-            .select_related("actor")
+            .prefetch_related("actor")
             .defer("text")
             .order_by("-version")[:HISTORY_LIMIT]
         )
@@ -165,7 +166,7 @@ class ThreadSummaryAdmin(KeySafePagesMixin, ThreadKeyPkMixin, admin.ModelAdmin):
 
 
 @admin.register(models.SummaryRevision)
-class SummaryRevisionAdmin(ReadOnlyAdmin):
+class SummaryRevisionAdmin(UserLinksMixin, ReadOnlyAdmin):
     list_display = (
         "created_at",
         "thread_link",
@@ -179,7 +180,7 @@ class SummaryRevisionAdmin(ReadOnlyAdmin):
         "duration",
     )
     list_filter = ("source", "created_at")
-    list_select_related = ("actor",)
+    user_links = ("actor",)
     search_fields = ("=thread__public_id",)
     search_help_text = _("Thread id (exact).")
     raw_id_fields = ("actor",)

@@ -35,6 +35,7 @@ from memproc.admin.working_memory import (
     WorkingMemoryForm,
     working_memory_scope_in_use,
 )
+from memproc.db import memproc_db
 from memproc.services.messages import messages_delete
 from memproc.services.purge import resource_purge
 from memproc.services.threads import thread_delete, thread_update
@@ -265,7 +266,7 @@ class ThreadAdmin(KeySafePagesMixin, ThreadKeyPkMixin, WorkingMemoryAdminMixin, 
         thread_delete(thread=obj)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[models.Thread]) -> None:
-        with transaction.atomic():
+        with transaction.atomic(using=memproc_db()):
             for thread in queryset:
                 thread_delete(thread=thread)
 

@@ -26,12 +26,14 @@ from memproc.admin.common import (
     ADMIN_MEDIA_CSS,
     ReadOnlyAdmin,
     StoredThreadMixin,
+    UserLinksMixin,
     admin_link,
     admin_url,
     pretty_json,
     thread_label,
 )
 from memproc.admin.transcript import flag_review_url, highlighted, message_views
+from memproc.db import memproc_db
 from memproc.services.quarantine import STATUSES as FLAG_STATUSES
 from memproc.services.quarantine import message_quarantine_review, quarantine_flag
 from memproc.services.tripwires import tripwire_review
@@ -85,7 +87,7 @@ class FlagReviewForm(ReviewNoteForm):
 
 
 @admin.register(models.TripwireLog)
-class TripwireLogAdmin(StoredThreadMixin, ReadOnlyAdmin):
+class TripwireLogAdmin(UserLinksMixin, StoredThreadMixin, ReadOnlyAdmin):
     list_display = (
         "created_at",
         "status_badge",
@@ -100,7 +102,7 @@ class TripwireLogAdmin(StoredThreadMixin, ReadOnlyAdmin):
     )
     list_display_links = ("created_at",)
     list_filter = ("status", "agent_id", "processor_id", "phase", "resource_id", "retry", "created_at")
-    list_select_related = ("reviewed_by",)
+    user_links = ("reviewed_by",)
     search_fields = ("reason", "=resource_id", "=thread_id", "=agent_id", "=processor_id")
     search_help_text = _("Text of the reason, or a resource, thread, agent or processor id (exact).")
     raw_id_fields = ("reviewed_by",)
@@ -354,7 +356,7 @@ class TripwireLogAdmin(StoredThreadMixin, ReadOnlyAdmin):
     def _apply_review(
         self, request: HttpRequest, logs: list[models.TripwireLog], *, status: str, note: str
     ) -> int:
-        with transaction.atomic():
+        with transaction.atomic(using=memproc_db()):
             for log in logs:
                 tripwire_review(log=log, status=status, reviewer=request.user, note=note)
                 self.log_change(

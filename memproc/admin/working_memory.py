@@ -17,7 +17,14 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from memproc import models, selectors
-from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_link, changelist_url, thread_admin_link
+from memproc.admin.common import (
+    ADMIN_MEDIA_CSS,
+    ReadOnlyAdmin,
+    UserLinksMixin,
+    admin_link,
+    changelist_url,
+    thread_admin_link,
+)
 from memproc.agents import all_agents, get_agent
 from memproc.exceptions import MemprocError
 from memproc.processors.working_memory import check_size
@@ -67,7 +74,7 @@ def revision_views(*, scope: str, key: str, limit: int = HISTORY_LIMIT) -> list[
     """The newest revisions of one working memory with their diffs. One query."""
     revisions = (
         models.WorkingMemoryRevision.objects.filter(scope=scope, key=key)
-        .select_related("actor")
+        .prefetch_related("actor")
         .order_by("-created_at", "-version")[:limit]
     )
     return [{"revision": r, "diff": diff_lines(r.old, r.new)} for r in revisions]
@@ -222,10 +229,10 @@ class WorkingMemoryAdminMixin:
 
 
 @admin.register(models.WorkingMemoryRevision)
-class WorkingMemoryRevisionAdmin(ReadOnlyAdmin):
+class WorkingMemoryRevisionAdmin(UserLinksMixin, ReadOnlyAdmin):
     list_display = ("created_at", "scope", "owner_link", "version", "source", "actor", "change_summary")
     list_filter = ("scope", "source", "created_at")
-    list_select_related = ("actor",)
+    user_links = ("actor",)
     search_fields = ("=key", "new")
     search_help_text = _("Thread or resource id (exact), or text in the new value.")
     raw_id_fields = ("actor",)

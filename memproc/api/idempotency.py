@@ -42,11 +42,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 
+from memproc import logs
 from memproc.api.claim_owner import ClaimOwner, owner_is_gone, this_process
 from memproc.api.serializers import ErrorSerializer
 from memproc.api.sse import frame, sse_response
 from memproc.api.turn_runner import is_asgi
 from memproc.conf import settings as memproc_settings
+from memproc.db import memproc_db
 from memproc.models import IdempotencyRecord
 from memproc.services.turns_async import in_thread
 
@@ -323,7 +325,7 @@ def idempotency_claim(*, scope: str, key: str, request_hash: str) -> Claim | Rep
     for _ in range(3):
         now = timezone.now()
         try:
-            with transaction.atomic():
+            with transaction.atomic(using=memproc_db()):
                 record = IdempotencyRecord.objects.create(
                     scope=scope,
                     key=key,
@@ -383,14 +385,16 @@ def idempotency_settle(claim: Claim, *, status_code: int, data: Any) -> None:
             resource_id=str(names.get("resource_id") or "")[:MAX_ID_LENGTH],
             thread_id=str(names.get("thread_id") or "")[:MAX_ID_LENGTH],
         )
-    except DatabaseError:
+    except DatabaseError as exc:
         # The turn is saved and answered; its repeats answer 409 until the record expires.
-        logger.exception("memproc: could not keep the answer of an Idempotency-Key")
+        logs.failure(logger, "memproc: could not keep the answer of an Idempotency-Key", exc=exc)
 
 
 def idempotency_release(claim: Claim) -> None:
     """Forgets a claim whose turn saved nothing, so the same key may run it again."""
     try:
         IdempotencyRecord.objects.filter(pk=claim.record_id).delete()
-    except DatabaseError:
-        logger.exception("memproc: could not release an Idempotency-Key; it stays taken until it expires")
+    except DatabaseError as exc:
+        logs.failure(
+            logger, "memproc: could not release an Idempotency-Key; it stays taken until it expires", exc=exc
+        )

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from django.http import StreamingHttpResponse
 from rest_framework.utils.encoders import JSONEncoder
 
+from memproc import logs
 from memproc.api.errors import memproc_status
 from memproc.events import StreamEvent
 from memproc.exceptions import MemprocError
@@ -136,7 +137,7 @@ def _joined(frames: list[bytes]) -> list[bytes]:
 
 def _log(exc: BaseException) -> None:
     if not isinstance(exc, MemprocError):
-        logger.exception("memproc: a streamed turn failed", exc_info=exc)
+        logs.failure(logger, "memproc: a streamed turn failed", exc=exc)
 
 
 def primed(events: Iterator[StreamEvent]) -> Iterator[StreamEvent]:

@@ -26,6 +26,7 @@ never build it: no model is loaded and no connection is opened.
 | memproc.E017 | HNSW_BUILD_MEMORY is not a PostgreSQL memory size |
 | memproc.E018 | HNSW_EF_CONSTRUCTION below twice HNSW_M |
 | memproc.E019 | HNSW_INDEX_TYPE is not "vector" or "halfvec" |
+| memproc.E020 | DATABASE_ROUTERS send memproc's tables to more than one database |
 | memproc.W001 | semantic recall without pgvector uses exact in-process search (`check --database`) |
 | memproc.W003 | a model provider in use has neither an API key nor a base_url |
 | memproc.W004 | INLINE_ATTACHMENT_BYTES above MAX_ATTACHMENT_BYTES |
@@ -194,6 +195,29 @@ def check_connection_health(app_configs: Any = None, **kwargs: Any) -> list[Chec
         )
         for alias, config in django_settings.DATABASES.items()
         if config.get("CONN_MAX_AGE", 0) != 0 and not config.get("CONN_HEALTH_CHECKS", False)
+    ]
+
+
+@register(Tags.compatibility)
+def check_database_routing(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """memproc's tables in one database: a turn writes several of them in one transaction."""
+    from django.apps import apps
+    from django.db import router
+
+    aliases = {
+        model._meta.label: router.db_for_write(model) for model in apps.get_app_config("memproc").get_models()
+    }
+    if len(set(aliases.values())) <= 1:
+        return []
+    found = ", ".join(f"{label} → {alias}" for label, alias in sorted(aliases.items()))
+    return [
+        Error(
+            f"DATABASE_ROUTERS send memproc's models to more than one database for writes: {found}.",
+            hint="Route every model of the app label 'memproc' to one database (reads may go to its "
+            "replicas): a turn saves threads, messages and embeddings in one transaction.",
+            obj="DATABASE_ROUTERS",
+            id="memproc.E020",
+        )
     ]
 
 

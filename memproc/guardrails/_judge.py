@@ -12,7 +12,7 @@ import logging
 import re
 from typing import Any
 
-from memproc import redaction
+from memproc import logs, redaction
 from memproc.llm import resolve_model
 from memproc.llm.types import ModelRequest
 from memproc.messages import Message
@@ -30,9 +30,13 @@ def ask_json(spec: Any, *, instructions: str, content: str, owner: str) -> dict[
     """
     try:
         model = resolve_model(spec)
-    except Exception:
-        logger.exception(
-            "memproc: %s could not resolve its judge model %r; using the offline detector", owner, spec
+    except Exception as exc:
+        logs.failure(
+            logger,
+            "memproc: %s could not resolve its judge model %r; using the offline detector",
+            owner,
+            spec,
+            exc=exc,
         )
         return None
     request = ModelRequest(

@@ -262,10 +262,12 @@ class ProcessorRunner:
                     changed = self._call(processor, "process_output_stream", ctx, current)
                 except Blocked:
                     raise
-                except Exception:
-                    logger.exception(
+                except Exception as exc:
+                    logs.failure(
+                        logger,
                         "memproc: stream processor %s failed; part passed unchanged",
                         processor_id(processor),
+                        exc=exc,
                         extra=logs.current(),
                     )
                     out.append(current)

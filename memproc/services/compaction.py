@@ -25,6 +25,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from memproc import background, models
+from memproc.db import memproc_db
 from memproc.exceptions import ValidationError
 from memproc.llm import resolve_model
 from memproc.llm.types import ModelRequest
@@ -325,7 +326,7 @@ def _fold_write(
     """Compare-and-swap: written only if the row still has `version` and this job's claim."""
     now = timezone.now()
     tokens = counter.count_text(text)
-    with transaction.atomic():
+    with transaction.atomic(using=memproc_db()):
         updated = models.ThreadSummary.objects.filter(
             pk=thread_key, version=version, claim_token=token
         ).update(
@@ -384,7 +385,7 @@ def thread_summary_update(
             return row
         now = timezone.now()
         tokens = counter.count_text(text)
-        with transaction.atomic():
+        with transaction.atomic(using=memproc_db()):
             updated = models.ThreadSummary.objects.filter(pk=thread_key, version=row.version).update(
                 text=text, version=F("version") + 1, token_count=tokens, updated_at=now
             )

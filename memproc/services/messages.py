@@ -7,12 +7,13 @@ from collections.abc import Collection, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, router, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
 from memproc import models
+from memproc.db import memproc_db
 from memproc.exceptions import (
     AttachmentError,
     MessageConflict,
@@ -65,7 +66,7 @@ def messages_insert(
     if any(m.role == "system" for m in messages):
         raise ValidationError("System messages are never saved")
     key = thread_key(resource_id, thread_id)
-    using = router.db_for_write(models.Message)
+    using = memproc_db()
     # Inside a caller's transaction a failure aborts it whole anyway: no savepoint of our own.
     with transaction.atomic(using=using, savepoint=False):
         first = sequences_allocate(thread_key=key, count=len(messages), using=using)
@@ -103,7 +104,6 @@ def messages_insert(
     )
 
 
-@transaction.atomic(savepoint=False)  # inside a caller's transaction a failure aborts it whole anyway
 def messages_save(
     *,
     thread_id: str,
@@ -119,12 +119,14 @@ def messages_save(
     key = thread_key(resource_id, thread_id)
     messages = [m for m in messages if m.role != "system"]
     ids = [m.id for m in messages] if skip_existing else []
-    if not thread_exists and thread_owner(thread_key=key) is None:
-        thread_ensure(thread_id=thread_id, resource_id=resource_id, agent_id=agent_id)
-    if ids:
-        stored = message_ids_check(thread_key=key, messages=messages)
-        messages = [m for m in messages if m.id not in stored]
-    messages_insert(thread_id=thread_id, resource_id=resource_id, messages=messages, agent_id=agent_id)
+    # No savepoint: inside a caller's transaction a failure aborts it whole anyway.
+    with transaction.atomic(using=memproc_db(), savepoint=False):
+        if not thread_exists and thread_owner(thread_key=key) is None:
+            thread_ensure(thread_id=thread_id, resource_id=resource_id, agent_id=agent_id)
+        if ids:
+            stored = message_ids_check(thread_key=key, messages=messages)
+            messages = [m for m in messages if m.id not in stored]
+        messages_insert(thread_id=thread_id, resource_id=resource_id, messages=messages, agent_id=agent_id)
     return messages
 
 
@@ -211,7 +213,7 @@ def messages_delete(*, message_ids: Sequence[str], thread_key: str | None = None
         qs = qs.filter(thread_id=thread_key)
     rows = list(qs.values_list("id", "thread_id", "sequence"))
     ids = [row[0] for row in rows]
-    with transaction.atomic():
+    with transaction.atomic(using=memproc_db()):
         attachments_release(message_ids=ids)
         summaries_forget(rows)
         _, by_model = models.Message.objects.filter(id__in=ids).delete()
@@ -253,7 +255,7 @@ def messages_save_with_files(
         raise AttachmentError(exc.reason, code=exc.metadata.get("code"), metadata=exc.metadata) from exc
     staged = ctx.state.get("staged", [])
     try:
-        with transaction.atomic():
+        with transaction.atomic(using=memproc_db()):
             values = attachments_commit(staged=staged, messages=offloaded or list(messages))
             saved = messages_save(thread_id=thread_id, resource_id=resource_id, messages=values)
             attachments_link(resource_id=resource_id, messages=saved)

@@ -11,8 +11,9 @@ from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from memproc import models
+from memproc import logs, models
 from memproc.conf import DEFAULT_RETENTION, settings
+from memproc.db import memproc_db
 from memproc.selectors import resource_rows
 from memproc.services.attachments import attachment_delete, orphan_files_purge
 from memproc.services.messages import messages_delete
@@ -69,7 +70,7 @@ def resource_purge(*, resource_id: str, dry_run: bool = False) -> PurgeCounts:
     querysets = {**resource_rows(resource_id=resource_id), "idempotency_records": _kept_answers(resource_id)}
     if dry_run:
         return PurgeCounts(resource_id=resource_id, **{k: qs.count() for k, qs in querysets.items()})
-    with transaction.atomic():
+    with transaction.atomic(using=memproc_db()):
         counts = {"attachments": _attachments_delete(querysets.pop("attachments"))}
         for key in DELETE_ORDER:
             label = querysets[key].model._meta.label
@@ -99,10 +100,16 @@ def _attachments_delete(attachments: QuerySet[models.Attachment]) -> int:
         for name in doomed:
             try:
                 storage.delete(name)
-            except Exception:  # a missing or unreachable file must not undo a committed purge
-                logger.warning("memproc: could not delete attachment file %s", name, exc_info=True)
+            except Exception as exc:  # a missing or unreachable file must not undo a committed purge
+                logs.failure(
+                    logger,
+                    "memproc: could not delete attachment file %s",
+                    name,
+                    exc=exc,
+                    level=logging.WARNING,
+                )
 
-    transaction.on_commit(remove_files)
+    transaction.on_commit(remove_files, using=memproc_db())
     return len(rows)
 
 
@@ -202,7 +209,7 @@ def orphan_attachments_purge(*, before: datetime, dry_run: bool = False) -> int:
         if not rows:
             return deleted
         after = rows[-1].pk
-        with transaction.atomic():
+        with transaction.atomic(using=memproc_db()):
             for attachment in rows:
                 holder = _referencing_message(attachment)
                 if holder is not None:

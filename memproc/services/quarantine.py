@@ -16,6 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from memproc import background, models
+from memproc.db import memproc_db
 from memproc.exceptions import ValidationError
 from memproc.services.messages import summaries_forget
 
@@ -29,7 +30,7 @@ def message_quarantine_review(
     message as stored. One UPDATE, plus the embeddings' DELETE or a re-embedding job."""
     if status not in STATUSES:
         raise ValidationError(f"Unknown quarantine status {status!r}; expected one of {', '.join(STATUSES)}")
-    with transaction.atomic():
+    with transaction.atomic(using=memproc_db()):
         row = models.Message.objects.select_for_update().get(pk=message.pk)
         content = dict(row.content or {})
         metadata = dict(content.get("metadata") or {})

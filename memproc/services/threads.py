@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import IntegrityError, router, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from memproc import models
+from memproc.db import memproc_db
 from memproc.exceptions import (
     ValidationError,
 )
@@ -43,7 +44,7 @@ def thread_create(
     resource_ensure(resource_id=resource_id)
     thread_id = thread_id or new_id()
     try:
-        with transaction.atomic():
+        with transaction.atomic(using=memproc_db()):
             thread = models.Thread.objects.create(
                 public_id=thread_id,
                 resource_id=resource_id,
@@ -68,7 +69,7 @@ def thread_ensure(*, thread_id: str, resource_id: str, agent_id: str = "") -> mo
     """The resource's thread `thread_id`, created on first use (and its resource). A thread that a
     concurrent request created meanwhile is read and returned; only the request that created it
     sends `thread_created`."""
-    alias = router.db_for_write(models.Thread)
+    alias = memproc_db()
     models.Resource.objects.using(alias).bulk_create([models.Resource(pk=resource_id)], ignore_conflicts=True)
     try:
         with transaction.atomic(using=alias):

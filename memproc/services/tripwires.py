@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from memproc import models
 from memproc.conf import settings
+from memproc.db import memproc_db
 from memproc.events import Tripwire
 from memproc.exceptions import ValidationError
 from memproc.messages import Message
@@ -34,7 +35,7 @@ def tripwire_log(
     """
     # Never the bytes of a blocked file: a 50 MB upload must not end up in a log row.
     content = [{"id": m.id, "role": m.role, **m.to_content()} for m in messages_without_file_data(messages)]
-    with transaction.atomic():
+    with transaction.atomic(using=memproc_db()):
         log = models.TripwireLog.objects.create(
             agent_id=agent_id or "",
             processor_id=tripwire.processor_id,

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import router
-
 from memproc import background
-from memproc.db import atomic_write
-from memproc.models import Message, thread_key
+from memproc.db import atomic_write, memproc_db
+from memproc.models import thread_key
 from memproc.processors.turn import Turn
 from memproc.services.attachments import attachments_commit, attachments_link
 from memproc.services.compaction import compaction_enqueue
@@ -33,7 +31,7 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
         return
     assert turn.thread_id and turn.resource_id
     key = thread_key(turn.resource_id, turn.thread_id)
-    with atomic_write(router.db_for_write(Message)):
+    with atomic_write(memproc_db()):
         if not turn.thread_exists:
             thread_ensure(thread_id=turn.thread_id, resource_id=turn.resource_id, agent_id=turn.agent.id)
             turn.thread_exists = True

@@ -14,7 +14,8 @@ from typing import Any
 
 from django.db import transaction
 
-from memproc import models
+from memproc import logs, models
+from memproc.db import memproc_db
 
 __all__ = ["turn_record_alone", "turn_record_insert", "turn_record_row"]
 
@@ -68,7 +69,9 @@ def turn_record_row(
 def turn_record_alone(**fields: Any) -> None:
     """A blocked or failed turn's record, in its own transaction; never raises."""
     try:
-        with transaction.atomic():
+        with transaction.atomic(using=memproc_db()):
             turn_record_insert(**fields)
-    except Exception:
-        logger.exception("memproc: could not write the record of a %s turn", fields.get("status"))
+    except Exception as exc:
+        logs.failure(
+            logger, "memproc: could not write the record of a %s turn", fields.get("status"), exc=exc
+        )

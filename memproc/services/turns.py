@@ -675,7 +675,7 @@ class TurnEngine:
         except (ToolError, ValidationError) as exc:
             return ToolResultPart(call.id, call.name, str(exc), is_error=True)
         except Exception as exc:
-            logger.exception("memproc: tool %s failed", call.name, extra=logs.current())
+            logs.failure(logger, "memproc: tool %s failed", call.name, extra=logs.current(), exc=exc)
             return ToolResultPart(call.id, call.name, f"{type(exc).__name__}: {exc}", is_error=True)
         return ToolResultPart(call.id, call.name, _jsonable(result))
 

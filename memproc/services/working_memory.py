@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import router, transaction
+from django.db import transaction
 
 from memproc import models
+from memproc.db import memproc_db
 from memproc.exceptions import MemprocError, ValidationError
 from memproc.models import public_thread_id, split_thread_key
 from memproc.processors.working_memory import check_size
@@ -54,7 +55,7 @@ def working_memory_update(
     the version is unchanged (compare-and-swap); a concurrent writer makes it re-read and re-merge.
     """
     model = _model_for(scope)
-    alias = router.db_for_write(model)
+    alias = memproc_db()
     if scope == "resource":
         models.Resource.objects.using(alias).bulk_create([models.Resource(pk=key)], ignore_conflicts=True)
     rows = model.objects.using(alias).filter(pk=key)

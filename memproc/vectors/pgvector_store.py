@@ -50,7 +50,7 @@ import numpy as np
 from django.db import DatabaseError, connections, transaction
 from django.utils import timezone
 
-from memproc import background
+from memproc import background, logs
 from memproc.conf import settings
 from memproc.db import insert_rows
 from memproc.exceptions import ConfigurationError
@@ -296,11 +296,13 @@ class PgvectorStore(DjangoVectorStore):
                     if not cursor.fetchone()[0]:
                         return
                     cursor.execute(sql)
-        except DatabaseError:
+        except DatabaseError as exc:
             # Another process created it at the same moment, this role may not create indexes, or
             # this transaction already wrote embeddings ("pending trigger events"). Searches still
             # work, exactly; retry in a later transaction, not on every search.
-            logger.warning("Could not create the HNSW index for %s", embedder_id, exc_info=True)
+            logs.failure(
+                logger, "Could not create the HNSW index for %s", embedder_id, exc=exc, level=logging.WARNING
+            )
             created = False
         with _lock:
             _known_indexes[key] = _IndexState(created, tentative_marker(alias))
@@ -461,8 +463,10 @@ def merge_in_thread(kwargs: dict[str, Any]) -> threading.Thread | None:
     def merge() -> None:
         try:
             background.run_task_inline("memproc.index_merge", kwargs)
-        except Exception:
-            logger.exception("memproc: the index merge of %s failed; it is tried again later", key[1])
+        except Exception as exc:
+            logs.failure(
+                logger, "memproc: the index merge of %s failed; it is tried again later", key[1], exc=exc
+            )
         finally:
             connections.close_all()  # this thread's connections only
             with _lock:

@@ -119,12 +119,11 @@ def test_an_echoed_conversation_still_loses_to_the_stored_copy(owner_client, age
 
 
 @pytest.mark.django_db
-def test_only_client_chosen_ids_are_looked_up(owner_client, agent, model, thread):
-    from django.db import connection
+def test_only_client_chosen_ids_are_looked_up(owner_client, agent, model, thread, memproc_connection):
     from django.test.utils import CaptureQueriesContext
 
     def lookups(messages: Any) -> int:
-        with CaptureQueriesContext(connection) as queries:
+        with CaptureQueriesContext(memproc_connection) as queries:
             owner_client.post(GENERATE, {"messages": messages, "thread_id": thread.public_id}, format="json")
         return len([q for q in queries if '"content" FROM "memproc_message"' in q["sql"]])
 

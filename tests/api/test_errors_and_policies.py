@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from django.conf import settings
-from django.db import connection
 from django.test import override_settings
 
 from memproc import exceptions, models
@@ -116,9 +115,9 @@ def test_throttle_rate_comes_from_the_projects_rates(owner_client, resource):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_blocked_turn_keeps_its_log_under_atomic_requests(
-    owner_client, agent, model, resource, monkeypatch
+    owner_client, agent, model, resource, monkeypatch, memproc_connection
 ):
-    monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", True)
+    monkeypatch.setitem(memproc_connection.settings_dict, "ATOMIC_REQUESTS", True)
     response = owner_client.post(API + "agents/api-test/generate/", {"messages": "forbidden"}, format="json")
     assert response.status_code == 200 and response.json()["tripwire"]
     assert models.TripwireLog.objects.filter(processor_id="block-word").exists()

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.db import connection, connections
+from django.db import connections
 from django.test import AsyncClient
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -310,9 +310,11 @@ def test_the_retention_purge_deletes_expired_keys_only(owner_client, agent, mode
 
 
 @pytest.mark.django_db
-def test_without_the_header_nothing_is_recorded_and_no_query_is_added(owner_client, agent, model, resource):
+def test_without_the_header_nothing_is_recorded_and_no_query_is_added(
+    owner_client, agent, model, resource, memproc_connection
+):
     model.add("One")
-    with CaptureQueriesContext(connection) as queries:
+    with CaptureQueriesContext(memproc_connection) as queries:
         assert post(owner_client, GENERATE, {"messages": "hello"}, key=None).status_code == 200
     assert not [q for q in queries if "idempotency" in q["sql"].lower()]
     assert not models.IdempotencyRecord.objects.exists()

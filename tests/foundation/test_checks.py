@@ -544,3 +544,22 @@ def test_other_attachment_storages_have_no_timeout_warning(settings):
     assert check_attachment_storage() == []
     settings.STORAGES = {**settings.STORAGES, "memproc_attachments": {"BACKEND": "no.such.Storage"}}
     assert check_attachment_storage() == []  # Django reports a storage that does not import
+
+
+class SplittingRouter:
+    """Sends memproc's embeddings to one database and the rest of memproc to another."""
+
+    def db_for_write(self, model, **hints):
+        if model._meta.app_label == "memproc":
+            return "vectors" if model._meta.model_name == "messageembedding" else "default"
+        return None
+
+
+def test_a_router_that_splits_memprocs_tables_between_databases_is_an_error(settings):
+    from memproc.checks import check_database_routing
+
+    assert check_database_routing() == []
+    settings.DATABASE_ROUTERS = [f"{__name__}.SplittingRouter"]  # Django resets its router cache
+    [error] = check_database_routing()
+    assert error.id == "memproc.E020"
+    assert "memproc.MessageEmbedding → vectors" in error.msg and "memproc.Message → default" in error.msg

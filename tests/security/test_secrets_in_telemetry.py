@@ -241,3 +241,48 @@ def test_a_permanent_embedder_error_leaks_nothing(status, server, make_agent, sp
     assert_nothing_leaks(span_texts(spans))
     assert_nothing_leaks(log_texts(logged))
     assert_nothing_leaks(stored_texts())
+
+
+def logging_calls_with_an_exception_object() -> list[str]:
+    """memproc's log calls that hand an exception to the handlers (`logger.exception`, `exc_info=`):
+    its message and its frames' locals may hold a key or the user's text. `logs.failure` sends the
+    masked traceback instead."""
+    import ast
+    from pathlib import Path
+
+    import memproc
+
+    package = Path(memproc.__file__).parent
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "logs.py" and path.parent == package:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            if node.func.attr == "exception" or any(k.arg == "exc_info" for k in node.keywords):
+                found.append(f"{path.relative_to(package.parent)}:{node.lineno}")
+    return found
+
+
+def test_no_log_call_of_memproc_hands_on_an_exception_object():
+    assert logging_calls_with_an_exception_object() == []
+
+
+def test_a_failed_tool_is_logged_masked(make_agent, caplog):
+    """The tool's error quotes the user's text; the log line keeps its class and masks the text."""
+    from memproc.llm import ModelResponse, ToolCall
+    from memproc.tools import tool
+
+    @tool
+    def lookup(query: str) -> str:
+        """Looks a thing up."""
+        raise RuntimeError(f"backend refused {query}")
+
+    model = ScriptedModel([ModelResponse(tool_calls=[ToolCall("c1", "lookup", {"query": USER_TEXT})]), "done"])
+    agent = make_agent(model=model, tools=[lookup])
+    with caplog.at_level(logging.ERROR, logger="memproc"):
+        agent.generate("look it up", thread_id="t", resource_id="r")
+    [record] = [r for r in caplog.records if "tool lookup failed" in r.getMessage()]
+    assert record.exc_info is None and "RuntimeError" in record.exc_text
+    assert CARD not in record.exc_text and CARD not in record.getMessage()

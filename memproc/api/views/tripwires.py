@@ -44,7 +44,7 @@ class TripwireViewSet(
     filterset_class = TripwireFilter
 
     def get_queryset(self) -> QuerySet[models.TripwireLog]:
-        return models.TripwireLog.objects.select_related("reviewed_by")
+        return models.TripwireLog.objects.prefetch_related("reviewed_by")
 
     def filter_queryset(self, queryset: QuerySet[models.TripwireLog]) -> QuerySet[models.TripwireLog]:
         return super().filter_queryset(queryset) if self.action == "list" else queryset

@@ -13,9 +13,10 @@ from django.core.files.base import ContentFile
 from django.core.files.storage import Storage
 from django.db import IntegrityError, transaction
 
-from memproc import models
+from memproc import logs, models
 from memproc.admission import admission_paused
 from memproc.conf import settings
+from memproc.db import memproc_db
 from memproc.exceptions import AttachmentError
 from memproc.processors.attachments import (
     CheckedFile,
@@ -119,7 +120,7 @@ def attachment_read(*, attachment: models.Attachment) -> bytes:
 def attachment_delete(*, attachment: models.Attachment) -> None:
     name, storage = attachment.file.name, attachment.file.storage
     attachment.delete()
-    transaction.on_commit(lambda: file_delete(storage, name))
+    transaction.on_commit(lambda: file_delete(storage, name), using=memproc_db())
 
 
 # --- helpers shared by the package ----------------------------------------------------------------
@@ -155,20 +156,22 @@ def file_delete(storage: Storage, name: str) -> None:
     try:
         with admission_paused():
             storage.delete(name)
-    except Exception:  # a missing file or a storage that is down must not fail a delete
-        logger.warning("memproc: could not delete attachment file %s", name, exc_info=True)
+    except Exception as exc:  # a missing file or a storage that is down must not fail a delete
+        logs.failure(
+            logger, "memproc: could not delete attachment file %s", name, exc=exc, level=logging.WARNING
+        )
 
 
 def file_delete_on_commit(name: str) -> None:
     storage = attachment_storage()
-    transaction.on_commit(lambda: file_delete(storage, name))
+    transaction.on_commit(lambda: file_delete(storage, name), using=memproc_db())
 
 
 def row_insert(item: StagedAttachment) -> str:
     """Inserts the row of a staged file; returns its id, or the id of the row a concurrent writer
     inserted first for the same resource and sha256."""
     try:
-        with transaction.atomic():
+        with transaction.atomic(using=memproc_db()):
             models.Attachment.objects.create(
                 id=uuid.UUID(item.id),
                 resource_id=item.resource_id,

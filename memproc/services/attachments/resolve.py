@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memproc import models
+from memproc import logs, models
 from memproc.conf import settings
 from memproc.messages import AttachmentRef, FilePart, Message, Part
 from memproc.processors.attachments import StagedAttachment, type_allowed
@@ -132,6 +132,12 @@ def _file_part(row: models.Attachment, inline: bool | None) -> FilePart | None:
         if as_bytes:
             return FilePart(data=attachment_read(attachment=row), media_type=row.content_type, name=row.name)
         return FilePart(url=url, media_type=row.content_type, name=row.name)
-    except Exception:  # a storage that is down or a missing file must not fail the turn
-        logger.warning("memproc: could not resolve attachment %s for the model", row.pk, exc_info=True)
+    except Exception as exc:  # a storage that is down or a missing file must not fail the turn
+        logs.failure(
+            logger,
+            "memproc: could not resolve attachment %s for the model",
+            row.pk,
+            exc=exc,
+            level=logging.WARNING,
+        )
         return None

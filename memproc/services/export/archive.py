@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
-from memproc import models
+from memproc import logs, models
 from memproc.conf import settings
 from memproc.exceptions import ValidationError
 from memproc.services.attachments import attachment_read
@@ -343,6 +343,12 @@ def _read(attachment: models.Attachment | None) -> bytes | None:
         return None
     try:
         return attachment_read(attachment=attachment)
-    except Exception:  # a missing file must not stop the rest of the export
-        logger.warning("memproc: could not read attachment file %s", attachment.file.name, exc_info=True)
+    except Exception as exc:  # a missing file must not stop the rest of the export
+        logs.failure(
+            logger,
+            "memproc: could not read attachment file %s",
+            attachment.file.name,
+            exc=exc,
+            level=logging.WARNING,
+        )
         return None

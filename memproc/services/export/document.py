@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from memproc import models
+from memproc import logs, models
 from memproc.models import public_thread_id
 from memproc.selectors import resource_rows
 from memproc.services.attachments import attachment_url
@@ -254,8 +254,10 @@ def storage_url(attachment: models.Attachment) -> str | None:
     """The storage's URL of the file; None (logged) when the storage cannot give one."""
     try:
         return attachment_url(attachment=attachment)
-    except Exception:  # a storage that is down must not fail the export of everything else
-        logger.warning("memproc: no URL for attachment %s", attachment.pk, exc_info=True)
+    except Exception as exc:  # a storage that is down must not fail the export of everything else
+        logs.failure(
+            logger, "memproc: no URL for attachment %s", attachment.pk, exc=exc, level=logging.WARNING
+        )
         return None
 
 

@@ -14,7 +14,8 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Max
 
-from memproc import background, models
+from memproc import background, logs, models
+from memproc.db import memproc_db
 from memproc.exceptions import ValidationError
 from memproc.models import public_thread_id
 from memproc.processors.attachments import CheckedFile
@@ -76,7 +77,7 @@ def resource_import(
     rows = document_rows(document)
     saved_files: list[str] = []
     try:
-        with transaction.atomic():
+        with transaction.atomic(using=memproc_db()):
             report = _Import(rows).run(files=files, saved_files=saved_files, embed=embed)
     except BaseException:
         storage = attachment_storage()
@@ -276,8 +277,10 @@ def _holds(storage: Any, name: str, sha256: str) -> bool:
         with storage.open(name, "rb") as handle:
             for block in iter(lambda: handle.read(1024 * 1024), b""):
                 digest.update(block)
-    except Exception:  # an unreachable storage: the archive's copy, if any, is used instead
-        logger.warning("memproc: could not read attachment file %s", name, exc_info=True)
+    except Exception as exc:  # an unreachable storage: the archive's copy, if any, is used instead
+        logs.failure(
+            logger, "memproc: could not read attachment file %s", name, exc=exc, level=logging.WARNING
+        )
         return False
     return digest.hexdigest() == sha256
 

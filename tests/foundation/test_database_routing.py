@@ -1,0 +1,58 @@
+"""Every transaction and after-commit callback names memproc's database (the router's answer).
+
+Without `using=`, `transaction.atomic()` opens a transaction on the default database while a site's
+router writes memproc's rows elsewhere, each in autocommit: a turn saved in halves. `on_commit` then
+waits for the wrong commit, or runs at once. `--db=routed` (tests/routing.py) runs the API's tests
+with memproc's tables in a second database; this test keeps the rule for code those tests miss.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import memproc
+
+PACKAGE = Path(memproc.__file__).parent
+
+
+def transaction_calls_without_using() -> list[str]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "migrations" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            owner = node.func.value
+            if not (isinstance(owner, ast.Name) and owner.id == "transaction"):
+                continue
+            if node.func.attr in {"atomic", "on_commit"} and not any(k.arg == "using" for k in node.keywords):
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} transaction.{node.func.attr}")
+    return found
+
+
+def test_every_transaction_and_on_commit_names_its_database() -> None:
+    assert transaction_calls_without_using() == []
+
+
+def test_the_scan_finds_a_call_without_using(tmp_path, monkeypatch) -> None:
+    (tmp_path / "bad.py").write_text("from django.db import transaction\nwith transaction.atomic():\n    pass\n")
+    monkeypatch.setattr(f"{__name__}.PACKAGE", tmp_path)
+    assert transaction_calls_without_using() == [f"{tmp_path.name}/bad.py:2 transaction.atomic"]
+
+
+@pytest.mark.django_db(databases="__all__")
+def test_under_a_router_memprocs_tables_live_only_in_its_database(request) -> None:
+    if request.config.getoption("--db") != "routed":
+        pytest.skip("the layout of --db=routed")
+    from django.db import connections
+
+    from memproc.db import memproc_db
+
+    assert memproc_db() == "memory"
+    assert not [t for t in connections["default"].introspection.table_names() if t.startswith("memproc_")]
+    assert "memproc_message" in connections["memory"].introspection.table_names()
+    assert "auth_user" not in connections["memory"].introspection.table_names()
