@@ -5,7 +5,7 @@ own database connection: 150 turns started at once opened 150 connections before
 reached its model wait and gave its connection back, and PostgreSQL (`max_connections=100`) refused
 the rest. memproc's views take one of ASYNC_THREADS permits for the part of a request that uses the
 database; a turn gives its permit back with its connection before it waits for the model
-(`memproc.api.turn_runner`), so the permits bound the connections, not the turns in flight. Others
+(`memproc.turns.asgi`), so the permits bound the connections, not the turns in flight. Others
 wait for a permit instead of failing. Under WSGI the server's workers already bound both.
 
 A request gives its permit back the same way while it waits on another network back end that may be

@@ -114,7 +114,7 @@ class Agent:
     ) -> GenerateResult:
         """Runs one turn. `memory_options` (read_only, last_messages, semantic_recall,
         working_memory) and `max_processor_retries` override the agent's for this call only."""
-        from memproc.services.turns_sync import turn_events  # the ORM: agents may be defined before setup
+        from memproc.turns.sync import turn_events  # the ORM: agents may be defined before setup
 
         return _drain(
             turn_events(
@@ -136,7 +136,7 @@ class Agent:
         memory_options: dict[str, Any] | None = None,
         max_processor_retries: int | None = None,
     ) -> Iterator[StreamEvent]:
-        from memproc.services.turns_sync import turn_events  # the ORM: agents may be defined before setup
+        from memproc.turns.sync import turn_events  # the ORM: agents may be defined before setup
 
         yield from turn_events(
             self,
@@ -151,7 +151,7 @@ class Agent:
     async def agenerate(self, messages: MessageInput, **options: Any) -> GenerateResult:
         """`generate` for async code: concurrent calls overlap (the model is awaited; blocking steps
         run in worker threads that hold a database connection only while they run)."""
-        from memproc.services.turns_async import turn_events_async  # the ORM: see generate()
+        from memproc.turns.aio import turn_events_async  # the ORM: see generate()
 
         box: list[GenerateResult] = []
         async for _ in turn_events_async(self, messages, result_box=box, **options):
@@ -161,7 +161,7 @@ class Agent:
     async def astream(self, messages: MessageInput, **options: Any) -> AsyncIterator[StreamEvent]:
         """`stream` for async code; closing the iterator (or cancelling its task) stops the turn
         before it saves."""
-        from memproc.services.turns_async import turn_events_async  # the ORM: see generate()
+        from memproc.turns.aio import turn_events_async  # the ORM: see generate()
 
         events = turn_events_async(self, messages, streaming=True, **options)
         try:

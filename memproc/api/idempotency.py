@@ -46,11 +46,11 @@ from memproc import logs
 from memproc.api.claim_owner import ClaimOwner, owner_is_gone, this_process
 from memproc.api.serializers import ErrorSerializer
 from memproc.api.sse import frame, sse_response
-from memproc.api.turn_runner import is_asgi
 from memproc.conf import settings as memproc_settings
 from memproc.db import memproc_db
 from memproc.models import IdempotencyRecord
-from memproc.services.turns_async import in_thread
+from memproc.turns.aio import in_thread
+from memproc.turns.asgi import is_asgi
 
 __all__ = [
     "HEADER",

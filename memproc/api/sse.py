@@ -140,23 +140,6 @@ def _log(exc: BaseException) -> None:
         logs.failure(logger, "memproc: a streamed turn failed", exc=exc)
 
 
-def primed(events: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
-    """Runs the turn up to its first event now, so an error before any event (a model that is down, a
-    refused file) answers a normal status instead of a 200 stream."""
-    first = next(events, None)
-    return _prepend(first, events) if first is not None else iter(())
-
-
-def _prepend(first: StreamEvent, rest: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
-    try:
-        yield first
-        yield from rest
-    finally:
-        close = getattr(rest, "close", None)
-        if close is not None:
-            close()
-
-
 def sse_response(
     frames: Iterator[bytes] | AsyncIterator[bytes], headers: Mapping[str, str] | None = None
 ) -> StreamingHttpResponse:

@@ -1,8 +1,8 @@
 """The turn's state that processors read and record on: thread facts, tools, and the write buffer.
 
 It lives in the processor layer so memory processors can record writes without reaching into
-services; the turn service (memproc.services.turns) builds one per turn and applies `writes` at
-commit. Everything here is plain data: processor tests build a `Turn` with no database.
+services; the turn engine (memproc.turns.engine) builds one per turn and memproc.turns.commit
+saves `writes`. Everything here is plain data: processor tests build a `Turn` with no database.
 """
 
 from __future__ import annotations

@@ -173,7 +173,7 @@ def test_requests_that_use_the_database_at_once_are_bounded_under_asgi(
 
     monkeypatch.setattr("memproc.api.views.base.admission_acquire", acquire)
     monkeypatch.setattr("memproc.api.views.base.admission_release", release)
-    monkeypatch.setattr("memproc.api.turn_runner.admission_release", release)
+    monkeypatch.setattr("memproc.turns.asgi.admission_release", release)
     from memproc.api.views import base
 
     real_thread_get = base.thread_get

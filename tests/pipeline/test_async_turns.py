@@ -211,7 +211,7 @@ def test_closing_the_stream_early_saves_nothing():
 def test_async_turns_leave_no_open_connection_in_worker_threads():
     agent = agent_with(SleepyModel())
     run(timed(agent.agenerate(f"q{i}", thread_id=f"t{i}", resource_id="r") for i in range(4)))
-    from memproc.services.turns_async import executor
+    from memproc.turns.aio import executor
 
     def open_connections() -> int:
         return sum(1 for c in connections.all(initialized_only=True) if c.connection is not None)

@@ -5,7 +5,7 @@
 * `aisdk`: the Vercel AI SDK's `useChat` request and its UI-message stream protocol (v1) at
   `agents/<id>/chat/`, which the `<memproc-chat>` component (`memproc/static/memproc/chat.js`) speaks too.
 
-Both run turns as the native endpoints do (`memproc.api.turn_runner`): a sync stream under WSGI, an
+Both run turns as the native endpoints do (`memproc.turns.asgi`): a sync stream under WSGI, an
 async one under ASGI that releases the request's database connection before the model is called.
 They follow the outside specifications, not memproc's `{"detail", "code"}` conventions, so they stay
 out of memproc's OpenAPI document.

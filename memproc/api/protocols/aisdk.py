@@ -45,12 +45,12 @@ from memproc.api.protocols.common import (
 )
 from memproc.api.serializers import IdField
 from memproc.api.sse import error_data, stream_response
-from memproc.api.turn_runner import turn_events
 from memproc.api.views.base import MemprocViewMixin
 from memproc.events import GenerateResult, StreamEvent
 from memproc.messages import new_id, thaw
 from memproc.selectors import messages_existing
 from memproc.services.attachments import attachment_check_size
+from memproc.turns.asgi import turn_events
 
 STREAM_HEADER = "x-vercel-ai-ui-message-stream"
 UI_ROLES = ("system", "user", "assistant")

@@ -44,12 +44,12 @@ from memproc.api.protocols.common import (
 )
 from memproc.api.serializers import IdField
 from memproc.api.sse import error_data, stream_response
-from memproc.api.turn_runner import turn_events, turn_generate
 from memproc.api.views.base import MemprocViewMixin
 from memproc.events import GenerateResult, StreamEvent
 from memproc.exceptions import MemprocError
 from memproc.messages import new_id
 from memproc.services.attachments import attachment_check_size
+from memproc.turns.asgi import turn_events, turn_generate
 
 IGNORED_SYSTEM_HEADER = "X-Memproc-Ignored-System-Messages"
 ROLES = ("system", "developer", "user", "assistant", "tool")

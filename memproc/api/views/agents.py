@@ -32,8 +32,7 @@ from memproc.api.serializers import (
     GenerateUploadSerializer,
     generate_result_data,
 )
-from memproc.api.sse import CONTENT_TYPE
-from memproc.api.turn_runner import turn_generate, turn_stream_response
+from memproc.api.sse import CONTENT_TYPE, SSEEncoder, stream_response
 from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
 from memproc.api.views.checks import attachments_check
 from memproc.conf import settings as memproc_settings
@@ -41,6 +40,7 @@ from memproc.exceptions import AttachmentError
 from memproc.messages import FilePart, Message, to_messages
 from memproc.services.attachments import attachment_check_size
 from memproc.services.messages import input_ids_check
+from memproc.turns.asgi import turn_events, turn_generate
 
 STREAM_DESCRIPTION = """Runs one turn and streams it as Server-Sent Events (`text/event-stream`).
 
@@ -172,15 +172,15 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
 
         def run(render_result: Any, result_box: list[Any]) -> Any:
             turn.check_message_ids()
-            return turn_stream_response(
+            events = turn_events(
                 request,
                 agent,
                 turn.messages,
-                render_result,
                 result_box=result_box,
                 thread_id=turn.thread_id,
                 resource_id=turn.resource_id,
             )
+            return stream_response(events, SSEEncoder(render_result))
 
         return idempotent_stream(
             request,

@@ -20,9 +20,9 @@ from memproc.api.permissions import HasResources, default_resource, resolve_reso
 from memproc.api.protocols.auth import authenticator_classes
 from memproc.api.serializers import ErrorSerializer
 from memproc.api.throttling import MemprocUserThrottle
-from memproc.api.turn_runner import is_asgi
 from memproc.exceptions import ValidationError as MemprocValidationError
 from memproc.selectors import thread_get, thread_named
+from memproc.turns.asgi import is_asgi
 
 ERROR_DESCRIPTIONS = {
     400: "Invalid input: `{field: [message]}` field errors.",

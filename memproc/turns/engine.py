@@ -3,13 +3,13 @@ processors, one atomic save.
 
 The turn itself is `TurnEngine.run()`, a generator that does no I/O of its own: it yields the
 turn's stream events and, for every step that may block (the database, files, tools, user hooks) or
-wait (the model), an *effect* (memproc.services.turn_effects), and receives the effect's result
-back. Two drivers perform the effects: `memproc.services.turns_sync.turn_events` calls them
-directly, for `Agent.generate`/`stream`; `memproc.services.turns_async.turn_events_async` awaits the
+wait (the model), an *effect* (memproc.turns.effects), and receives the effect's result
+back. Two drivers perform the effects: `memproc.turns.sync.turn_events` calls them
+directly, for `Agent.generate`/`stream`; `memproc.turns.aio.turn_events_async` awaits the
 model natively and runs blocking steps in worker threads that hold a database connection only for
 the step, so concurrent `agenerate`/`astream` turns overlap (DESIGN §8). The turn's messages live in
 a `Conversation` (memproc.processors.conversation), which keeps every model request valid; its
-writes are saved by memproc.services.turn_commit.
+writes are saved by memproc.turns.commit.
 """
 
 from __future__ import annotations
@@ -51,8 +51,10 @@ from memproc.services.attachments import (
     attachments_resolve,
 )
 from memproc.services.store import DjangoMemoryStore
-from memproc.services.turn_commit import blocked_save, turn_commit, turn_manifest
-from memproc.services.turn_effects import (
+from memproc.signals import send_after_commit, turn_completed
+from memproc.tools import ToolContext
+from memproc.turns.commit import blocked_save, turn_commit, turn_manifest
+from memproc.turns.effects import (
     Blocking,
     EngineStep,
     ModelGenerate,
@@ -60,9 +62,7 @@ from memproc.services.turn_effects import (
     ModelStreamNext,
     ModelStreamOpen,
 )
-from memproc.services.turn_records import turn_record_alone
-from memproc.signals import send_after_commit, turn_completed
-from memproc.tools import ToolContext
+from memproc.turns.records import turn_record_alone
 
 if TYPE_CHECKING:
     from memproc.agents.agent import Agent

@@ -1,30 +1,29 @@
-"""How a view runs a turn: in the request's thread under WSGI; without blocking under ASGI.
+"""The HTTP driver: how a view runs a turn, in the request's thread under WSGI and without blocking
+under ASGI.
 
 Under ASGI the turn runs in the request's thread only up to its first model call (reads, input
 processors, an input tripwire: their errors are ordinary responses), the thread's database
-connection is released, and the rest runs on the event loop (`memproc.services.turns_async`): the
-stream is an async iterator, so Django sends each frame as it is made, and a client that goes away
-cancels the turn before it saves.
+connection is released, and the rest runs on the event loop (`memproc.turns.aio`): the stream is an
+async iterator, so Django sends each frame as it is made, and a client that goes away cancels the
+turn before it saves. Encoding the events (SSE, the OpenAI and AI SDK protocols) is the API's.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.core.handlers.asgi import ASGIRequest
 from django.db import connections
-from django.http import StreamingHttpResponse
 
 from memproc.admission import admission_release
-from memproc.api.sse import SSEEncoder, primed, stream_response
 from memproc.events import GenerateResult, StreamEvent
-from memproc.services.turns_async import turn_continue_async
-from memproc.services.turns_sync import turn_begin
-from memproc.services.turns_sync import turn_events as turn_events_sync
+from memproc.turns.aio import turn_continue_async
+from memproc.turns.sync import turn_begin
+from memproc.turns.sync import turn_events as turn_events_sync
 
-__all__ = ["is_asgi", "turn_events", "turn_generate", "turn_stream_response"]
+__all__ = ["is_asgi", "primed", "turn_events", "turn_generate"]
 
 
 def is_asgi(request: Any) -> bool:
@@ -76,14 +75,18 @@ def turn_events(
     return turn_continue_async(started, result_box=result_box)
 
 
-def turn_stream_response(
-    request: Any,
-    agent: Any,
-    messages: Any,
-    render_result: Callable[[Any], dict[str, Any]],
-    *,
-    result_box: list[GenerateResult] | None = None,
-    **options: Any,
-) -> StreamingHttpResponse:
-    events = turn_events(request, agent, messages, result_box=result_box, **options)
-    return stream_response(events, SSEEncoder(render_result))
+def primed(events: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
+    """Runs the turn up to its first event now, so an error before any event (a model that is down, a
+    refused file) answers a normal status instead of a 200 stream."""
+    first = next(events, None)
+    return _prepend(first, events) if first is not None else iter(())
+
+
+def _prepend(first: StreamEvent, rest: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
+    try:
+        yield first
+        yield from rest
+    finally:
+        close = getattr(rest, "close", None)
+        if close is not None:
+            close()

@@ -25,7 +25,7 @@ from memproc import logs
 from memproc.conf import settings
 from memproc.events import GenerateResult, StreamEvent
 from memproc.messages import MessageInput
-from memproc.services.turn_effects import (
+from memproc.turns.effects import (
     Blocking,
     Effect,
     ModelGenerate,
@@ -33,8 +33,8 @@ from memproc.services.turn_effects import (
     ModelStreamNext,
     ModelStreamOpen,
 )
-from memproc.services.turns import TurnEngine
-from memproc.services.turns_sync import StartedTurn
+from memproc.turns.engine import TurnEngine
+from memproc.turns.sync import StartedTurn
 
 if TYPE_CHECKING:
     from memproc.agents.agent import Agent

@@ -15,8 +15,8 @@ from memproc.services.recall import sources_embed, sources_for
 from memproc.services.threads import thread_ensure
 from memproc.services.titles import thread_title_generate, title_options
 from memproc.services.tripwires import tripwire_log
-from memproc.services.turn_records import turn_record_alone, turn_record_insert
 from memproc.services.working_memory import working_memory_update
+from memproc.turns.records import turn_record_alone, turn_record_insert
 
 __all__ = ["blocked_save", "turn_commit", "turn_manifest"]
 

@@ -2,8 +2,8 @@
 
 The engine does no I/O of its own; for every step that may block (the database, files, tools, user
 hooks) or wait (the model) it yields one of these and receives the result back. The sync driver
-(memproc.services.turns_sync) performs them in the calling thread; the async one
-(memproc.services.turns_async) awaits the model and runs blocking steps in worker threads.
+(memproc.turns.sync) performs them in the calling thread; the async one
+(memproc.turns.aio) awaits the model and runs blocking steps in worker threads.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 `turn_events` drives a whole turn for `Agent.generate`/`stream`; `turn_begin` drives one up to its
 first model call, so that an HTTP view sees errors before it (bad input, a refused file, a blocked
-input) at once, and memproc.services.turns_async continues it without blocking.
+input) at once, and memproc.turns.aio continues it without blocking.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from asgiref.sync import async_to_sync
 
 from memproc.events import GenerateResult, StreamEvent
 from memproc.messages import MessageInput
-from memproc.services.turn_effects import (
+from memproc.turns.effects import (
     Blocking,
     Effect,
     EngineStep,
@@ -24,7 +24,7 @@ from memproc.services.turn_effects import (
     ModelStreamNext,
     ModelStreamOpen,
 )
-from memproc.services.turns import TurnEngine
+from memproc.turns.engine import TurnEngine
 
 if TYPE_CHECKING:
     from memproc.agents.agent import Agent
@@ -81,7 +81,7 @@ class PendingModel:
 @dataclass
 class StartedTurn:
     """A turn run in the calling thread up to its first model call (its reads, input processors and
-    any input tripwire done); `memproc.services.turns_async` continues it without blocking."""
+    any input tripwire done); `memproc.turns.aio` continues it without blocking."""
 
     engine: TurnEngine
     steps: EngineStep

@@ -1,0 +1,8 @@
+"""Where a turn runs.
+
+`engine` is the turn as a generator of stream events and effects (`effects`): it does no I/O of its
+own. The drivers perform the effects: `sync` in the calling thread (`Agent.generate`/`stream`),
+`aio` on an event loop with blocking steps in worker threads (`agenerate`/`astream`), and `asgi`
+for a view, in the request's thread under WSGI and without blocking under ASGI. `commit` is the one
+save path of a turn's writes, `records` its TurnRecord.
+"""
