@@ -161,7 +161,7 @@ class Memory:
     def get_thread(self, thread_id: str, *, resource_id: str | None = None) -> Any:
         """The resource's thread `thread_id`, or None. A thread id names a thread within its resource:
         without `resource_id`, the one thread of that id (several is a ValidationError)."""
-        from memproc.selectors import thread_get, thread_named
+        from memproc.selectors.threads import thread_get, thread_named
 
         if resource_id is not None:
             return thread_get(thread_id=thread_id, resource_id=resource_id)
@@ -183,7 +183,7 @@ class Memory:
         boolean or None). With `limit`, one page: the returned list's `next_cursor` (None on the last
         page) passed back as `cursor` gives the next, in the same `order_by`.
         """
-        from memproc.selectors import threads_page
+        from memproc.selectors.threads import threads_page
 
         return threads_page(
             resource_ids=[resource_id], limit=limit, cursor=cursor, order_by=order_by, metadata=metadata
@@ -333,7 +333,7 @@ class Memory:
                 metadata=metadata,
                 limit=limit,
             )
-        from memproc.selectors import thread_read
+        from memproc.selectors.threads import thread_read
         from memproc.services.store import DjangoMemoryStore
 
         limit = int((self.last_messages if last_messages is None else last_messages) or 0)
@@ -371,7 +371,7 @@ class Memory:
         metadata: dict[str, Any] | None,
         limit: int | None,
     ) -> list[Message]:
-        from memproc.selectors import messages_recent_filtered
+        from memproc.selectors.messages import messages_recent_filtered
         from memproc.services.store import DjangoMemoryStore
         from memproc.vectors.base import SearchFilter
 
@@ -414,7 +414,7 @@ class Memory:
         (through `memproc.background`) when the messages had embeddings or this Memory uses recall
         (`embed` decides otherwise). See `messages_update` for what an edit may not change.
         """
-        from memproc.selectors import messages_by_id
+        from memproc.selectors.messages import messages_by_id
         from memproc.services.messages import messages_update
         from memproc.services.recall import EMBEDDABLE_ROLES
 
@@ -476,7 +476,7 @@ class Memory:
     def get_working_memory(self, *, thread_id: str | None = None, resource_id: str | None = None) -> str:
         """The thread's (with `thread_id`, of `resource_id`) or the resource's working memory, by the
         working-memory scope of this Memory."""
-        from memproc.selectors import working_memory_get
+        from memproc.selectors.threads import working_memory_get
 
         scope, key = self._working_memory_key(thread_id, resource_id)
         return working_memory_get(scope=scope, key=key)[0]
@@ -536,7 +536,7 @@ class Memory:
         """(the thread's stored key, its resource id): a thread id names a thread within its resource;
         without `resource_id`, the one thread of that id."""
         from memproc.models import split_thread_key
-        from memproc.selectors import thread_key_for
+        from memproc.selectors.threads import thread_key_for
 
         key = thread_key_for(thread_id=thread_id, resource_id=resource_id)
         return key, split_thread_key(key)[0]

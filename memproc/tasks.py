@@ -47,7 +47,7 @@ from memproc import background, logs
 from memproc.agents import get_agent
 from memproc.agents.embedder import agent_embedder, agent_vector_store
 from memproc.exceptions import EmbedderUnavailable, ModelRateLimitError, ModelUnavailableError
-from memproc.selectors import thread_key_for
+from memproc.selectors.threads import thread_key_for
 from memproc.services.compaction import thread_compact
 from memproc.services.purge import expired_purge, resource_purge
 from memproc.services.recall import messages_embed

@@ -10,7 +10,8 @@ from urllib.parse import urlencode
 
 from django.utils import timezone
 
-from memproc import models, selectors
+from memproc import models
+from memproc.selectors.stats import tripwires_pending_count, turn_durations_by_agent, turn_stats_by_agent
 
 # p50/p95 are computed in Python over the durations of today's newest turns, at most this many.
 TURN_DURATION_SAMPLE = 10_000
@@ -31,7 +32,7 @@ def operator_counts() -> dict[str, Any]:
     return {
         "threads_today": models.Thread.objects.filter(created_at__gte=today, created_at__lt=tomorrow).count(),
         "threads_today_query": urlencode({"created_at__gte": str(today), "created_at__lt": str(tomorrow)}),
-        "pending_tripwires": selectors.tripwires_pending_count(),
+        "pending_tripwires": tripwires_pending_count(),
     }
 
 
@@ -50,8 +51,8 @@ def turn_stats(*, sample: int = TURN_DURATION_SAMPLE) -> dict[str, Any]:
     one grouped aggregate, one over the newest `sample` durations (the percentiles' input)."""
     today = start_of_today()
     tomorrow = today + timedelta(days=1)
-    rows = selectors.turn_stats_by_agent(since=today)
-    durations = selectors.turn_durations_by_agent(since=today, limit=sample) if rows else {}
+    rows = turn_stats_by_agent(since=today)
+    durations = turn_durations_by_agent(since=today, limit=sample) if rows else {}
     today_query = {"started_at__gte": str(today), "started_at__lt": str(tomorrow)}
     agents = []
     for row in rows:

@@ -15,8 +15,10 @@ from urllib.parse import urlencode
 
 from django.urls import NoReverseMatch
 
-from memproc import models, selectors
+from memproc import models
 from memproc.admin.common import admin_url, changelist_url
+from memproc.selectors.messages import message_excerpts
+from memproc.selectors.turns import thread_turns_until
 
 # Records fetched beyond the page's assistant replies: turns of other pages that started in its time
 # range (a reply saved on the next page, concurrent turns), so every reply on the page finds its own.
@@ -119,7 +121,7 @@ def attach_turn_panels(views: Sequence[Any], *, thread_key: str, until: datetime
     if not assistants:
         return
     resource_id, thread_id = models.split_thread_key(thread_key)
-    records = selectors.thread_turns_until(
+    records = thread_turns_until(
         thread_id=thread_id, resource_id=resource_id, until=until, limit=len(assistants) + TURN_SLACK
     )
     replies = {}
@@ -136,7 +138,7 @@ def attach_turn_panels(views: Sequence[Any], *, thread_key: str, until: datetime
         for i in [*_history_ids(record.manifest), *_recalled_ids(record.manifest)]
         if i not in on_page
     ]
-    links = _Links(on_page=on_page, excerpts=selectors.message_excerpts(message_ids=wanted))
+    links = _Links(on_page=on_page, excerpts=message_excerpts(message_ids=wanted))
     for reply, record in replies.items():
         assistants[reply].turn = turn_view(record, links=links, thread_key=thread_key)
 
@@ -148,7 +150,7 @@ def record_view(record: models.TurnRecord) -> TurnView:
     """A record's `TurnView` for its own admin page: every message linked to its admin page. One query."""
     manifest = record.manifest if isinstance(record.manifest, Mapping) else {}
     ids = [*_history_ids(manifest), *_recalled_ids(manifest), *_ids(record.message_ids)]
-    links = _Links(on_page={}, excerpts=selectors.message_excerpts(message_ids=ids))
+    links = _Links(on_page={}, excerpts=message_excerpts(message_ids=ids))
     view = turn_view(record, links=links, thread_key=_record_thread_key(record))
     view.saved = [links.message(i) for i in _ids(record.message_ids)]
     view.own_page = True

@@ -14,7 +14,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
-from memproc import models, selectors
+from memproc import models
 from memproc.admin.common import (
     ADMIN_MEDIA_CSS,
     ReadOnlyAdmin,
@@ -25,6 +25,7 @@ from memproc.admin.common import (
 )
 from memproc.admin.dashboard import TURN_DURATION_SAMPLE, percentile
 from memproc.admin.turn_panels import record_view, usage_tokens
+from memproc.selectors.turns import turn_durations
 from memproc.templatetags.memproc_admin import memproc_duration
 
 SLOW_TURN_MS = 5_000
@@ -50,7 +51,7 @@ class SlowTurnsFilter(admin.SimpleListFilter):
         if self.value() == "5s":
             return queryset.filter(duration_ms__gt=SLOW_TURN_MS)
         if self.value() == "p95":
-            p95 = percentile(selectors.turn_durations(records=queryset, limit=TURN_DURATION_SAMPLE), 0.95)
+            p95 = percentile(turn_durations(records=queryset, limit=TURN_DURATION_SAMPLE), 0.95)
             return queryset.filter(duration_ms__gte=p95) if p95 is not None else queryset
         return queryset
 

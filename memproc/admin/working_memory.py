@@ -16,7 +16,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
-from memproc import models, selectors
+from memproc import models
 from memproc.admin.common import (
     ADMIN_MEDIA_CSS,
     ReadOnlyAdmin,
@@ -28,6 +28,7 @@ from memproc.admin.common import (
 from memproc.agents import all_agents, get_agent
 from memproc.exceptions import MemprocError
 from memproc.processors.working_memory import check_size
+from memproc.selectors.threads import working_memory_get
 from memproc.services.working_memory import compute_next, parse_json_memory, working_memory_update
 
 HISTORY_LIMIT = 20
@@ -124,7 +125,7 @@ class WorkingMemoryForm(forms.ModelForm):
         return text is not None and text.rstrip() != self.instance.working_memory.rstrip()
 
     def _validate_working_memory(self, text: str, seen_version: int | None) -> None:
-        current, version = selectors.working_memory_get(scope=self.scope, key=self.instance.pk)
+        current, version = working_memory_get(scope=self.scope, key=self.instance.pk)
         if seen_version is not None and seen_version != version:
             self.add_error(
                 "working_memory_text",

@@ -14,7 +14,7 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 
-from memproc.selectors import THREAD_ORDERINGS
+from memproc.selectors.threads import THREAD_ORDERINGS
 
 BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
 LIMIT_ERROR = "A whole number of at least 1."

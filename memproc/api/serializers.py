@@ -25,7 +25,7 @@ from memproc.messages import (
 from memproc.models import public_thread_id
 from memproc.processors.attachments import inline_files_check
 from memproc.processors.conversation import unanswered_calls
-from memproc.selectors import thread_messages
+from memproc.selectors.messages import thread_messages
 from memproc.services.attachments import attachment_download_url
 
 # The grammar of ids that clients choose (threads, resources): they travel in URL paths and name

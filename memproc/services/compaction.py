@@ -41,7 +41,7 @@ from memproc.processors.compaction import (
 from memproc.processors.store import ThreadSummaryValue
 from memproc.processors.token_limiter import truncate_to_tokens
 from memproc.processors.tokens import TokenCounter, get_token_counter
-from memproc.selectors import MESSAGE_FIELDS, message_from_row
+from memproc.selectors.messages import MESSAGE_FIELDS, message_from_row
 
 __all__ = [
     "ModelSummarizer",

@@ -25,7 +25,8 @@ from memproc.models import public_thread_id, thread_key
 from memproc.processors.attachments import AttachmentUploader
 from memproc.processors.base import ProcessorContext
 from memproc.processors.tokens import get_token_counter
-from memproc.selectors import messages_existing_rows, thread_owner
+from memproc.selectors.messages import messages_existing_rows
+from memproc.selectors.threads import thread_owner
 from memproc.services.attachments import (
     DjangoAttachmentStore,
     attachment_delete,

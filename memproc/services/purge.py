@@ -14,7 +14,7 @@ from django.utils import timezone
 from memproc import logs, models
 from memproc.conf import DEFAULT_RETENTION, settings
 from memproc.db import memproc_db
-from memproc.selectors import resource_rows
+from memproc.selectors.export import resource_rows
 from memproc.services.attachments import attachment_delete, orphan_files_purge
 from memproc.services.messages import messages_delete
 

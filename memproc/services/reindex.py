@@ -24,7 +24,7 @@ from memproc import models
 from memproc.embedders import get_embedder
 from memproc.exceptions import ValidationError
 from memproc.models import public_thread_id
-from memproc.selectors import thread_key_for
+from memproc.selectors.threads import thread_key_for
 from memproc.services.recall import EMBEDDABLE_ROLES, EmbeddingSource, sources_embed
 from memproc.vectors.pgvector_store import index_tail_merge
 

@@ -7,10 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from memproc import models, selectors
+from memproc import models
 from memproc.messages import Message
 from memproc.models import thread_key
 from memproc.processors.store import ThreadSummaryValue, VectorHit, WorkingMemoryValue
+from memproc.selectors.messages import messages_around, messages_before, messages_existing, messages_recent
+from memproc.selectors.threads import thread_read, working_memory_get
 from memproc.services.attachments.files import DjangoAttachmentStore
 from memproc.services.compaction import summary_value, thread_summary_get
 from memproc.services.recall import query_embed
@@ -36,7 +38,7 @@ class DjangoMemoryStore:
 
     def thread_owner(self, *, thread_id: str, resource_id: str) -> tuple[str, str, int] | None:
         key = thread_key(resource_id, thread_id)
-        owner, summary, _ = selectors.thread_read(thread_key=key, summary=self.summaries)
+        owner, summary, _ = thread_read(thread_key=key, summary=self.summaries)
         if self.summaries:
             self._summaries[key] = None if summary is None else summary_value(summary)
         return owner
@@ -52,20 +54,20 @@ class DjangoMemoryStore:
     ) -> list[Message]:
         key = thread_key(resource_id or "", thread_id)
         if self.before is not None and self.hidden:
-            return selectors.messages_before(thread_key=key, before=self.before, limit=limit)
-        return selectors.messages_recent(thread_key=key, limit=limit)
+            return messages_before(thread_key=key, before=self.before, limit=limit)
+        return messages_recent(thread_key=key, limit=limit)
 
     def messages_existing(self, *, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
         return {
             message_id: where
-            for message_id, where in selectors.messages_existing(ids=ids).items()
+            for message_id, where in messages_existing(ids=ids).items()
             if message_id not in self.hidden
         }
 
     def messages_around(
         self, *, message_ids: Sequence[str], before: int, after: int
     ) -> dict[str, list[Message]]:
-        around = selectors.messages_around(
+        around = messages_around(
             message_ids=[i for i in message_ids if i not in self.hidden], before=before, after=after
         )
         return {i: [m for m in found if m.id not in self.hidden] for i, found in around.items()}
@@ -106,7 +108,7 @@ class DjangoMemoryStore:
     ) -> WorkingMemoryValue:
         if scope == "thread":
             key = thread_key(resource_id or "", key)
-        text, version = selectors.working_memory_get(scope=scope, key=key)
+        text, version = working_memory_get(scope=scope, key=key)
         return WorkingMemoryValue(text=text, version=version)
 
     def thread_metadata(self, *, thread_id: str, resource_id: str | None) -> dict[str, Any] | None:

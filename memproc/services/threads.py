@@ -15,7 +15,8 @@ from memproc.exceptions import (
 )
 from memproc.messages import new_id
 from memproc.models import thread_key
-from memproc.selectors import message_sequence, thread_get
+from memproc.selectors.messages import message_sequence
+from memproc.selectors.threads import thread_get
 from memproc.services.attachments import (
     attachments_release,
 )

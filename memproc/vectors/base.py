@@ -18,7 +18,8 @@ from memproc.embedders import vector_problem
 from memproc.exceptions import ConfigurationError, ValidationError
 from memproc.models import MessageEmbedding
 from memproc.processors.store import VectorHit
-from memproc.selectors import messages_filtered, thread_key_for
+from memproc.selectors.messages import messages_filtered
+from memproc.selectors.threads import thread_key_for
 
 
 @dataclass(frozen=True, slots=True)

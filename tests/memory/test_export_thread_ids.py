@@ -23,7 +23,7 @@ from memproc.models import (
     WorkingMemoryRevision,
     thread_key,
 )
-from memproc.selectors import threads_named
+from memproc.selectors.threads import threads_named
 from memproc.services.export import ImportConflict, resource_export_chunks, resource_import
 from memproc.services.purge import resource_purge
 from tests.factories import TripwireLogFactory

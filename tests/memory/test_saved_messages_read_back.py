@@ -1,7 +1,7 @@
 """A message that was saved reads back as what was saved: id, role, parts, text, metadata, thread,
 resource, its time (aware, in UTC) and its sequence, and with the same types all the way down whichever
 public read returns it (`Memory.recall`, its semantic recall, the next turn's prompt,
-`selectors.messages_recent`, `selectors.messages_by_id`), on SQLite and on PostgreSQL alike."""
+`messages_recent`, `messages_by_id`), on SQLite and on PostgreSQL alike."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memproc import Memory, selectors
+from memproc import Memory
 from memproc.llm.types import ModelResponse, ToolCall
 from memproc.messages import (
     AttachmentRef,
@@ -29,6 +29,8 @@ from memproc.messages import (
 )
 from memproc.models import Message as StoredMessage
 from memproc.models import Thread, thread_key
+from memproc.selectors.messages import messages_by_id, messages_recent
+from memproc.selectors.threads import thread_read
 from memproc.services.messages import messages_insert
 from memproc.tools import tool
 
@@ -111,9 +113,9 @@ def every_read(thread_id: str, ids: list[str]) -> dict[str, list[Message]]:
         "recall by date": Memory(last_messages=last).recall(
             thread_id=thread_id, resource_id=R, date_range=(None, None)
         ),
-        "messages_recent": selectors.messages_recent(thread_key=key, limit=last),
-        "thread_read": selectors.thread_read(thread_key=key, history=last)[2] or [],
-        "messages_by_id": sorted(selectors.messages_by_id(ids=ids).values(), key=lambda m: m.sequence or 0),
+        "messages_recent": messages_recent(thread_key=key, limit=last),
+        "thread_read": thread_read(thread_key=key, history=last)[2] or [],
+        "messages_by_id": sorted(messages_by_id(ids=ids).values(), key=lambda m: m.sequence or 0),
     }
     return {name: [m for m in read if m.id in wanted] for name, read in reads.items()}
 

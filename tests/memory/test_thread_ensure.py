@@ -11,7 +11,7 @@ from django.db import connection, transaction
 
 from memproc import Memory, signals
 from memproc.models import Resource, Thread, thread_key
-from memproc.selectors import thread_get
+from memproc.selectors.threads import thread_get
 from memproc.services.threads import thread_ensure
 
 pytestmark = pytest.mark.django_db

@@ -13,7 +13,8 @@ from memproc.exceptions import MessageConflict, ValidationError
 from memproc.messages import Message
 from memproc.models import Message as StoredMessage
 from memproc.models import Thread, TurnRecord, thread_key
-from memproc.selectors import messages_recent, thread_read
+from memproc.selectors.messages import messages_recent
+from memproc.selectors.threads import thread_read
 from memproc.services.messages import messages_insert
 from memproc.services.store import DjangoMemoryStore
 

@@ -23,7 +23,7 @@ from memproc.models import thread_key
 from memproc.processors import MessageHistory, SemanticRecall, TokenLimiter, ToolCallFilter
 from memproc.processors.semantic_recall import cross_thread_message
 from memproc.processors.tokens import get_token_counter
-from memproc.selectors import messages_recent
+from memproc.selectors.messages import messages_recent
 from memproc.testing import HashEmbedder, ScriptedModel
 from tests.processors.test_conversation_properties import BASE, TOPICS, assert_valid_prompt, threads
 

@@ -19,7 +19,7 @@ from memproc.messages import Message, part_to_json, to_openai
 from memproc.models import thread_key
 from memproc.processors import TokenLimiter, ToolCallFilter
 from memproc.processors.semantic_recall import cross_thread_message
-from memproc.selectors import messages_recent
+from memproc.selectors.messages import messages_recent
 from memproc.testing import HashEmbedder, ScriptedModel
 from tests.reference.model import Config, Expected, Msg, Round, Turn
 

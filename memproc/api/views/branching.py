@@ -15,7 +15,8 @@ from memproc.api.serializers import ThreadSerializer
 from memproc.api.serializers_export import ThreadBranchSerializer
 from memproc.api.views.base import THREAD_RESOURCE_PARAMETER, MemprocViewMixin, errors, id_parameter
 from memproc.exceptions import ValidationError as MemprocValidationError
-from memproc.selectors import message_sequence, threads_for_resources
+from memproc.selectors.messages import message_sequence
+from memproc.selectors.threads import threads_for_resources
 from memproc.services.threads import thread_clone
 
 

@@ -38,13 +38,10 @@ from memproc.api.serializers import (
 from memproc.api.views.base import THREAD_RESOURCE_PARAMETER, MemprocViewMixin, errors, id_parameter
 from memproc.api.views.working_memory import AGENT_PARAMETER, WorkingMemoryMixin, working_memory_config
 from memproc.exceptions import ValidationError as MemprocValidationError
-from memproc.selectors import (
-    THREAD_ORDERINGS,
-    metadata_filter,
-    thread_messages,
-    thread_turns,
-    threads_for_resources,
-)
+from memproc.selectors.filters import metadata_filter
+from memproc.selectors.messages import thread_messages
+from memproc.selectors.threads import THREAD_ORDERINGS, threads_for_resources
+from memproc.selectors.turns import thread_turns
 from memproc.services.threads import thread_clone, thread_create, thread_delete, thread_update
 
 THREAD_ID = id_parameter("The thread id.")

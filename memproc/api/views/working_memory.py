@@ -18,7 +18,7 @@ from memproc.api.views.base import MemprocViewMixin, errors
 from memproc.exceptions import ValidationError as MemprocValidationError
 from memproc.models import Resource, public_thread_id
 from memproc.processors.working_memory import DEFAULT_TEMPLATE
-from memproc.selectors import working_memory_get
+from memproc.selectors.threads import working_memory_get
 from memproc.services.working_memory import working_memory_update
 
 AGENT_PARAMETER = OpenApiParameter(

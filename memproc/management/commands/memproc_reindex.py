@@ -23,7 +23,7 @@ from memproc.agents import get_agent
 from memproc.agents.embedder import recall_embedder
 from memproc.embedders import get_embedder
 from memproc.exceptions import ConfigurationError, ValidationError
-from memproc.selectors import thread_get, thread_named
+from memproc.selectors.threads import thread_get, thread_named
 from memproc.services.reindex import (
     ReindexPosition,
     embedding_index_merge,

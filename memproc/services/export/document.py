@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from memproc import logs, models
 from memproc.models import public_thread_id
-from memproc.selectors import resource_rows
+from memproc.selectors.export import resource_rows
 from memproc.services.attachments import attachment_url
 
 logger = logging.getLogger(__name__)

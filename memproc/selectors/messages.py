@@ -1,0 +1,165 @@
+"""Reads of stored messages: a thread's window, neighbours of recalled hits, lookups by id."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import router
+from django.db.models import Q, QuerySet
+from django.db.models.functions import Substr
+
+from memproc import models
+from memproc.messages import Message, message_from_content
+from memproc.models import public_thread_id, split_thread_key
+from memproc.selectors.filters import metadata_filter
+
+MESSAGE_FIELDS = ("id", "thread_id", "resource_id", "role", "content", "created_at", "sequence")
+
+
+def _messages() -> QuerySet[models.Message]:
+    """Messages on the database the project's router reads them from."""
+    return models.Message.objects.db_manager(router.db_for_read(models.Message)).all()
+
+
+def message_from_row(row: dict[str, Any]) -> Message:
+    return message_from_content(
+        id=row["id"],
+        role=row["role"],
+        content=row["content"] or {},
+        created_at=row["created_at"],
+        thread_id=public_thread_id(row["thread_id"]),
+        resource_id=row["resource_id"],
+        sequence=row.get("sequence"),
+    )
+
+
+def messages_recent(*, thread_key: str, limit: int) -> list[Message]:
+    """The newest `limit` messages of a thread, oldest first. One query on the thread+sequence index."""
+    if limit <= 0:
+        return []
+    rows = _messages().filter(thread_id=thread_key).order_by("-sequence").values(*MESSAGE_FIELDS)[:limit]
+    return [message_from_row(row) for row in reversed(list(rows))]
+
+
+def messages_existing(*, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """{message id: (resource id, thread id) of its thread} of the ids that are stored."""
+    return {message_id: split_thread_key(key) for message_id, key in messages_existing_rows(ids=ids)}
+
+
+def messages_existing_rows(*, ids: Iterable[str]) -> list[tuple[str, str]]:
+    """(message id, thread key) of the ids that are stored. One query; none without ids."""
+    ids = list(ids)
+    if not ids:
+        return []
+    return list(_messages().filter(id__in=ids).values_list("id", "thread_id"))
+
+
+def messages_around(*, message_ids: Sequence[str], before: int, after: int) -> dict[str, list[Message]]:
+    """Each hit with its neighbours from its own thread, grouped by thread in sequence order; messages
+    a guardrail quarantined (`Message.quarantined`) are left out. Two queries: the hits' positions,
+    then every range at once on the thread+sequence index."""
+    if not message_ids:
+        return {}
+    hits = _messages().filter(id__in=list(message_ids)).values_list("thread_id", "sequence")
+    ranges = Q()
+    for key, sequence in hits:
+        ranges |= Q(thread_id=key, sequence__range=(sequence - before, sequence + after))
+    if not ranges:
+        return {}
+    rows = _messages().filter(ranges, quarantined=False).order_by("thread_id", "sequence")
+    grouped: dict[str, list[Message]] = {}
+    for row in rows.values(*MESSAGE_FIELDS):
+        message = message_from_row(row)
+        grouped.setdefault(message.thread_id or "", []).append(message)
+    return grouped
+
+
+def messages_before(*, thread_key: str, before: int, limit: int) -> list[Message]:
+    """The newest `limit` messages of a thread below sequence `before`, oldest first."""
+    if limit <= 0:
+        return []
+    rows = thread_messages(thread_key=thread_key).filter(sequence__lt=before)
+    return [message_from_row(row) for row in reversed(list(rows.reverse().values(*MESSAGE_FIELDS)[:limit]))]
+
+
+def message_ids_from(*, thread_key: str, message_id: str) -> tuple[int | None, list[str]]:
+    """A stored message's sequence and the ids of it and every later message of its thread, or
+    (None, []) when the thread holds no such message."""
+    start = message_sequence(thread_key=thread_key, message_id=message_id)
+    if start is None:
+        return None, []
+    ids = thread_messages(thread_key=thread_key).filter(sequence__gte=start).values_list("pk", flat=True)
+    return start, list(ids)
+
+
+def thread_messages(*, thread_key: str) -> QuerySet[models.Message]:
+    return models.Message.objects.filter(thread_id=thread_key).order_by("sequence")
+
+
+def message_excerpts(*, message_ids: Iterable[str], length: int = 160) -> dict[str, dict[str, Any]]:
+    """`{id: {"thread_id", "role", "sequence", "excerpt"}}` of the messages that still exist: the head
+    of each text, cut in SQL. One query."""
+    ids = list(dict.fromkeys(i for i in message_ids if isinstance(i, str) and i))
+    if not ids:
+        return {}
+    rows = models.Message.objects.filter(pk__in=ids).values(
+        "id", "thread_id", "role", "sequence", excerpt=Substr("text", 1, length)
+    )
+    return {row["id"]: row for row in rows}
+
+
+def messages_filtered(
+    *,
+    thread_key: str | None = None,
+    resource_id: str | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    thread_metadata: Mapping[str, Any] | None = None,
+) -> QuerySet[models.Message]:
+    """Messages of a thread and/or resource created between `start` and `end` (both inclusive, each
+    optional) in threads whose metadata holds `thread_metadata`. The (resource, created_at) index
+    serves a resource's date range."""
+    qs = models.Message.objects.all()
+    if thread_key is not None:
+        qs = qs.filter(thread_id=thread_key)
+    if resource_id is not None:
+        qs = qs.filter(resource_id=resource_id)
+    if start is not None:
+        qs = qs.filter(created_at__gte=start)
+    if end is not None:
+        qs = qs.filter(created_at__lte=end)
+    return metadata_filter(qs, thread_metadata, field="thread__metadata")
+
+
+def messages_recent_filtered(
+    *,
+    thread_key: str,
+    limit: int,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    thread_metadata: Mapping[str, Any] | None = None,
+) -> list[Message]:
+    """The newest `limit` messages of a thread that pass the filters of `messages_filtered`, oldest
+    first. One query."""
+    if limit <= 0:
+        return []
+    qs = messages_filtered(thread_key=thread_key, start=start, end=end, thread_metadata=thread_metadata)
+    rows = qs.order_by("-sequence").values(*MESSAGE_FIELDS)[:limit]
+    return [message_from_row(row) for row in reversed(list(rows))]
+
+
+def messages_by_id(*, ids: Iterable[str]) -> dict[str, Message]:
+    """Stored messages by id (ids that are not stored are missing). One query."""
+    rows = models.Message.objects.filter(id__in=list(ids)).values(*MESSAGE_FIELDS)
+    return {row["id"]: message_from_row(row) for row in rows}
+
+
+def message_sequence(*, thread_key: str, message_id: str) -> int | None:
+    """The position of a message in its thread, or None when the thread holds no such message."""
+    return (
+        models.Message.objects.filter(pk=message_id, thread_id=thread_key)
+        .values_list("sequence", flat=True)
+        .first()
+    )
