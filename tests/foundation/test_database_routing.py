@@ -39,7 +39,9 @@ def test_every_transaction_and_on_commit_names_its_database() -> None:
 
 
 def test_the_scan_finds_a_call_without_using(tmp_path, monkeypatch) -> None:
-    (tmp_path / "bad.py").write_text("from django.db import transaction\nwith transaction.atomic():\n    pass\n")
+    (tmp_path / "bad.py").write_text(
+        "from django.db import transaction\nwith transaction.atomic():\n    pass\n"
+    )
     monkeypatch.setattr(f"{__name__}.PACKAGE", tmp_path)
     assert transaction_calls_without_using() == [f"{tmp_path.name}/bad.py:2 transaction.atomic"]
 

@@ -279,7 +279,9 @@ def test_a_failed_tool_is_logged_masked(make_agent, caplog):
         """Looks a thing up."""
         raise RuntimeError(f"backend refused {query}")
 
-    model = ScriptedModel([ModelResponse(tool_calls=[ToolCall("c1", "lookup", {"query": USER_TEXT})]), "done"])
+    model = ScriptedModel(
+        [ModelResponse(tool_calls=[ToolCall("c1", "lookup", {"query": USER_TEXT})]), "done"]
+    )
     agent = make_agent(model=model, tools=[lookup])
     with caplog.at_level(logging.ERROR, logger="memproc"):
         agent.generate("look it up", thread_id="t", resource_id="r")

@@ -48,7 +48,7 @@ from memproc.api.sse import error_data, stream_response
 from memproc.api.views.base import MemprocViewMixin
 from memproc.events import GenerateResult, StreamEvent
 from memproc.messages import new_id, thaw
-from memproc.selectors import messages_existing
+from memproc.selectors.messages import messages_existing
 from memproc.services.attachments import attachment_check_size
 from memproc.turns.asgi import turn_events
 

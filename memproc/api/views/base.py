@@ -21,7 +21,7 @@ from memproc.api.protocols.auth import authenticator_classes
 from memproc.api.serializers import ErrorSerializer
 from memproc.api.throttling import MemprocUserThrottle
 from memproc.exceptions import ValidationError as MemprocValidationError
-from memproc.selectors import thread_get, thread_named
+from memproc.selectors.threads import thread_get, thread_named
 from memproc.turns.asgi import is_asgi
 
 ERROR_DESCRIPTIONS = {
