@@ -1,0 +1,312 @@
+"""The model and tool loop of a turn: model, then tools, then model again, with the step hooks, the
+attachments resolved for each request and the model's stream passed through the output processors.
+
+`ModelLoop` is the part of `TurnEngine` (memproc.turns.engine) that runs between the turn's start and
+its save; like the rest of the engine it does no I/O of its own, only yields effects."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from django.utils import timezone
+
+from memproc import telemetry
+from memproc.conf import settings
+from memproc.events import StreamEvent, Tripwire
+from memproc.llm.types import ModelRequest, ModelResponse, ToolCall
+from memproc.messages import AttachmentRef, Message, TextPart, ToolCallPart, ToolResultPart, new_id
+from memproc.processors.conversation import Conversation
+from memproc.processors.runner import Blocked, ProcessorRunner, StepView
+from memproc.processors.turn import Turn
+from memproc.services.attachments import attachments_resolve
+from memproc.turns.effects import (
+    Blocking,
+    EngineStep,
+    ModelGenerate,
+    ModelStreamClose,
+    ModelStreamNext,
+    ModelStreamOpen,
+)
+from memproc.turns.tools import tool_run
+
+if TYPE_CHECKING:
+    from memproc.agents.agent import Agent
+
+__all__ = ["FEEDBACK", "ModelLoop", "feedback_message"]
+
+FEEDBACK = (
+    "[Processor Feedback] Your previous response was not accepted: {reason}. "
+    "Please write a new response that addresses this feedback."
+)
+
+
+class ModelLoop:
+    """The model and tool loop, as generator methods of the engine. The attributes are the engine's
+    state that the loop reads and writes; `TurnEngine` sets them up before the loop runs."""
+
+    agent: Agent
+    turn: Turn | None
+    streaming: bool
+    span: Any
+    runner: ProcessorRunner
+    conversation: Conversation
+    input_chain: list[Any]
+    output_chain: list[Any]
+    tool_result_chain: list[Any]
+    has_step_hooks: bool
+    retries: int
+    max_retries: int
+    steps: int
+    usage: dict[str, Any]
+    last_prompt: list[Message]
+    draft: list[Message]
+    _resolved: dict[int, tuple[Message, Message]]
+
+    def _model_loop(self, feedback: list[Message]) -> EngineStep:
+        """Model, then tools, then model again, until an answer without tool calls or the step limit.
+        Every call gets the step hooks; a retry of `process_output_step` re-runs that step."""
+        turn = self.turn
+        assert turn is not None
+        responses: list[Message] = []
+        step_feedback: list[Message] = []
+        step = 0
+        while step < self.agent.max_steps:
+            if self.has_step_hooks:
+                view = yield Blocking(
+                    partial(self.runner.run_input_step, self.input_chain, step=step, responses=responses)
+                )
+                prompt = self.conversation.request_messages(
+                    system=[*view.system, *feedback, *step_feedback], messages=view.messages
+                )
+            else:  # the conversation as the turn's hooks left it, already in order
+                view = StepView(
+                    self.conversation.system, self.conversation.messages, list(turn.tools.values())
+                )
+                prompt = self.conversation.request_messages(
+                    system=[*view.system, *feedback, *step_feedback], responses=responses
+                )
+            self.last_prompt = prompt
+            resolved = yield from self._resolve(prompt)
+            request = ModelRequest(messages=resolved, tools=[t.spec for t in view.tools])
+            self.steps += 1
+            response = yield from self._model_step(request, responses)
+            _add_usage(self.usage, response.usage)
+            calls = [c if c.id else ToolCall(new_id(), c.name, c.args) for c in response.tool_calls]
+            assistant = _assistant_message(response.text, calls, turn)
+            drafted = [*responses, assistant] if assistant.parts else list(responses)
+            self.draft = drafted
+            try:
+                drafted = yield from self._hooks(
+                    "process_output_step",
+                    self.runner.run_output_step,
+                    self.output_chain,
+                    drafted,
+                    step=step,
+                    responses=drafted,
+                    tool_calls=calls,
+                )
+            except Blocked as blocked:
+                tripwire = blocked.tripwire
+                if tripwire.retry and self.retries < self.max_retries:
+                    self.retries += 1
+                    step_feedback = [feedback_message(tripwire)]
+                    if self.streaming:
+                        yield StreamEvent(type="retry", tripwire=tripwire)
+                    continue
+                raise
+            step_feedback = []
+            responses = drafted
+            self.draft = responses
+            allowed = {c.tool_call_id for m in responses if m.role == "assistant" for c in m.tool_calls}
+            to_run = [c for c in calls if c.id in allowed]
+            if self.streaming:
+                for call in to_run:  # announced once its call survived process_output_step
+                    yield StreamEvent(type="tool-call", tool_call=call)
+            if not to_run:
+                break
+            results: list[ToolResultPart] = []
+            for call in to_run:
+                tool_span = telemetry.start_span(
+                    f"execute_tool {call.name}",
+                    parent=self.span,
+                    attributes={
+                        "gen_ai.operation.name": "execute_tool",
+                        "gen_ai.tool.name": call.name,
+                        "gen_ai.tool.call.id": call.id,
+                    },
+                )
+                try:
+                    part = yield Blocking(partial(tool_run, turn=turn, agent=self.agent), (call,))
+                    if part.is_error:
+                        tool_span.set_attribute("error.type", "tool_error")
+                finally:
+                    tool_span.end()
+                self.draft = [*responses, self._tool_message([*results, part])]
+                part = yield from self._hooks(
+                    "process_tool_result",
+                    self.runner.run_tool_result,
+                    self.tool_result_chain,
+                    part,
+                    step=step,
+                    responses=responses,
+                    result=part,
+                )
+                results.append(part)
+                if self.streaming:
+                    yield StreamEvent(type="tool-result", tool_result=part)
+            responses = [*responses, self._tool_message(results)]
+            self.draft = responses
+            step += 1
+        return responses
+
+    def _hooks(
+        self, hook: str, method: Callable[..., Any], chain: Sequence[Any], unchanged: Any, **kwargs: Any
+    ) -> EngineStep:
+        """Runs a hook chain as one blocking step; when no processor has the hook, no step at all."""
+        if not any(getattr(p, hook, None) is not None for p in chain):
+            return unchanged
+        return (yield Blocking(partial(method, chain, **kwargs)))
+
+    def _tool_message(self, results: Sequence[ToolResultPart]) -> Message:
+        turn = self.turn
+        assert turn is not None
+        return Message.create(
+            "tool",
+            tuple(results),
+            thread_id=turn.thread_id,
+            resource_id=turn.resource_id,
+            created_at=timezone.now(),
+        )
+
+    def _resolve(self, messages: list[Message]) -> EngineStep:
+        """Attachment references become URLs or bytes for the request only (what is saved keeps them).
+        Resolved once per message object, so later steps cost no query; no references, no step."""
+        todo = [m for m in messages if id(m) not in self._resolved]
+        if not any(isinstance(p, AttachmentRef) for m in todo for p in m.parts):
+            if not self._resolved:  # nothing resolved so far, nothing to resolve: the prompt as it is
+                return list(messages)
+            resolved = todo
+        else:
+            turn = self.turn
+            assert turn is not None
+            resolved = yield Blocking(
+                partial(
+                    attachments_resolve,
+                    messages=todo,
+                    resource_id=turn.resource_id,
+                    model=self.agent.model,
+                    staged=turn.attachments,
+                )
+            )
+        for original, done in zip(todo, resolved, strict=True):
+            self._resolved[id(original)] = (original, done)
+        return [self._resolved[id(m)][1] for m in messages]
+
+    def _model_step(self, request: ModelRequest, responses: list[Message]) -> EngineStep:
+        """One model call, traced as `chat <model>` (OpenTelemetry GenAI semantic conventions)."""
+        model = self.agent.model
+        provider, _, name = str(getattr(model, "id", "") or self.agent.model_id).rpartition("/")
+        span = telemetry.start_span(
+            f"chat {name}",
+            parent=self.span,
+            client=True,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": provider or None,
+                "gen_ai.request.model": name,
+                "memproc.step": self.steps,
+            },
+        )
+        try:
+            response = yield from self._model_call(model, request, responses)
+            span.set_attributes(
+                {
+                    "gen_ai.usage.input_tokens": response.usage.get("prompt_tokens"),
+                    "gen_ai.usage.output_tokens": response.usage.get("completion_tokens"),
+                    "gen_ai.response.finish_reasons": [response.finish_reason],
+                }
+            )
+            if settings.TRACE_CONTENT:
+                span.set_attribute("gen_ai.output.text", response.text)
+        except BaseException as exc:
+            if not isinstance(exc, GeneratorExit):
+                telemetry.fail(span, exc)
+            raise
+        finally:
+            span.end()
+        return response
+
+    def _model_call(self, model: Any, request: ModelRequest, responses: list[Message]) -> EngineStep:
+        if not self.streaming:
+            return (yield ModelGenerate(model, request))
+        if not (hasattr(model, "stream") or hasattr(model, "astream")):
+            response = yield ModelGenerate(model, request)
+            events = [StreamEvent(type="text-delta", text=response.text)] if response.text else []
+            events += [StreamEvent(type="tool-call", tool_call=c) for c in response.tool_calls]
+            events.append(
+                StreamEvent(type="finish", usage=response.usage, finish_reason=response.finish_reason)
+            )
+            return (yield from self._stream_through_processors(iter(events), None, responses))
+        handle = yield ModelStreamOpen(model, request)
+        try:
+            response = yield from self._stream_through_processors(None, handle, responses)
+        except Exception:
+            yield ModelStreamClose(handle)
+            raise
+        # (A closed engine leaves the stream to its driver, which closes every stream it opened.)
+        yield ModelStreamClose(handle)
+        return response
+
+    def _stream_through_processors(
+        self, events: Iterator[StreamEvent] | None, handle: Any, responses: list[Message]
+    ) -> EngineStep:
+        turn = self.turn
+        assert turn is not None
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        usage: dict[str, Any] = {}
+        finish = "stop"
+        while True:
+            event = next(events, None) if events is not None else (yield ModelStreamNext(handle))
+            if event is None:
+                break
+            if event.type == "finish":
+                usage, finish = dict(event.usage or {}), event.finish_reason or finish
+            elif event.type == "tool-call" and event.tool_call is not None:
+                calls.append(event.tool_call)  # calls run whatever stream processors make of the event
+            # The model's finish goes through the processors too, so buffering ones can flush what
+            # they hold; the turn itself emits the one finish event the client sees, with the result.
+            # Tool calls are announced after process_output_step, once they are sure to run.
+            for part in self.runner.run_stream_part(self.output_chain, event):
+                if part.type in ("finish", "tool-call"):
+                    continue
+                if part.type == "text-delta":
+                    text.append(part.text)
+                    self.draft = [*responses, _assistant_message("".join(text), [], turn)]
+                yield part
+        return ModelResponse(text="".join(text), tool_calls=calls, usage=usage, finish_reason=finish)
+
+
+def feedback_message(tripwire: Tripwire) -> Message:
+    """The system message that tells the model why its response was refused, for a retry."""
+    return Message.create("system", FEEDBACK.format(reason=tripwire.reason.rstrip(".")))
+
+
+def _assistant_message(text: str, calls: Sequence[ToolCall], turn: Turn) -> Message:
+    parts: list[Any] = [TextPart(text)] if text else []
+    parts += [ToolCallPart(c.id or new_id(), c.name, c.args) for c in calls]
+    return Message.create(
+        "assistant",
+        tuple(parts),
+        thread_id=turn.thread_id,
+        resource_id=turn.resource_id,
+        created_at=timezone.now(),
+    )
+
+
+def _add_usage(total: dict[str, Any], usage: dict[str, Any]) -> None:
+    for key, value in (usage or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            total[key] = total.get(key, 0) + value

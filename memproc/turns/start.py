@@ -1,0 +1,123 @@
+"""A turn's start: its input normalised and checked, and its thread's ownership read, into the
+`Turn` (memproc.processors.turn) that its processors and its save share."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.utils import timezone
+
+from memproc.exceptions import ThreadNotFoundError, ValidationError
+from memproc.messages import Message, MessageInput, new_id, to_messages
+from memproc.models import split_thread_key, thread_key
+from memproc.processors.conversation import unanswered_calls
+from memproc.processors.turn import Turn
+from memproc.selectors.messages import message_ids_from
+from memproc.selectors.threads import thread_key_for
+from memproc.services.store import DjangoMemoryStore
+
+if TYPE_CHECKING:
+    from memproc.agents.agent import Agent
+
+__all__ = ["turn_start"]
+
+
+def turn_start(
+    agent: Agent,
+    messages: MessageInput,
+    *,
+    thread_id: str | None,
+    resource_id: str | None,
+    memory_options: dict[str, Any] | None = None,
+    summaries: bool = True,
+    replace_from: str | None = None,
+) -> Turn:
+    """Normalises input and checks thread ownership (one query when the agent has memory, and one
+    more for the thread's compaction summary with `summaries`).
+
+    System messages in the input are kept apart: used for this turn after the instructions, never
+    saved (rule 18).
+
+    With `replace_from` (a stored message of the thread) the turn replaces that message and every
+    later one: it reads the thread as it was before them, and its save deletes them in the same
+    transaction; a turn that fails, is blocked or saves nothing leaves them as they were."""
+    now = timezone.now()
+    raw = messages if isinstance(messages, list | tuple) else [messages]
+    client_ids = {
+        str(item.id if isinstance(item, Message) else item["id"])
+        for item in raw
+        if isinstance(item, Message) or (isinstance(item, dict) and item.get("id"))
+    }
+    given = to_messages(messages)
+    system_input = [
+        m.replace(created_at=m.created_at or now, thread_id=thread_id, resource_id=resource_id)
+        for m in given
+        if m.role == "system"
+    ]
+    inputs = [m for m in given if m.role != "system"]
+    if not inputs:
+        raise ValidationError("messages need at least one message that is not a system message")
+    ids = [m.id for m in inputs]
+    if len(set(ids)) != len(ids):
+        twice = next(i for i in ids if ids.count(i) > 1)
+        raise ValidationError(f"message id {twice!r} is used twice in this turn's input; ids must be unique")
+    unanswered = unanswered_calls(inputs)
+    if unanswered:
+        index, calls = next(iter(unanswered.items()))
+        raise ValidationError(
+            f"tool call {calls[0]!r} of input message {index} has no result: the tool messages right after "
+            "it must answer each of its calls (a provider refuses an unanswered call)"
+        )
+    memory = agent.memory_for(memory_options)
+    store = None
+    replaces: list[str] = []
+    exists, title, last_sequence = False, "", None
+    if memory is not None:
+        store = DjangoMemoryStore(summaries=summaries)
+        if not resource_id:
+            resource_id = _resource_of(thread_id)
+        thread_id = thread_id or new_id()
+        row = store.thread_owner(thread_id=thread_id, resource_id=resource_id)
+        if row is not None:
+            _, title, last_sequence = row
+            exists = True
+        if exists and replace_from:
+            cut, replaces = message_ids_from(
+                thread_key=thread_key(resource_id, thread_id), message_id=replace_from
+            )
+            if cut is not None:
+                store = DjangoMemoryStore(summaries=summaries, before=cut, hidden=replaces)
+                store.thread_owner(thread_id=thread_id, resource_id=resource_id)
+    inputs = [
+        m.replace(created_at=m.created_at or now, thread_id=thread_id, resource_id=resource_id)
+        for m in inputs
+    ]
+    turn = Turn(
+        agent=agent,
+        thread_id=thread_id,
+        resource_id=resource_id,
+        store=store,
+        input_messages=inputs,
+        client_ids=client_ids,
+        system_input=system_input,
+        thread_exists=exists,
+        thread_title=title,
+        thread_last_sequence=last_sequence,
+        memory_options=dict(memory_options or {}),
+        replaces=replaces,
+    )
+    for t in agent.tools:
+        turn.add_tool(t)
+    return turn
+
+
+def _resource_of(thread_id: str | None) -> str:
+    """The resource of the one thread called `thread_id`, for a caller who named no resource (Python;
+    the HTTP API always settles it). A thread id names a thread within its resource, so an id that
+    several resources use needs the caller to say which."""
+    if not thread_id:
+        raise ValidationError("resource_id is required to start a thread")
+    try:
+        return split_thread_key(thread_key_for(thread_id=thread_id))[0]
+    except ThreadNotFoundError:
+        raise ValidationError("resource_id is required to start a thread") from None
