@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -34,19 +33,13 @@ DEFAULT_WORKING_MEMORY_TEMPLATE = """# User Information
 _SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
-def schema_validator(schema: Mapping[str, Any]) -> Any:
-    """A validator for `schema`, built once per distinct schema in this process.
-
-    Checking a schema against its metaschema costs more than validating a call, and some tools (the
-    working-memory one) are rebuilt every turn with the same schema.
-    """
-    return _validator_for(json.dumps(schema, sort_keys=True))
-
-
-def _validator_for(schema_json: str) -> Any:
-    schema = json.loads(schema_json)
+def schema_validator(schema: Mapping[str, Any], *, check: bool = True) -> Any:
+    """A validator for `schema`; with `check`, the schema is first checked against its metaschema
+    (jsonschema.SchemaError). That check costs ~2 ms, forty times a validation: a tool is built once
+    and keeps its validator, and memproc's own per-turn tools skip it (`Tool.schema_checked`)."""
     cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
+    if check:
+        cls.check_schema(schema)
     return cls(schema)
 
 
@@ -71,6 +64,9 @@ class Tool:
     wants_context: bool = False
     # Calls of tools marked internal (working memory) are never saved to history.
     internal: bool = False
+    # A schema a test has checked (memproc's own constants): the tool is rebuilt every turn, and the
+    # metaschema check (~2 ms) was a third of a W3 turn's memory work.
+    schema_checked: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -81,7 +77,7 @@ class Tool:
 
     @cached_property
     def validator(self) -> Any:
-        return schema_validator(self.parameters)
+        return schema_validator(self.parameters, check=not self.schema_checked)
 
     @property
     def spec(self) -> ToolSpec:

@@ -30,6 +30,9 @@ class PendingWorkingMemory:
     mode: str
     template: str
     schema: dict[str, Any] | None
+    # (text, version) as the turn read it, for the first change of a turn: the write swaps against it
+    # without reading again; None for a later change, which follows the one before it.
+    expected: tuple[str, int] | None = None
 
 
 @dataclass

@@ -16,6 +16,11 @@ from memproc.tools import DEFAULT_WORKING_MEMORY_TEMPLATE, WORKING_MEMORY_TOOL, 
 
 TOOL_NAME = WORKING_MEMORY_TOOL
 DEFAULT_TEMPLATE = DEFAULT_WORKING_MEMORY_TEMPLATE
+# The update tool's arguments, by mode: an object of changed fields, or the whole Markdown document.
+UPDATE_TOOL_PARAMETERS: dict[str, dict[str, Any]] = {
+    mode: {"type": "object", "properties": {"memory": {"type": kind}}, "required": ["memory"]}
+    for mode, kind in (("schema", "object"), ("markdown", "string"))
+}
 SIZE_LIMIT_MESSAGE = "working memory is limited to {limit} tokens; rewrite it shorter"
 
 MARKDOWN_INSTRUCTIONS = """WORKING MEMORY
@@ -88,6 +93,7 @@ class WorkingMemory:
             value = store.working_memory_get(scope=self.scope, key=key, resource_id=ctx.resource_id)
             current, version = value.text, value.version
         ctx.state["current"] = current
+        ctx.state["read"] = (current, version)
         turn.info["working_memory"] = current
         turn.info["working_memory_version"] = {"scope": self.scope, "key": key, "version": version}
         if not self.read_only:
@@ -119,11 +125,10 @@ class WorkingMemory:
         )
 
     def update_tool(self, state: dict[str, Any], key: str) -> Tool:
+        params = UPDATE_TOOL_PARAMETERS[self.mode]
         if self.mode == "schema":
-            params = {"type": "object", "properties": {"memory": {"type": "object"}}, "required": ["memory"]}
             description = "Update the working memory: send only changed fields (objects merge, null deletes)."
         else:
-            params = {"type": "object", "properties": {"memory": {"type": "string"}}, "required": ["memory"]}
             description = "Replace the working memory with the complete updated Markdown."
 
         def execute(memory: Any, context: ToolContext) -> dict[str, Any]:
@@ -136,6 +141,7 @@ class WorkingMemory:
             execute=execute,
             wants_context=True,
             internal=True,
+            schema_checked=True,  # constants, checked by tests/pipeline/test_tool_validation.py
         )
 
     def apply_update(
@@ -164,6 +170,7 @@ class WorkingMemory:
                     mode=self.mode,
                     template=self.template,
                     schema=self.schema,
+                    expected=state.pop("read", None),
                 )
             )
         return {"success": True}

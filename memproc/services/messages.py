@@ -40,15 +40,22 @@ from memproc.services.threads import thread_ensure
 from memproc.signals import messages_saved, send_after_commit
 
 
-def sequences_allocate(*, thread_key: str, count: int, using: str) -> int:
+def sequences_allocate(*, thread_key: str, count: int, using: str, expected: int | None = None) -> int:
     """Reserves `count` sequence numbers for a thread; returns the first.
 
     The UPDATE takes the thread's row lock (PostgreSQL) or the database write lock (SQLite) until the
-    surrounding transaction ends, so concurrent turns on one thread never interleave; the read after
-    it, in the same transaction, sees this turn's own value.
+    surrounding transaction ends, so concurrent turns on one thread never interleave. With `expected`,
+    the last sequence the caller read (a turn, at its start), one UPDATE swaps it for the new one;
+    when another writer moved it meanwhile, the sequence is bumped and read back.
     """
     threads = models.Thread.objects.using(using).filter(pk=thread_key)
-    if not threads.update(last_sequence=F("last_sequence") + count, updated_at=timezone.now()):
+    now = timezone.now()
+    swapped = expected is not None and threads.filter(last_sequence=expected).update(
+        last_sequence=expected + count, updated_at=now
+    )
+    if swapped:
+        return expected + 1  # type: ignore[operator]
+    if not threads.update(last_sequence=F("last_sequence") + count, updated_at=now):
         raise ValidationError(f"Thread {public_thread_id(thread_key)!r} does not exist")
     return threads.values_list("last_sequence", flat=True).get() - count + 1
 
@@ -59,9 +66,11 @@ def messages_insert(
     resource_id: str,
     messages: Sequence[Message],
     agent_id: str = "",
+    last_sequence: int | None = None,
 ) -> None:
     """Appends messages to an existing thread, in order, with the ORM: one sequence UPDATE (which
-    holds the thread's lock until the transaction ends), its read, and one bulk INSERT."""
+    holds the thread's lock until the transaction ends), its read unless `last_sequence` (the value
+    the caller read) still holds, and one bulk INSERT."""
     if not messages:
         return
     if any(m.role == "system" for m in messages):
@@ -70,7 +79,7 @@ def messages_insert(
     using = memproc_db()
     # Inside a caller's transaction a failure aborts it whole anyway: no savepoint of our own.
     with transaction.atomic(using=using, savepoint=False):
-        first = sequences_allocate(thread_key=key, count=len(messages), using=using)
+        first = sequences_allocate(thread_key=key, count=len(messages), using=using, expected=last_sequence)
         now = timezone.now()
         rows = [
             models.Message(

@@ -45,6 +45,7 @@ def working_memory_update(
     resource_id: str = "",
     agent_id: str = "",
     max_tokens: int | None = None,
+    expected: tuple[str, int] | None = None,
 ) -> tuple[str, int]:
     """Applies an update safely across processes and records a revision. Returns (text, version).
     `key` is the thread's key (scope "thread", see `models.thread_key`) or the resource id;
@@ -53,14 +54,18 @@ def working_memory_update(
 
     Each attempt reads the current value and version, computes the next value, and writes it only if
     the version is unchanged (compare-and-swap); a concurrent writer makes it re-read and re-merge.
+    `expected`, the (text, version) the caller read (a turn, at its start), stands for the first read.
     """
     model = _model_for(scope)
     alias = memproc_db()
     if scope == "resource":
         models.Resource.objects.using(alias).bulk_create([models.Resource(pk=key)], ignore_conflicts=True)
     rows = model.objects.using(alias).filter(pk=key)
-    for _ in range(MAX_CAS_ATTEMPTS):
-        row = rows.values_list("working_memory", "working_memory_version").first()
+    for attempt in range(MAX_CAS_ATTEMPTS):
+        if attempt == 0 and expected is not None:
+            row: tuple[str, int] | None = expected
+        else:
+            row = rows.values_list("working_memory", "working_memory_version").first()
         if row is None:
             shown = public_thread_id(key) if scope == "thread" else key
             raise ValidationError(f"No {scope} with id {shown!r}")

@@ -31,6 +31,7 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
         return
     assert turn.thread_id and turn.resource_id
     key = thread_key(turn.resource_id, turn.thread_id)
+    last_sequence = turn.thread_last_sequence if turn.thread_exists else 0
     with atomic_write(memproc_db()):
         if not turn.thread_exists:
             thread_ensure(thread_id=turn.thread_id, resource_id=turn.resource_id, agent_id=turn.agent.id)
@@ -46,12 +47,14 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
                 resource_id=turn.resource_id,
                 messages=writes.messages,
                 agent_id=turn.agent.id,
+                last_sequence=last_sequence,
             )
             attachments_link(resource_id=turn.resource_id, messages=writes.messages)
         if record is not None:
             turn_record_insert(**record)
+        memory_now: tuple[str, int] | None = None  # the value the previous change left
         for wm in writes.working_memory:
-            working_memory_update(
+            memory_now = working_memory_update(
                 scope=wm.scope,
                 key=key if wm.scope == "thread" else wm.key,
                 value=wm.value,
@@ -62,6 +65,7 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
                 thread_key=key,
                 resource_id=turn.resource_id,
                 agent_id=turn.agent.id,
+                expected=wm.expected or memory_now,
             )
         if writes.embed:
             _enqueue_embedding(turn)

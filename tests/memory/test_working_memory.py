@@ -218,3 +218,36 @@ def test_agent_level_echo_model_updates_working_memory(make_agent):
     agent = Agent(id="echo", model="local/echo", memory=Memory(working_memory=True))
     agent.generate("my name is Grace", thread_id=T, resource_id=R)
     assert "Grace" in Resource.objects.get(pk=R).working_memory
+
+
+def test_a_change_made_while_the_model_answers_is_merged_not_lost(make_agent):
+    """The turn writes against the value it read; an operator's change meanwhile makes that swap fail,
+    and the model's change is merged into the new value (schema mode merges fields)."""
+
+    def change_meanwhile(request):
+        working_memory_update(scope="resource", key=R, value={"name": "Ada"}, source="code", mode="schema")
+        return update({"prefs": {"tea": True}})
+
+    agent = make_agent(
+        model=ScriptedModel(["hi", change_meanwhile, "ok"]), memory=Memory(working_memory={"schema": SCHEMA})
+    )
+    agent.generate("one", thread_id=T, resource_id=R)
+    agent.generate("two", thread_id=T, resource_id=R)
+    resource = Resource.objects.get(pk=R)
+    assert json.loads(resource.working_memory) == {"name": "Ada", "prefs": {"tea": True}}
+    assert resource.working_memory_version == 2
+    assert list(WorkingMemoryRevision.objects.order_by("version").values_list("source", flat=True)) == [
+        "code",
+        "model",
+    ]
+
+
+def test_two_changes_in_one_turn_each_land_once(make_agent):
+    agent = make_agent(
+        model=ScriptedModel([update({"name": "Ada"}), update({"prefs": {"tea": True}}), "ok"]),
+        memory=Memory(working_memory={"schema": SCHEMA}),
+    )
+    agent.generate("one", thread_id=T, resource_id=R)
+    resource = Resource.objects.get(pk=R)
+    assert json.loads(resource.working_memory) == {"name": "Ada", "prefs": {"tea": True}}
+    assert resource.working_memory_version == 2
