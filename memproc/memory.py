@@ -340,7 +340,7 @@ class Memory:
         key, resource_id = self._key(thread_id, resource_id)
         history: list[Message] = []
         if limit:
-            owner, _, recent = thread_read(thread_key=key, history=limit)
+            owner, _, recent, _ = thread_read(thread_key=key, history=limit)
             if owner is not None and recent is not None:
                 history = recent
         if not query or not self.recall_options:

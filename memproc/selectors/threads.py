@@ -7,7 +7,7 @@ import binascii
 import json
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import router
 from django.db.models import Q, QuerySet
@@ -28,15 +28,27 @@ def _threads() -> QuerySet[models.Thread]:
 SUMMARY_FIELDS = ("text", "covered_sequence", "version", "counted_through", "counted_tokens")
 
 
+class ThreadRead(NamedTuple):
+    """What a turn's first read found (see `thread_read`)."""
+
+    owner: tuple[str, str, int] | None  # (resource id, title, last sequence); None: no such thread
+    summary: tuple[Any, ...] | None  # SUMMARY_FIELDS of its compaction summary
+    recent: list[Message] | None  # its newest messages, oldest first
+    memory: tuple[str, int] | None  # its working memory's (text, version)
+
+
 def thread_read(
-    *, thread_key: str, history: int = 0, summary: bool = False
-) -> tuple[tuple[str, str, int] | None, tuple[Any, ...] | None, list[Message] | None]:
-    """A turn's first read: the thread's (resource id, title, last sequence) or None; with `summary`
-    its compaction summary's fields (SUMMARY_FIELDS; None without one); with `history` its newest
-    `history` messages, oldest first (None when not asked for). One query, plus one for each."""
-    owner = thread_owner(thread_key=thread_key)
-    if owner is None:
-        return None, None, None
+    *, thread_key: str, history: int = 0, summary: bool = False, memory: bool = False
+) -> ThreadRead:
+    """A turn's first read: the thread's owner, with `memory` its working memory in the same query;
+    with `summary` its compaction summary's fields (None without one); with `history` its newest
+    `history` messages (None when not asked for). One query, plus one for each of the last two."""
+    fields = ("resource_id", "title", "last_sequence")
+    if memory:
+        fields += ("working_memory", "working_memory_version")
+    row = _threads().filter(pk=thread_key).order_by().values_list(*fields).first()
+    if row is None:
+        return ThreadRead(None, None, None, None)
     summary_row = None
     if summary:
         summary_row = (
@@ -47,18 +59,12 @@ def thread_read(
             .first()
         )
     recent = messages_recent(thread_key=thread_key, limit=history) if history > 0 else None
-    return owner, summary_row, recent
+    return ThreadRead(row[:3], summary_row, recent, (row[3], int(row[4])) if memory else None)
 
 
 def thread_owner(*, thread_key: str) -> tuple[str, str, int] | None:
     """(resource id, title, last sequence) of a thread, or None. One query."""
-    return (
-        _threads()
-        .filter(pk=thread_key)
-        .order_by()
-        .values_list("resource_id", "title", "last_sequence")
-        .first()
-    )
+    return thread_read(thread_key=thread_key).owner
 
 
 def thread_get(*, thread_id: str, resource_id: str) -> models.Thread | None:

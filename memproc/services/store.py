@@ -23,25 +23,36 @@ class DjangoMemoryStore:
     """Reads through selectors and the configured vector store. Writes go through the turn.
 
     One per turn. The turn's first read (`thread_owner`) also reads the thread's compaction summary
-    when the turn compacts (`summaries`), kept for `thread_summary`.
+    when the turn compacts (`summaries`), kept for `thread_summary`, and, in the same query as the
+    thread, its working memory when the turn uses the thread's (`thread_memory`), kept for
+    `working_memory_get`.
     """
 
     def __init__(
-        self, *, summaries: bool = True, before: int | None = None, hidden: Iterable[str] = ()
+        self,
+        *,
+        summaries: bool = True,
+        thread_memory: bool = False,
+        before: int | None = None,
+        hidden: Iterable[str] = (),
     ) -> None:
         # With `before`, the turn replaces the thread's messages from that sequence on (`hidden`,
         # their ids): it reads the thread as it was before them.
         self.summaries = summaries
+        self.thread_memory = thread_memory
         self.before = before
         self.hidden = frozenset(hidden)
         self._summaries: dict[str, ThreadSummaryValue | None] = {}
+        self._memories: dict[str, tuple[str, int]] = {}
 
     def thread_owner(self, *, thread_id: str, resource_id: str) -> tuple[str, str, int] | None:
         key = thread_key(resource_id, thread_id)
-        owner, summary, _ = thread_read(thread_key=key, summary=self.summaries)
+        read = thread_read(thread_key=key, summary=self.summaries, memory=self.thread_memory)
         if self.summaries:
-            self._summaries[key] = None if summary is None else summary_value(summary)
-        return owner
+            self._summaries[key] = None if read.summary is None else summary_value(read.summary)
+        if read.memory is not None:
+            self._memories[key] = read.memory
+        return read.owner
 
     def thread_summary(self, *, thread_id: str, resource_id: str | None) -> ThreadSummaryValue | None:
         key = thread_key(resource_id or "", thread_id)
@@ -108,7 +119,8 @@ class DjangoMemoryStore:
     ) -> WorkingMemoryValue:
         if scope == "thread":
             key = thread_key(resource_id or "", key)
-        text, version = working_memory_get(scope=scope, key=key)
+        found = self._memories.get(key) if scope == "thread" else None
+        text, version = found or working_memory_get(scope=scope, key=key)
         return WorkingMemoryValue(text=text, version=version)
 
     def thread_metadata(self, *, thread_id: str, resource_id: str | None) -> dict[str, Any] | None:

@@ -35,6 +35,7 @@ from memproc.processors.conversation import Conversation
 from memproc.processors.message_history import savable
 from memproc.processors.runner import Blocked, ProcessorRunner
 from memproc.processors.turn import Turn, TurnWrites
+from memproc.processors.working_memory import WorkingMemory
 from memproc.services.attachments import attachments_discard
 from memproc.signals import send_after_commit, turn_completed
 from memproc.turns.commit import blocked_save, turn_commit, turn_manifest
@@ -116,6 +117,7 @@ class TurnEngine(ModelLoop):
             resource_id=resource_id,
             memory_options=memory_options,
             summaries=any(getattr(p, "compaction", None) is not None for p in self.input_chain),
+            thread_memory=any(isinstance(p, WorkingMemory) and p.scope == "thread" for p in self.input_chain),
             replace_from=self.replace_from,
         )
 

@@ -30,10 +30,12 @@ def turn_start(
     resource_id: str | None,
     memory_options: dict[str, Any] | None = None,
     summaries: bool = True,
+    thread_memory: bool = False,
     replace_from: str | None = None,
 ) -> Turn:
     """Normalises input and checks thread ownership (one query when the agent has memory, and one
-    more for the thread's compaction summary with `summaries`).
+    more for the thread's compaction summary with `summaries`; the thread's working memory comes with
+    the first with `thread_memory`).
 
     System messages in the input are kept apart: used for this turn after the instructions, never
     saved (rule 18).
@@ -73,7 +75,7 @@ def turn_start(
     replaces: list[str] = []
     exists, title, last_sequence = False, "", None
     if memory is not None:
-        store = DjangoMemoryStore(summaries=summaries)
+        store = DjangoMemoryStore(summaries=summaries, thread_memory=thread_memory)
         if not resource_id:
             resource_id = _resource_of(thread_id)
         thread_id = thread_id or new_id()
@@ -86,7 +88,9 @@ def turn_start(
                 thread_key=thread_key(resource_id, thread_id), message_id=replace_from
             )
             if cut is not None:
-                store = DjangoMemoryStore(summaries=summaries, before=cut, hidden=replaces)
+                store = DjangoMemoryStore(
+                    summaries=summaries, thread_memory=thread_memory, before=cut, hidden=replaces
+                )
                 store.thread_owner(thread_id=thread_id, resource_id=resource_id)
     inputs = [
         m.replace(created_at=m.created_at or now, thread_id=thread_id, resource_id=resource_id)

@@ -43,7 +43,7 @@ def _ids(messages: list[Message] | None) -> list[str] | None:
 
 def test_thread_read_gives_the_owner_and_the_same_window_as_messages_recent():
     ids = _thread_with(Memory(), 7)
-    owner, summary, recent = thread_read(thread_key=KEY, history=4)
+    owner, summary, recent, _ = thread_read(thread_key=KEY, history=4)
     assert owner == (R, "", 7)
     assert summary is None
     assert _ids(recent) == ids[-4:] == _ids(messages_recent(thread_key=KEY, limit=4))
@@ -58,25 +58,25 @@ def test_thread_read_of_a_short_thread_gives_all_of_it():
 
 def test_thread_read_of_an_empty_thread_gives_no_messages():
     Memory().create_thread(resource_id=R, thread_id=T)
-    assert thread_read(thread_key=KEY, history=10) == ((R, "", 0), None, [])
+    assert thread_read(thread_key=KEY, history=10) == ((R, "", 0), None, [], None)
 
 
 def test_thread_read_of_a_missing_thread_is_none():
-    assert thread_read(thread_key=KEY, history=10, summary=True) == (None, None, None)
+    assert thread_read(thread_key=KEY, history=10, summary=True) == (None, None, None, None)
 
 
 def test_thread_read_without_history_gives_the_owner_and_no_messages(django_assert_max_num_queries):
     _thread_with(Memory(), 3)
     with django_assert_max_num_queries(1):
-        owner, _, recent = thread_read(thread_key=KEY)
-    assert owner == (R, "", 3) and recent is None
+        owner, _, recent, memory = thread_read(thread_key=KEY)
+    assert owner == (R, "", 3) and recent is None and memory is None
 
 
 def test_a_window_with_a_deleted_message_reaches_past_the_gap():
     ids = _thread_with(Memory(), 8)
     StoredMessage.objects.filter(id=ids[6]).delete()
     expected = [ids[3], ids[4], ids[5], ids[7]]
-    owner, _, recent = thread_read(thread_key=KEY, history=4)
+    owner, _, recent, _ = thread_read(thread_key=KEY, history=4)
     assert owner == (R, "", 8) and _ids(recent) == expected
     store = DjangoMemoryStore(summaries=False)
     assert store.thread_owner(thread_id=T, resource_id=R) == (R, "", 8)
@@ -312,3 +312,25 @@ def test_a_message_saved_while_the_model_answers_goes_before_the_turns_own(make_
     rows = StoredMessage.objects.filter(thread=KEY).order_by("sequence").values_list("text", "sequence")
     assert list(rows) == [("message 0", 1), ("message 1", 2), ("meanwhile", 3), ("ask", 4), ("answer", 5)]
     assert Thread.objects.get(pk=KEY).last_sequence == 5
+
+
+def test_a_turn_with_the_threads_working_memory_reads_the_thread_row_once(make_agent, model):
+    """The working memory comes with the turn's first read; the model sees it, and a change the model
+    makes is written against it without reading the row again."""
+    from memproc.llm.types import ModelResponse, ToolCall
+    from memproc.services.working_memory import working_memory_update
+
+    agent = make_agent(memory=Memory(last_messages=4, working_memory={"scope": "thread"}))
+    model.add("first")
+    agent.generate("hello", thread_id=T, resource_id=R)
+    working_memory_update(scope="thread", key=KEY, value="# Notes\n- likes tea", source="code")
+    model.add(ModelResponse(tool_calls=[ToolCall("w1", "updateWorkingMemory", {"memory": "# Notes\n- tea"})]))
+    model.add("noted")
+    with CaptureQueriesContext(connection) as queries:
+        agent.generate("again", thread_id=T, resource_id=R)
+    thread_reads = [
+        q["sql"] for q in queries if q["sql"].startswith("SELECT") and 'FROM "memproc_thread"' in q["sql"]
+    ]
+    assert len(thread_reads) == 1, thread_reads
+    assert "- likes tea" in next(m.text for m in model.requests[-2].messages if m.id == "working-memory")
+    assert Thread.objects.get(pk=KEY).working_memory == "# Notes\n- tea"
