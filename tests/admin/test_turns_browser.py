@@ -2,12 +2,14 @@
 under a reply, follows it into the transcript, and photographs the panel for the docs.
 
 Headless Chromium from Debian's `chromium` package, driven by Playwright's Python package (never
-`playwright install`). The screenshot is written to docs/screenshots/admin-why-the-model-saw-this.png.
+`playwright install`). The screenshot goes to $MEMPROC_SCREENSHOTS (docs/screenshots/ when refreshing the README's).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -19,7 +21,11 @@ from django.urls import reverse
 from tests.admin.test_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.admin.turn_data import make_turns
 
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "screenshots" / "admin-why-the-model-saw-this.png"
+# docs/screenshots/ only when asked (MEMPROC_SCREENSHOTS=docs/screenshots): a plain run changes no tracked file.
+SCREENSHOT = (
+    Path(os.environ.get("MEMPROC_SCREENSHOTS", Path(tempfile.gettempdir()) / "memproc-screenshots"))
+    / "admin-why-the-model-saw-this.png"
+)
 
 pytestmark = [
     pytest.mark.browser,
