@@ -44,7 +44,7 @@ from rest_framework.utils.encoders import JSONEncoder
 
 from memproc import logs
 from memproc.api.claim_owner import ClaimOwner, owner_is_gone, this_process
-from memproc.api.serializers import ErrorSerializer
+from memproc.api.serializers.errors import ErrorSerializer
 from memproc.api.sse import frame, sse_response
 from memproc.conf import settings as memproc_settings
 from memproc.db import memproc_db

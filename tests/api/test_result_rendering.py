@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memproc.api.serializers import GenerateResultSerializer, generate_result_data
+from memproc.api.serializers.turns import GenerateResultSerializer, generate_result_data
 from memproc.events import GenerateResult, Tripwire
 from memproc.messages import Message, TextPart, ToolCallPart, ToolResultPart
 

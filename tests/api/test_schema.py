@@ -124,7 +124,7 @@ def test_the_id_pattern_names_every_unprintable_character():
     import sys
     import unicodedata
 
-    from memproc.api.serializers import NON_PRINTABLE
+    from memproc.api.serializers.fields import NON_PRINTABLE
 
     listed = {code for a, b in NON_PRINTABLE for code in range(a, b + 1)}
     unprintable = {

@@ -20,7 +20,7 @@ from rest_framework.test import APIClient
 
 from memproc import Agent, Memory, models
 from memproc.agents import register, unregister
-from memproc.api.serializers import ID_RULES
+from memproc.api.serializers.fields import ID_RULES
 from memproc.testing import ScriptedModel
 from tests.factories import MessageFactory, ThreadFactory
 

@@ -43,7 +43,7 @@ from memproc.api.protocols.common import (
     turn_input_check,
     without_system,
 )
-from memproc.api.serializers import IdField
+from memproc.api.serializers.fields import IdField
 from memproc.api.sse import error_data, stream_response
 from memproc.api.views.base import MemprocViewMixin
 from memproc.events import GenerateResult, StreamEvent

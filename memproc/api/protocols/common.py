@@ -9,7 +9,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from memproc.api.serializers import MessagesField, message_errors
+from memproc.api.serializers.messages import MessagesField, message_errors
 from memproc.api.views.checks import attachments_check
 from memproc.conf import settings as memproc_settings
 from memproc.exceptions import MemprocError

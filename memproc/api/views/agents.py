@@ -25,8 +25,8 @@ from memproc.api.idempotency import (
     idempotent_stream,
 )
 from memproc.api.parsers import MemprocJSONParser, MemprocMultiPartParser
-from memproc.api.serializers import (
-    AgentSerializer,
+from memproc.api.serializers.agents import AgentSerializer
+from memproc.api.serializers.turns import (
     GenerateRequestSerializer,
     GenerateResultSerializer,
     GenerateUploadSerializer,

@@ -11,7 +11,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 
 from memproc import models
-from memproc.api.serializers import AttachmentSerializer
+from memproc.api.serializers.attachments import AttachmentSerializer
 from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
 from memproc.services.attachments import attachment_download_response
 

@@ -18,7 +18,7 @@ from memproc.api.errors import memproc_exception_handler
 from memproc.api.parsers import MemprocJSONParser
 from memproc.api.permissions import HasResources, default_resource, resolve_resources
 from memproc.api.protocols.auth import authenticator_classes
-from memproc.api.serializers import ErrorSerializer
+from memproc.api.serializers.errors import ErrorSerializer
 from memproc.api.throttling import MemprocUserThrottle
 from memproc.exceptions import ValidationError as MemprocValidationError
 from memproc.selectors.threads import thread_get, thread_named

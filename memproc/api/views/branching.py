@@ -11,8 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from memproc import models
-from memproc.api.serializers import ThreadSerializer
-from memproc.api.serializers_export import ThreadBranchSerializer
+from memproc.api.serializers.threads import ThreadBranchSerializer, ThreadSerializer
 from memproc.api.views.base import THREAD_RESOURCE_PARAMETER, MemprocViewMixin, errors, id_parameter
 from memproc.exceptions import ValidationError as MemprocValidationError
 from memproc.selectors.messages import message_sequence

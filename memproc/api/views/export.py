@@ -10,7 +10,7 @@ from rest_framework.request import Request
 
 from memproc import models
 from memproc.api.permissions import TRIPWIRE_READ, has_any_perm
-from memproc.api.serializers_export import EXPORT_DOCUMENT_SCHEMA
+from memproc.api.serializers.export import EXPORT_DOCUMENT_SCHEMA
 from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
 from memproc.services.export import resource_export_chunks
 from memproc.services.export.document import storage_url

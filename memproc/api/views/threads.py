@@ -23,18 +23,15 @@ from memproc.api.pagination import (
     limit_schema,
 )
 from memproc.api.permissions import default_resource
-from memproc.api.serializers import (
-    MessagePageSerializer,
-    MessageSerializer,
+from memproc.api.serializers.messages import MessagePageSerializer, MessageSerializer
+from memproc.api.serializers.threads import (
     ThreadCloneSerializer,
     ThreadCreateSerializer,
     ThreadSerializer,
     ThreadUpdateSerializer,
-    TurnRecordPageSerializer,
-    TurnRecordSerializer,
-    WorkingMemorySerializer,
-    WorkingMemoryUpdateSerializer,
 )
+from memproc.api.serializers.turns import TurnRecordPageSerializer, TurnRecordSerializer
+from memproc.api.serializers.working_memory import WorkingMemorySerializer, WorkingMemoryUpdateSerializer
 from memproc.api.views.base import THREAD_RESOURCE_PARAMETER, MemprocViewMixin, errors, id_parameter
 from memproc.api.views.working_memory import AGENT_PARAMETER, WorkingMemoryMixin, working_memory_config
 from memproc.exceptions import ValidationError as MemprocValidationError

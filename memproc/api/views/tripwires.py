@@ -15,7 +15,7 @@ from memproc import models
 from memproc.api.filters import TripwireFilter
 from memproc.api.pagination import TripwireCursorPagination
 from memproc.api.permissions import TripwireQueuePermission
-from memproc.api.serializers import TripwireLogSerializer, TripwireReviewSerializer
+from memproc.api.serializers.tripwires import TripwireLogSerializer, TripwireReviewSerializer
 from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
 from memproc.services.tripwires import tripwire_review
 

@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from memproc.agents import get_agent
-from memproc.api.serializers import WorkingMemorySerializer, WorkingMemoryUpdateSerializer
+from memproc.api.serializers.working_memory import WorkingMemorySerializer, WorkingMemoryUpdateSerializer
 from memproc.api.views.base import MemprocViewMixin, errors
 from memproc.exceptions import ValidationError as MemprocValidationError
 from memproc.models import Resource, public_thread_id

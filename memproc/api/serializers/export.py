@@ -1,10 +1,6 @@
-"""Serializers of the branch and export endpoints (the input of one, the OpenAPI shape of both)."""
+"""The OpenAPI shape of the export endpoint's document."""
 
 from __future__ import annotations
-
-from rest_framework import serializers
-
-from memproc.api.serializers import IdField
 
 EXPORT_DOCUMENT_SCHEMA = {
     "type": "object",
@@ -30,13 +26,3 @@ EXPORT_DOCUMENT_SCHEMA = {
     },
     "required": ["format", "version", "resource", "threads"],
 }
-
-
-class ThreadBranchSerializer(serializers.Serializer):
-    message_id = serializers.CharField(
-        max_length=255,
-        trim_whitespace=False,
-        help_text="The branch holds the thread's messages up to and including this one.",
-    )
-    id = IdField(required=False, help_text="The new thread's id; generated when omitted.")
-    title = serializers.CharField(required=False, allow_blank=True, max_length=255)

@@ -1,0 +1,198 @@
+"""OpenAI Chat Completions bodies from memproc's results: a completion, the chunks of a streamed one
+(`chat.completion.chunk` frames, then `data: [DONE]`), usage, and errors in OpenAI's
+`{"message", "type", "param", "code"}` shape. `openai` holds the views and the request translation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from rest_framework.utils.encoders import JSONEncoder
+
+from memproc.api.errors import memproc_status
+from memproc.api.sse import error_data
+from memproc.events import GenerateResult, StreamEvent
+from memproc.exceptions import MemprocError
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def openai_error(status: int, data: Any) -> dict[str, Any]:
+    """memproc's error body (`{"detail", "code"}` or field errors) in OpenAI's shape."""
+    message, code, param = "The request failed.", None, None
+    if isinstance(data, Mapping) and "detail" in data:
+        message, code = str(data["detail"]), data.get("code")
+    elif isinstance(data, Mapping) and data:
+        param, errors = next(iter(data.items()))
+        message = _first_message(errors)
+        if param == "non_field_errors":
+            param = None
+        else:
+            message = f"{param}: {message}"
+        code = "invalid_value"
+    elif isinstance(data, list) and data:
+        message, code = _first_message(data), "invalid_value"
+    kind = ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    if status == 401 and code in (None, "not_authenticated", "authentication_failed"):
+        code = "invalid_api_key"
+    return {"message": message, "type": kind, "param": param, "code": code}
+
+
+def _first_message(errors: Any) -> str:
+    while isinstance(errors, (list, tuple)) and errors:
+        errors = errors[0]
+    if isinstance(errors, Mapping) and errors:
+        key, value = next(iter(errors.items()))
+        return f"{key}: {_first_message(value)}"
+    return str(errors)
+
+
+def response_text(result: GenerateResult) -> str:
+    """What the assistant said in the turn, as the client sees it: the text of its responses (after the
+    turn's last user message), steps joined by a blank line, as the stream sends them."""
+    messages = result.messages
+    start = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1) + 1
+    return "\n\n".join(m.text for m in messages[start:] if m.role == "assistant" and m.text)
+
+
+def openai_usage(usage: Mapping[str, Any] | None) -> dict[str, int]:
+    usage = usage or {}
+
+    def number(*keys: str) -> int:
+        for key in keys:
+            value = usage.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return int(value)
+        return 0
+
+    prompt = number("prompt_tokens", "input_tokens")
+    completion = number("completion_tokens", "output_tokens")
+    total = number("total_tokens") or prompt + completion
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
+
+
+def tripwire_extension(result: GenerateResult) -> dict[str, Any]:
+    return {
+        "thread_id": result.thread_id,
+        "resource_id": result.resource_id,
+        "tripwire": result.tripwire.as_dict() if result.tripwire is not None else None,
+    }
+
+
+def completion_body(
+    result: GenerateResult, *, completion_id: str, created: int, model: str, thread_id: str | None
+) -> dict[str, Any]:
+    tripwire = result.tripwire
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": None if tripwire is not None else response_text(result),
+        "refusal": tripwire.reason if tripwire is not None else None,
+    }
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": "content_filter" if tripwire is not None else "stop",
+            }
+        ],
+        "usage": openai_usage(result.usage),
+        "metadata": {"thread_id": result.thread_id or thread_id},
+        "memproc": tripwire_extension(result),
+    }
+
+
+def sse(data: Any) -> bytes:
+    payload = json.dumps(data, cls=JSONEncoder, ensure_ascii=False, separators=(",", ":"))
+    return f"data: {payload}\n\n".encode()
+
+
+class ChunkEncoder:
+    """A turn's stream events as `chat.completion.chunk` frames, then `data: [DONE]`."""
+
+    def __init__(
+        self, *, completion_id: str, created: int, model: str, thread_id: str | None, include_usage: bool
+    ) -> None:
+        self.completion_id = completion_id
+        self.created = created
+        self.model = model
+        self.thread_id = thread_id
+        self.include_usage = include_usage
+        self.text_sent = False
+        self.new_step = False
+
+    def chunk(self, delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
+        body: dict[str, Any] = {
+            "id": self.completion_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": None,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+            "metadata": {"thread_id": self.thread_id},
+            **extra,
+        }
+        if self.include_usage:
+            body["usage"] = None
+        return sse(body)
+
+    def usage(self, result: GenerateResult | None, usage: Mapping[str, Any] | None) -> list[bytes]:
+        if not self.include_usage:
+            return []
+        body = {
+            "id": self.completion_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": None,
+            "choices": [],
+            "usage": openai_usage(result.usage if result is not None else usage),
+            "metadata": {"thread_id": self.thread_id},
+        }
+        return [sse(body)]
+
+    def begin(self) -> list[bytes]:
+        return [self.chunk({"role": "assistant", "content": ""})]
+
+    def event(self, event: StreamEvent) -> list[bytes]:
+        if event.type == "text-delta" and event.text:
+            text = "\n\n" + event.text if self.new_step and self.text_sent else event.text
+            self.new_step, self.text_sent = False, True
+            return [self.chunk({"content": text})]
+        if event.type == "tool-result":
+            self.new_step = True  # the next text is a new step's: a blank line apart, as in `content`
+            return []
+        if event.type == "finish":
+            return [self.chunk({}, "stop"), *self.usage(event.result, event.usage)]
+        if event.type == "tripwire" and event.tripwire is not None:
+            extension = tripwire_extension(event.result) if event.result is not None else {}
+            return [
+                self.chunk({"refusal": event.tripwire.reason}, "content_filter", memproc=extension),
+                *self.usage(event.result, event.usage),
+            ]
+        return []  # server-side tool calls, and retries (the text goes on with the new attempt)
+
+    def error(self, exc: BaseException) -> list[bytes]:
+        status = memproc_status(exc)[0] if isinstance(exc, MemprocError) else 500
+        data = error_data(exc)
+        return [sse({"error": openai_error(status, data)})]
+
+    def end(self) -> list[bytes]:
+        return [b"data: [DONE]\n\n"]
