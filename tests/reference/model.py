@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,8 +51,13 @@ class Msg:
         """What two messages must share to be the same message in a prompt or a thread."""
         return (self.role, self.text, self.calls, self.results)
 
-    def without_tool_parts(self) -> Msg | None:
-        parts = tuple(p for p in self.parts if not isinstance(p, (ToolCallPart, ToolResultPart)))
+    def without_tool_parts(self, *, keep: Collection[str] = ()) -> Msg | None:
+        """This message without its tool calls and results, but those of the call ids in `keep`."""
+        parts = tuple(
+            p
+            for p in self.parts
+            if not (isinstance(p, (ToolCallPart, ToolResultPart)) and p.tool_call_id not in keep)
+        )
         return dataclasses.replace(self, parts=parts) if parts else None
 
     def message(self) -> Message:
@@ -171,9 +176,17 @@ def expected_turn(
 
     window = history_window(stored, cfg, counter)
     recalled_here, recalled_elsewhere, ambiguous = recall(world, cfg, turn, stored, window, new, embed)
-    memory = whole_pairs(sorted_by_sequence(stored, window + recalled_here))
-    if cfg.tool_filter:  # ToolCallFilter: no past tool calls or results in the prompt
-        memory = [k for k in (m.without_tool_parts() for m in memory) if k is not None]
+    first = new[0] if new else None
+    memory = whole_pairs(sorted_by_sequence(stored, window + recalled_here), then=first)
+    if cfg.tool_filter:  # ToolCallFilter: no past tool calls or results in the prompt, but the calls
+        # that the turn's first input answers: the caller's messages stay a valid conversation.
+        answered = set(first.results) if first is not None and first.role == "tool" else set()
+        last = len(memory) - 1
+        memory = [
+            k
+            for i, m in enumerate(memory)
+            if (k := m.without_tool_parts(keep=answered if i == last else ())) is not None
+        ]
 
     wm_shown = working_memory_shown(world, cfg, turn)
     system = ["instructions", *("input" for _ in system_input)]
@@ -315,13 +328,14 @@ def sorted_by_sequence(stored: Sequence[Msg], chosen: Sequence[Msg]) -> list[Msg
     return [m for m in stored if m.id in ids]
 
 
-def whole_pairs(messages: Sequence[Msg]) -> list[Msg]:
+def whole_pairs(messages: Sequence[Msg], *, then: Msg | None = None) -> list[Msg]:
     """Rule 16: an assistant call stays only with its result in the tool message right after it, and
-    a result only with its call in the assistant message right before it."""
+    a result only with its call in the assistant message right before it. `then` is the message that
+    follows in the request (the turn's first input): a remembered call it answers stays."""
     kept: list[Msg] = []
     for i, m in enumerate(messages):
         before = messages[i - 1] if i > 0 else None
-        after = messages[i + 1] if i + 1 < len(messages) else None
+        after = messages[i + 1] if i + 1 < len(messages) else then
         answered = set(after.results) if after is not None and after.role == "tool" else set()
         asked = set(before.calls) if before is not None and before.role == "assistant" else set()
         parts = tuple(
