@@ -1,0 +1,35 @@
+"""The README's "Querying the stored data" snippet runs as written and finds what it says it finds."""
+
+from __future__ import annotations
+
+import pytest
+
+from memproc import Memory
+from memproc.messages import Message
+from memproc.models import TripwireLog
+from tests.factories import TripwireLogFactory
+from tests.foundation.test_readme_verbatim import readme_snippets
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_readme_queries_run_and_find_the_rows() -> None:
+    memory = Memory(working_memory={"scope": "thread"})
+    memory.create_thread(resource_id="user-42", thread_id="support-1")
+    memory.create_thread(resource_id="user-7", thread_id="support-1")  # the same id, another user
+    memory.save_messages(
+        [Message.create("user", "hello"), Message.create("assistant", "hi")],
+        thread_id="support-1",
+        resource_id="user-42",
+        embed=False,
+    )
+    memory.update_working_memory("# Notes\n- likes tea", thread_id="support-1", resource_id="user-42")
+    TripwireLogFactory(status=TripwireLog.Status.PENDING)
+    found: dict = {}
+    exec(readme_snippets()["queries"], found)
+    assert [t.public_id for t in found["threads"]] == ["support-1"]
+    assert found["thread"].resource_id == "user-42"
+    assert [m.text for m in found["history"]] == ["hello", "hi"]
+    assert found["recent"].count() == 2
+    assert "likes tea" in found["notes"]
+    assert found["pending"].count() == 1
