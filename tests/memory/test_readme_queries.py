@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from memproc import Memory
 from memproc.messages import Message
 from memproc.models import TripwireLog
 from tests.factories import TripwireLogFactory
-from tests.foundation.test_readme_verbatim import readme_snippets
+from tests.foundation.test_readme_verbatim import README
+
+# Examples run here, in the suite's database; `readme-test` marks the install steps that
+# tests/foundation/test_readme_verbatim.py follows in a fresh site.
+EXAMPLE = re.compile(r"<!-- readme-example: queries -->\n```python\n(?P<body>.*?)\n```", re.S)
 
 pytestmark = pytest.mark.django_db
 
@@ -26,7 +32,7 @@ def test_the_readme_queries_run_and_find_the_rows() -> None:
     memory.update_working_memory("# Notes\n- likes tea", thread_id="support-1", resource_id="user-42")
     TripwireLogFactory(status=TripwireLog.Status.PENDING)
     found: dict = {}
-    exec(readme_snippets()["queries"], found)
+    exec(EXAMPLE.search(README.read_text())["body"], found)
     assert [t.public_id for t in found["threads"]] == ["support-1"]
     assert found["thread"].resource_id == "user-42"
     assert [m.text for m in found["history"]] == ["hello", "hi"]
