@@ -6,7 +6,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import router
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Substr
 
@@ -16,11 +15,6 @@ from memproc.models import public_thread_id, split_thread_key
 from memproc.selectors.filters import metadata_filter
 
 MESSAGE_FIELDS = ("id", "thread_id", "resource_id", "role", "content", "created_at", "sequence")
-
-
-def _messages() -> QuerySet[models.Message]:
-    """Messages on the database the project's router reads them from."""
-    return models.Message.objects.db_manager(router.db_for_read(models.Message)).all()
 
 
 def message_from_row(row: dict[str, Any]) -> Message:
@@ -39,7 +33,11 @@ def messages_recent(*, thread_key: str, limit: int) -> list[Message]:
     """The newest `limit` messages of a thread, oldest first. One query on the thread+sequence index."""
     if limit <= 0:
         return []
-    rows = _messages().filter(thread_id=thread_key).order_by("-sequence").values(*MESSAGE_FIELDS)[:limit]
+    rows = (
+        models.Message.objects.filter(thread_id=thread_key)
+        .order_by("-sequence")
+        .values(*MESSAGE_FIELDS)[:limit]
+    )
     return [message_from_row(row) for row in reversed(list(rows))]
 
 
@@ -53,7 +51,7 @@ def messages_existing_rows(*, ids: Iterable[str]) -> list[tuple[str, str]]:
     ids = list(ids)
     if not ids:
         return []
-    return list(_messages().filter(id__in=ids).values_list("id", "thread_id"))
+    return list(models.Message.objects.filter(id__in=ids).values_list("id", "thread_id"))
 
 
 def messages_around(*, message_ids: Sequence[str], before: int, after: int) -> dict[str, list[Message]]:
@@ -62,13 +60,13 @@ def messages_around(*, message_ids: Sequence[str], before: int, after: int) -> d
     then every range at once on the thread+sequence index."""
     if not message_ids:
         return {}
-    hits = _messages().filter(id__in=list(message_ids)).values_list("thread_id", "sequence")
+    hits = models.Message.objects.filter(id__in=list(message_ids)).values_list("thread_id", "sequence")
     ranges = Q()
     for key, sequence in hits:
         ranges |= Q(thread_id=key, sequence__range=(sequence - before, sequence + after))
     if not ranges:
         return {}
-    rows = _messages().filter(ranges, quarantined=False).order_by("thread_id", "sequence")
+    rows = models.Message.objects.filter(ranges, quarantined=False).order_by("thread_id", "sequence")
     grouped: dict[str, list[Message]] = {}
     for row in rows.values(*MESSAGE_FIELDS):
         message = message_from_row(row)

@@ -9,7 +9,6 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from django.db import router
 from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_datetime
 
@@ -19,11 +18,6 @@ from memproc.messages import Message
 from memproc.models import thread_key
 from memproc.selectors.filters import metadata_filter
 from memproc.selectors.messages import messages_recent
-
-
-def _threads() -> QuerySet[models.Thread]:
-    return models.Thread.objects.db_manager(router.db_for_read(models.Thread)).all()
-
 
 SUMMARY_FIELDS = ("text", "covered_sequence", "version", "counted_through", "counted_tokens")
 
@@ -46,14 +40,13 @@ def thread_read(
     fields = ("resource_id", "title", "last_sequence")
     if memory:
         fields += ("working_memory", "working_memory_version")
-    row = _threads().filter(pk=thread_key).order_by().values_list(*fields).first()
+    row = models.Thread.objects.filter(pk=thread_key).order_by().values_list(*fields).first()
     if row is None:
         return ThreadRead(None, None, None, None)
     summary_row = None
     if summary:
         summary_row = (
-            models.ThreadSummary.objects.db_manager(router.db_for_read(models.ThreadSummary))
-            .filter(thread_id=thread_key)
+            models.ThreadSummary.objects.filter(thread_id=thread_key)
             .order_by()
             .values_list(*SUMMARY_FIELDS)
             .first()
@@ -69,7 +62,7 @@ def thread_owner(*, thread_key: str) -> tuple[str, str, int] | None:
 
 def thread_get(*, thread_id: str, resource_id: str) -> models.Thread | None:
     """The thread, or None. One query."""
-    return _threads().filter(pk=thread_key(resource_id, thread_id)).first()
+    return models.Thread.objects.filter(pk=thread_key(resource_id, thread_id)).first()
 
 
 def threads_named(*, thread_id: str, resource_ids: Iterable[str] | None = None) -> list[models.Thread]:
@@ -114,7 +107,7 @@ def threads_for_resources(*, resource_ids: Iterable[str] | None) -> QuerySet[mod
 def working_memory_get(*, scope: str, key: str) -> tuple[str, int]:
     """(text, version) of a thread's or resource's working memory; ("", 0) when there is none."""
     model = models.Thread if scope == "thread" else models.Resource
-    rows = model.objects.db_manager(router.db_for_read(model)).filter(pk=key)
+    rows = model.objects.filter(pk=key)
     return rows.order_by().values_list("working_memory", "working_memory_version").first() or ("", 0)
 
 
