@@ -516,7 +516,7 @@ class Memory:
     def get_summary(self, *, thread_id: str, resource_id: str | None = None) -> Any:
         """The thread's summary (`compaction`): a ThreadSummaryValue (`text`, `covered_sequence`,
         `version`), or None before the first fold."""
-        from memproc.services.compaction import thread_summary_get
+        from memproc.services.compaction.summary import thread_summary_get
 
         summary = thread_summary_get(thread_key=self._key(thread_id, resource_id)[0])
         return summary if summary is not None and (summary.text or summary.covered_sequence) else None
@@ -526,7 +526,7 @@ class Memory:
     ) -> Any:
         """Replaces the thread's summary text (a correction), recorded as a revision; later folds
         build on it."""
-        from memproc.services.compaction import thread_summary_update
+        from memproc.services.compaction.summary import thread_summary_update
 
         key, resource_id = self._key(thread_id, resource_id)
         thread_summary_update(thread_key=key, text=text, actor=actor)

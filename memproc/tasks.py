@@ -48,7 +48,7 @@ from memproc.agents import get_agent
 from memproc.agents.embedder import agent_embedder, agent_vector_store
 from memproc.exceptions import EmbedderUnavailable, ModelRateLimitError, ModelUnavailableError
 from memproc.selectors.threads import thread_key_for
-from memproc.services.compaction import thread_compact
+from memproc.services.compaction.job import thread_compact
 from memproc.services.purge import expired_purge, resource_purge
 from memproc.services.recall import messages_embed
 from memproc.services.reindex import embedding_index_merge, reindex_run

@@ -27,7 +27,7 @@ from memproc.admin.common import (
     thread_admin_link,
 )
 from memproc.admin.working_memory import render_diff
-from memproc.services.compaction import thread_summary_update
+from memproc.services.compaction.summary import thread_summary_update
 
 HISTORY_LIMIT = 10
 

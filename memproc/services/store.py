@@ -14,7 +14,7 @@ from memproc.processors.store import ThreadSummaryValue, VectorHit, WorkingMemor
 from memproc.selectors.messages import messages_around, messages_before, messages_existing, messages_recent
 from memproc.selectors.threads import thread_read, working_memory_get
 from memproc.services.attachments.files import DjangoAttachmentStore
-from memproc.services.compaction import summary_value, thread_summary_get
+from memproc.services.compaction.summary import summary_value, thread_summary_get
 from memproc.services.recall import query_embed
 from memproc.vectors import get_vector_store
 

@@ -9,7 +9,7 @@ from memproc.db import atomic_write, memproc_db
 from memproc.models import thread_key
 from memproc.processors.turn import Turn
 from memproc.services.attachments import attachments_commit, attachments_link
-from memproc.services.compaction import compaction_enqueue
+from memproc.services.compaction.job import compaction_enqueue
 from memproc.services.messages import messages_delete, messages_insert
 from memproc.services.recall import sources_embed, sources_for
 from memproc.services.threads import thread_ensure

@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from memproc import models
 from memproc.models import THREAD_KEY_SEPARATOR, thread_key
-from memproc.services.compaction import thread_summary_update
+from memproc.services.compaction.summary import thread_summary_update
 from memproc.services.working_memory import working_memory_update
 from tests.admin.test_pages import change_url, get_ok
 from tests.factories import MessageFactory, ResourceFactory, ThreadFactory, TripwireLogFactory

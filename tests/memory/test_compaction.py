@@ -27,13 +27,9 @@ from memproc.processors.compaction import (
     foldable,
 )
 from memproc.processors.tokens import get_token_counter
-from memproc.services.compaction import (
-    ModelSummarizer,
-    SummaryConflict,
-    summarizer_for,
-    thread_compact,
-    thread_summary_update,
-)
+from memproc.services.compaction.job import thread_compact
+from memproc.services.compaction.summarizers import ModelSummarizer, summarizer_for
+from memproc.services.compaction.summary import SummaryConflict, thread_summary_update
 from memproc.testing import ScriptedModel
 
 pytestmark = pytest.mark.django_db
@@ -321,7 +317,7 @@ def test_a_job_whose_claim_was_taken_over_writes_nothing():
             assert thread_compact(thread_key=K, through_sequence=31, trigger_tokens=300, keep_tokens=300)
             return super().summarize(**kwargs)
 
-    import memproc.services.compaction as compaction
+    import memproc.services.compaction.job as compaction  # where thread_compact looks its summarizer up
 
     original = compaction.summarizer_for
     compaction.summarizer_for = lambda model: TakenOver() if model == "slow" else original(model)
@@ -348,7 +344,7 @@ def test_concurrent_jobs_on_one_thread_write_one_revision(on_postgres):
             time.sleep(0.3)  # the other job arrives while this one holds the thread
             return super().summarize(**kwargs)
 
-    import memproc.services.compaction as compaction
+    import memproc.services.compaction.job as compaction  # where thread_compact looks its summarizer up
 
     original = compaction.summarizer_for
     compaction.summarizer_for = lambda model: Slow()
