@@ -612,7 +612,8 @@ def run(args: argparse.Namespace, server) -> None:
     from django.db import connection
 
     from memproc.conf import settings as memproc_settings
-    from memproc.vectors.pgvector_store import PgvectorStore, index_name, index_sql
+    from memproc.vectors.pgvector_index import index_name, index_sql
+    from memproc.vectors.pgvector_store import PgvectorStore
 
     exact_max_rows = args.exact_max_rows
     if exact_max_rows is None:

@@ -163,7 +163,8 @@ def build(embedder_id: str, dimensions: int) -> dict:
     """(Re)builds the embedder's index of the configured type as bulk_import does; its time and size."""
     from django.db import connection
 
-    from memproc.vectors.pgvector_store import PgvectorStore, index_name
+    from memproc.vectors.pgvector_index import index_name
+    from memproc.vectors.pgvector_store import PgvectorStore
 
     name = index_name(embedder_id, dimensions)
     with connection.cursor() as cursor:

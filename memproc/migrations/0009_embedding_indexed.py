@@ -16,7 +16,7 @@ TABLE = "memproc_messageembedding"
 
 
 def _name(embedder_id, dimensions, suffix=""):
-    # Frozen copies of memproc.vectors.pgvector_store.index_name, before (suffix "") and after.
+    # Frozen copies of memproc.vectors.pgvector_index.index_name, before (suffix "") and after.
     digest = hashlib.sha256(f"{embedder_id}\x00{dimensions}{suffix}".encode()).hexdigest()[:16]
     return f"memproc_emb_hnsw_{digest}"
 

@@ -15,7 +15,7 @@ TYPES = ("vector", "halfvec")
 
 
 def _name(embedder_id, dimensions, kind):
-    # A frozen copy of memproc.vectors.pgvector_store.index_name.
+    # A frozen copy of memproc.vectors.pgvector_index.index_name.
     suffix = "" if kind == "vector" else f"\x00{kind}"
     digest = hashlib.sha256(f"{embedder_id}\x00{dimensions}\x00indexed{suffix}".encode()).hexdigest()[:16]
     return f"memproc_emb_hnsw_{digest}"

@@ -26,7 +26,7 @@ from memproc.exceptions import ValidationError
 from memproc.models import public_thread_id
 from memproc.selectors.threads import thread_key_for
 from memproc.services.recall import EMBEDDABLE_ROLES, EmbeddingSource, sources_embed
-from memproc.vectors.pgvector_store import index_tail_merge
+from memproc.vectors.pgvector_maintenance import index_tail_merge
 
 DEFAULT_BATCH_SIZE = 100
 MERGE_BATCH_SIZE = 500

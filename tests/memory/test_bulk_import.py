@@ -16,7 +16,8 @@ from memproc.embedders import get_embedder
 from memproc.messages import Message
 from memproc.models import MessageEmbedding
 from memproc.vectors import PgvectorStore
-from memproc.vectors.pgvector_store import forget_indexes, index_name
+from memproc.vectors.pgvector_index import index_name
+from memproc.vectors.pgvector_store import forget_indexes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 R = "user-1"

@@ -84,7 +84,7 @@ def explain(sql: str) -> str:
     """PostgreSQL: EXPLAIN of a search statement from `PgvectorStore.search_sql` (its SETs applied)."""
     from django.db import connection
 
-    from memproc.vectors.pgvector_store import last_result
+    from memproc.vectors.pgvector_search import last_result
 
     settings_sql, select = sql.rsplit("; ", 1)
     with connection.cursor() as cursor:

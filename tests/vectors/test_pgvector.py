@@ -8,7 +8,8 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from memproc.vectors import NumpyVectorStore, PgvectorStore
-from memproc.vectors.pgvector_store import index_name, last_result
+from memproc.vectors.pgvector_index import index_name
+from memproc.vectors.pgvector_search import last_result
 from tests.vectors.helpers import MODEL, clustered, explain, hnsw_indexes, random_vectors, rows_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]

@@ -12,8 +12,9 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from memproc.vectors import NumpyVectorStore, PgvectorStore, pgvector_store
-from memproc.vectors.pgvector_store import forget_indexes, index_name
+from memproc.vectors import NumpyVectorStore, PgvectorStore, pgvector_index
+from memproc.vectors.pgvector_index import index_name
+from memproc.vectors.pgvector_store import forget_indexes
 from tests.vectors.helpers import clustered, explain, hnsw_indexes, rows_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -155,8 +156,8 @@ def test_pgvector_before_0_7_keeps_vector_indexes(make_messages, monkeypatch) ->
     messages, vectors = make_messages("t1", 300), clustered(300)
     NumpyVectorStore().store(rows_for(messages, vectors, model=M))
     store = PgvectorStore(exact_max_rows=0, merge_after=None)
-    monkeypatch.setitem(pgvector_store._pgvector_versions, connection.alias, (0, 6, 2))
-    assert pgvector_store.index_type(connection) == "vector"
+    monkeypatch.setitem(pgvector_index._pgvector_versions, connection.alias, (0, 6, 2))
+    assert pgvector_index.index_type(connection) == "vector"
     store.ensure_index(M, 16)
     assert set(hnsw_indexes()) == {index_name(M, 16, "vector")}
     sql = store.search_sql(connection, embedder_id=M, query=vectors[0], top_k=3)

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from memproc.vectors import PgvectorStore, pgvector_store
+from memproc.vectors import PgvectorStore, pgvector_search
 from memproc.vectors.base import SearchFilter
 from tests.vectors.helpers import clustered, rows_for
 
@@ -82,9 +82,9 @@ def test_a_count_made_inside_a_transaction_is_not_remembered(loaded) -> None:
     store, vectors = loaded
     with transaction.atomic():
         store.search(embedder_id=M, vector=vectors[7], top_k=5, resource_id="r1")
-    assert not pgvector_store._large_scopes
+    assert not pgvector_search._large_scopes
     store.search(embedder_id=M, vector=vectors[7], top_k=5, resource_id="r1")
-    assert len(pgvector_store._large_scopes) == 1
+    assert len(pgvector_search._large_scopes) == 1
 
 
 def test_the_memo_expires_and_stays_bounded(loaded, monkeypatch) -> None:
@@ -94,13 +94,13 @@ def test_the_memo_expires_and_stays_bounded(loaded, monkeypatch) -> None:
         return search_sql_of(lambda: store.search(embedder_id=M, vector=vectors[7], top_k=5, **scope))[0]
 
     search(resource_id="r1")
-    monkeypatch.setattr(pgvector_store, "LARGE_SCOPE_SECONDS", 0.0)
+    monkeypatch.setattr(pgvector_search, "LARGE_SCOPE_SECONDS", 0.0)
     assert "scope_rows" in search(resource_id="r1")  # expired: counted again
-    monkeypatch.setattr(pgvector_store, "LARGE_SCOPE_SECONDS", 300.0)
-    monkeypatch.setattr(pgvector_store, "LARGE_SCOPE_ENTRIES", 2)
+    monkeypatch.setattr(pgvector_search, "LARGE_SCOPE_SECONDS", 300.0)
+    monkeypatch.setattr(pgvector_search, "LARGE_SCOPE_ENTRIES", 2)
     search(thread_id="big")
     search()  # the whole embedder
-    assert len(pgvector_store._large_scopes) == 2
+    assert len(pgvector_search._large_scopes) == 2
     assert "scope_rows" in search(resource_id="r1")  # the oldest entry made room
 
 

@@ -12,7 +12,7 @@ from django.db import connection, connections, transaction
 from memproc.models import MessageEmbedding
 from memproc.services.reindex import embedding_index_merge
 from memproc.vectors import NumpyVectorStore, PgvectorStore, pgvector_store
-from memproc.vectors.pgvector_store import index_name
+from memproc.vectors.pgvector_index import index_name
 from tests.vectors.helpers import clustered, explain, rows_for
 
 pytestmark = pytest.mark.django_db

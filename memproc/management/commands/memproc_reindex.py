@@ -30,7 +30,7 @@ from memproc.services.reindex import (
     reindex_batches,
     reindex_pending_count,
 )
-from memproc.vectors.pgvector_store import build_indexes
+from memproc.vectors.pgvector_maintenance import build_indexes
 
 
 class Command(BaseCommand):

@@ -1,0 +1,94 @@
+"""The pgvector store's HNSW indexes: their names, types and DDL, and the extension's version.
+
+The `vector` column is untyped so embedders of any size share the table; each (embedder, dimensions)
+gets `memproc_emb_hnsw_<hash>` on `(vector::halfvec(d)) halfvec_cosine_ops WHERE model = ... AND
+dimensions = d AND indexed` (`vector(d)` with HNSW_INDEX_TYPE "vector"; the dimensions guard keeps an
+embedder id reused at another size from breaking the cast, and so inserts). It is created on the
+first store or search of that embedder in a process. The HNSW branch orders by the index's type and
+returns full-precision distances.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from memproc.conf import settings
+from memproc.exceptions import ConfigurationError
+from memproc.models import MessageEmbedding
+
+HALFVEC_SINCE = (0, 7)  # the pgvector release that added halfvec
+_pgvector_versions: dict[str, tuple[int, ...]] = {}
+
+
+def pgvector_version(connection: Any) -> tuple[int, ...]:
+    """The installed extension's version, asked once per database and process."""
+    version = _pgvector_versions.get(connection.alias)
+    if version is None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+            row = cursor.fetchone()
+        if row is None:
+            raise ConfigurationError(
+                "The pgvector extension is not installed in this database: run memproc's migrations "
+                "(they CREATE EXTENSION vector) as a user allowed to create it."
+            )
+        version = _pgvector_versions[connection.alias] = _parse_version(row[0])
+    return version
+
+
+def forget_versions() -> None:
+    """Forgets the extension versions asked (for tests that fake one)."""
+    _pgvector_versions.clear()
+
+
+def index_type(connection: Any = None) -> str:
+    """What the HNSW indexes hold (the HNSW_INDEX_TYPE setting): "vector" or "halfvec". Given a
+    connection, "vector" where its pgvector predates halfvec (0.7)."""
+    kind = str(settings.HNSW_INDEX_TYPE)
+    if kind == "halfvec" and connection is not None and pgvector_version(connection) < HALFVEC_SINCE:
+        return "vector"
+    return kind
+
+
+def index_name(embedder_id: str, dimensions: int, kind: str | None = None) -> str:
+    # "\x00indexed": the partial index over marked rows (migration 0009) is named apart from the full
+    # index that preceded it; a halfvec index is named apart from the vector one, so that switching
+    # HNSW_INDEX_TYPE finds (or builds) its own.
+    kind = kind or index_type()
+    suffix = "" if kind == "vector" else f"\x00{kind}"
+    digest = hashlib.sha256(f"{embedder_id}\x00{dimensions}\x00indexed{suffix}".encode()).hexdigest()[:16]
+    return f"memproc_emb_hnsw_{digest}"
+
+
+def deferral_lock(name: str) -> int:
+    """The advisory lock key (a signed 64-bit integer) a bulk load holds while it defers `name`."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+
+
+def index_sql(
+    connection: Any, embedder_id: str, dimensions: int, *, concurrently: bool = False, kind: str | None = None
+) -> str:
+    column = columns(connection)
+    qn = connection.ops.quote_name
+    kind = kind or index_type(connection)
+    return connection.ops.compose_sql(
+        f"CREATE INDEX {'CONCURRENTLY ' if concurrently else ''}IF NOT EXISTS "
+        f"{qn(index_name(embedder_id, dimensions, kind))} ON {qn(MessageEmbedding._meta.db_table)} "
+        f"USING hnsw (({column['vector']}::{kind}({int(dimensions)})) {kind}_cosine_ops) "
+        f"WITH (m = {int(settings.HNSW_M)}, ef_construction = {int(settings.HNSW_EF_CONSTRUCTION)}) "
+        f"WHERE {column['model']} = %s AND {column['dimensions']} = {int(dimensions)} "
+        f"AND {column['indexed']}",
+        [embedder_id],
+    )
+
+
+def columns(connection: Any) -> dict[str, str]:
+    """The embeddings table's columns the index and the search name, quoted for `connection`."""
+    qn = connection.ops.quote_name
+    names = ("model", "thread_id", "resource_id", "dimensions", "message", "vector", "indexed")
+    return {name: qn(MessageEmbedding._meta.get_field(name).column) for name in names}
+
+
+def _parse_version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())

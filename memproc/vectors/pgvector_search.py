@@ -1,0 +1,221 @@
+"""The pgvector store's search statement, and the scopes it counted as large.
+
+A search is ONE round trip: `SET LOCAL hnsw.ef_search`, `SET LOCAL hnsw.iterative_scan` (pgvector 0.8+)
+and a SELECT, sent together as one simple-protocol string. In autocommit the three run as one implicit
+transaction, so the settings last for that search only; inside a caller's transaction they last until
+its end (harmless: they only tune HNSW scans). No session SET, so poolers in transaction mode are fine.
+
+The SELECT picks its own strategy, with no extra round trip: it counts the scope's rows up to
+`EXACT_SEARCH_MAX_ROWS` (an index-only scan) and, through two branches gated on that count, either
+scores every row of the scope exactly (small scopes: exact, and cheaper than HNSW) or orders by the
+HNSW index expression with iterative scanning, so a filter on one resource or thread still yields
+`top_k` rows when the scope is a small fraction of the table. In that branch the planner may still
+prefer the (model, resource_id) btree and a sort for a selective scope; that answer is exact. The
+HNSW branch is joined by an exact scan of the scope's tail (through the partial btree
+`memproc_emb_tail`), and the two candidate lists are merged by distance. The statement also returns
+the count; a scope found larger than the limit is searched without the count (and without the exact
+branch) for LARGE_SCOPE_SECONDS: scopes grow as conversations do, and the count is an index scan of
+up to `exact_max_rows + 1` entries on every search.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from memproc.fields import vector_literal
+from memproc.models import MessageEmbedding
+from memproc.vectors.base import SearchFilter
+from memproc.vectors.pgvector_index import columns, index_type, pgvector_version
+
+# Rows fetched from the HNSW branch per wanted message: room for several chunks of one message.
+CHUNK_OVERFETCH = 4
+# How long a scope found larger than `exact_max_rows` is searched without counting it again, and how
+# many such scopes a process remembers. A scope that shrinks meanwhile (a thread deleted by another
+# process) is still answered, by the HNSW branch, until its entry expires.
+LARGE_SCOPE_SECONDS = 300.0
+LARGE_SCOPE_ENTRIES = 4096
+
+_large_scopes: OrderedDict[tuple[Any, ...], float] = OrderedDict()  # scope -> when it was counted large
+_lock = threading.Lock()
+
+
+def scope_is_large(key: tuple[Any, ...]) -> bool:
+    with _lock:
+        seen = _large_scopes.get(key)
+        if seen is None:
+            return False
+        if time.monotonic() - seen > LARGE_SCOPE_SECONDS:
+            del _large_scopes[key]
+            return False
+        return True
+
+
+def remember_large_scope(key: tuple[Any, ...]) -> None:
+    with _lock:
+        _large_scopes[key] = time.monotonic()
+        _large_scopes.move_to_end(key)
+        while len(_large_scopes) > LARGE_SCOPE_ENTRIES:
+            _large_scopes.popitem(last=False)
+
+
+def forget_large_scopes() -> None:
+    """Forgets which scopes were large (for tests that delete rows)."""
+    with _lock:
+        _large_scopes.clear()
+
+
+def search_statement(
+    connection: Any,
+    *,
+    ef_search: int,
+    exact_max_rows: int,
+    embedder_id: str,
+    query: np.ndarray,
+    top_k: int,
+    thread_id: str | None = None,
+    resource_id: str | None = None,
+    threshold: float | None = None,
+    filter: SearchFilter | None = None,
+) -> tuple[str, tuple[Any, ...] | None]:
+    """The search's SQL and, when its rows carry the scope's count, the key to remember a large
+    scope by (its last item is the limit). A filtered scope is counted on every search."""
+    # No parallel workers: the exact branch's top-N sort got a Gather Merge whose two idle workers
+    # cost ~9 ms to launch on every search, even when the HNSW branch answered.
+    prefix = f"SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL hnsw.ef_search = {int(ef_search)}; "
+    if pgvector_version(connection) >= (0, 8):
+        prefix += "SET LOCAL hnsw.iterative_scan = relaxed_order; "
+    scope, scope_params = scope_clause(connection, embedder_id, thread_id, resource_id)
+    key = None
+    if filter:
+        admitted, admitted_params = admitted_sql(connection, filter, thread_id, resource_id)
+        scope = f"{scope} AND {columns(connection)['message']} IN ({admitted})"
+        scope_params = [*scope_params, *admitted_params]
+    else:
+        key = (connection.alias, embedder_id, int(query.size), thread_id, resource_id, exact_max_rows)
+    counted = key is None or not scope_is_large(key)
+    select, params = select_sql(
+        connection,
+        scope,
+        scope_params,
+        literal=vector_literal(query),
+        dims=int(query.size),
+        top_k=top_k,
+        exact_max_rows=exact_max_rows if counted else None,
+    )
+    if threshold is not None:
+        select += " HAVING MIN(distance) <= %s"
+        params.append(1.0 - float(threshold))
+    select += f" ORDER BY distance, message_id LIMIT {int(top_k)}"
+    return prefix + connection.ops.compose_sql(select, params), key if counted else None
+
+
+def scope_clause(
+    connection: Any, embedder_id: str, thread_id: str | None, resource_id: str | None
+) -> tuple[str, list[Any]]:
+    column = columns(connection)
+    where, params = [f"{column['model']} = %s"], [embedder_id]
+    if thread_id is not None:
+        where.append(f"{column['thread_id']} = %s")
+        params.append(thread_id)
+    if resource_id is not None:
+        where.append(f"{column['resource_id']} = %s")
+        params.append(resource_id)
+    return " AND ".join(where), params
+
+
+def admitted_sql(
+    connection: Any, filter: SearchFilter, thread_id: str | None, resource_id: str | None
+) -> tuple[str, list[Any]]:
+    """The SELECT of the message ids a filter admits in the scope, with its parameters."""
+    admitted = filter.messages(thread_id=thread_id, resource_id=resource_id).values("id")
+    sql, params = admitted.query.get_compiler(connection=connection).as_sql()
+    return sql, list(params)
+
+
+def select_sql(
+    connection: Any,
+    scope: str,
+    scope_params: list[Any],
+    *,
+    literal: str,
+    dims: int,
+    top_k: int,
+    exact_max_rows: int | None,
+) -> tuple[str, list[Any]]:
+    """Counts the scope (capped), then runs the exact branch or the HNSW and tail branches; with
+    `exact_max_rows` None (a scope known to be large), the HNSW and tail branches alone.
+
+    Each branch is gated on the count by a one-time filter, so the other is never executed. The exact
+    branch measures distance on the untyped column, which no index matches: it scores every row of
+    the scope (through the btree on model and thread or resource) and keeps the best few with a top-N
+    heap sort before grouping chunks by message. The HNSW branch orders by the
+    index expression, over-fetching so that several chunks of one message still leave `top_k`
+    messages; the tail branch scores the scope's unmarked rows (not yet in the graph) exactly, through
+    the partial btree on them, and GROUP BY with the caller's ORDER BY merges the two lists by
+    distance. The threshold is a HAVING on the best chunk: a WHERE on the distance could be pushed
+    into the exact branch and evaluated on rows of another size before the dimensions test. A counted
+    search returns the count as a fourth column.
+    """
+    column = columns(connection)
+    table = connection.ops.quote_name(MessageEmbedding._meta.db_table)
+    same_size = f"{column['dimensions']} = {dims}"
+    # The HNSW branch orders by the index's expression (in its type) and returns the full-precision
+    # distance, so that a halfvec index merges with the exact branches on equal terms.
+    kind = index_type(connection)
+    index_order = f"({column['vector']}::{kind}({dims})) <=> %s::{kind}({dims})"
+    distance = f"({column['vector']}::vector({dims})) <=> %s::vector({dims})"
+    limit = top_k * CHUNK_OVERFETCH
+    large = exact = count = ""
+    params: list[Any] = []
+    if exact_max_rows is not None:
+        scope_rows = "(SELECT n FROM scope_rows)"
+        large = f" AND {scope_rows} > {exact_max_rows}"
+        count = f", {scope_rows} AS scope_rows"
+        exact = (
+            f"scope_rows AS (SELECT COUNT(*) AS n FROM "
+            f"(SELECT 1 FROM {table} WHERE {scope} LIMIT {exact_max_rows + 1}) AS capped), "
+        )
+        params += scope_params
+    sql = f"WITH {exact}candidates AS ("
+    if exact_max_rows is not None:
+        sql += (
+            f"(SELECT {column['message']} AS message_id, {column['thread_id']} AS thread_id, "
+            f"({column['vector']} <=> %s::vector) AS distance FROM {table} "
+            f"WHERE {scope} AND {same_size} AND {scope_rows} <= {exact_max_rows} "
+            f"ORDER BY 3 LIMIT {limit}) UNION ALL "
+        )
+        params += [literal, *scope_params]
+    sql += (
+        f"(SELECT {column['message']} AS message_id, {column['thread_id']} AS thread_id, "
+        f"{distance} AS distance FROM {table} "
+        f"WHERE {scope} AND {same_size} AND {column['indexed']}{large} "
+        f"ORDER BY {index_order} LIMIT {limit}) "
+        f"UNION ALL "
+        f"(SELECT {column['message']}, {column['thread_id']}, {distance} FROM {table} "
+        f"WHERE {scope} AND {same_size} AND NOT {column['indexed']}{large} "
+        f"ORDER BY 3 LIMIT {limit})) "
+        f"SELECT message_id, thread_id, MIN(distance) AS distance{count} FROM candidates "
+        f"GROUP BY message_id, thread_id"
+    )
+    params += [literal, *scope_params, literal]  # the HNSW branch (select list, scope, order)
+    params += [literal, *scope_params]  # the tail branch
+    return sql, params
+
+
+def last_result(cursor: Any, connection: Any) -> list[tuple[Any, ...]]:
+    """Rows of the last statement of a multi-statement execute (psycopg 3 starts at the first)."""
+    rows = cursor.fetchall() if cursor.description else []
+    while True:
+        try:
+            more = cursor.nextset()
+        except connection.Database.NotSupportedError:  # psycopg2 already sits on the last result
+            return rows
+        if not more:
+            return rows
+        if cursor.description:
+            rows = cursor.fetchall()
