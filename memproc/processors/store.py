@@ -15,7 +15,7 @@ import numpy as np
 from memproc.messages import Message
 
 if TYPE_CHECKING:
-    from memproc.processors.attachments import AttachmentStore
+    from memproc.processors.attachment_types import AttachmentStore
 
 __all__ = ["InMemoryStore", "MemoryStore", "ThreadSummaryValue", "VectorHit", "WorkingMemoryValue"]
 

@@ -14,7 +14,7 @@ from memproc.messages import Message
 from memproc.tools import Tool
 
 if TYPE_CHECKING:
-    from memproc.processors.attachments import StagedAttachment
+    from memproc.processors.attachment_types import StagedAttachment
     from memproc.processors.store import MemoryStore
 
 __all__ = ["PendingWorkingMemory", "Turn", "TurnWrites"]

@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from memproc.models import Attachment
-from memproc.processors.attachments import CheckedFile
+from memproc.processors.attachment_types import CheckedFile
 from memproc.services.attachments import attachment_store
 from memproc.services.attachments.files import file_save
 from memproc.services.purge import expired_purge

@@ -9,15 +9,9 @@ import pytest
 from memproc.exceptions import AttachmentError, ConfigurationError, TripWire
 from memproc.messages import AttachmentRef, FilePart, Message, TextPart
 from memproc.models import Attachment
-from memproc.processors.attachments import (
-    AttachmentUploader,
-    InlineFile,
-    StagedAttachment,
-    file_check,
-    inline_file,
-    sniff_content_type,
-    type_allowed,
-)
+from memproc.processors.attachment_checks import file_check, inline_file, sniff_content_type, type_allowed
+from memproc.processors.attachment_types import InlineFile, StagedAttachment
+from memproc.processors.attachments import AttachmentUploader
 from memproc.processors.base import ProcessorContext
 from memproc.services.attachments import (
     attachment_body_limit,

@@ -14,7 +14,7 @@ from memproc.conf import settings
 from memproc.exceptions import MemprocError
 from memproc.messages import Message, TextPart, part_errors, part_to_json, to_messages
 from memproc.models import public_thread_id
-from memproc.processors.attachments import inline_files_check
+from memproc.processors.attachment_checks import inline_files_check
 from memproc.processors.conversation import unanswered_calls
 from memproc.selectors.messages import thread_messages
 

@@ -18,13 +18,8 @@ from memproc.admission import admission_paused
 from memproc.conf import settings
 from memproc.db import memproc_db
 from memproc.exceptions import AttachmentError
-from memproc.processors.attachments import (
-    CheckedFile,
-    InlineFile,
-    StagedAttachment,
-    file_check,
-    normalise_type,
-)
+from memproc.processors.attachment_checks import file_check, normalise_type
+from memproc.processors.attachment_types import CheckedFile, InlineFile, StagedAttachment
 from memproc.services.attachments.types import stored_extension
 from memproc.storage import storage_errors, storage_waiting
 

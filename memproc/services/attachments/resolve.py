@@ -10,7 +10,8 @@ from typing import Any
 from memproc import logs, models
 from memproc.conf import settings
 from memproc.messages import AttachmentRef, FilePart, Message, Part
-from memproc.processors.attachments import StagedAttachment, type_allowed
+from memproc.processors.attachment_checks import type_allowed
+from memproc.processors.attachment_types import StagedAttachment
 from memproc.services.attachments.files import attachment_read, attachment_url, parse_uuid, unsaved_row
 
 logger = logging.getLogger(__name__)

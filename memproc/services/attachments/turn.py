@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from memproc import models
 from memproc.messages import AttachmentRef, FilePart, Message
-from memproc.processors.attachments import StagedAttachment
+from memproc.processors.attachment_types import StagedAttachment
 from memproc.services.attachments.files import (
     attachment_storage,
     file_delete,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memproc.processors.attachments import normalise_type
+from memproc.processors.attachment_checks import normalise_type
 
 __all__ = ["OPAQUE", "SAFE_TYPES", "served_type", "stored_extension"]
 

@@ -18,7 +18,7 @@ from memproc import background, logs, models
 from memproc.db import memproc_db
 from memproc.exceptions import ValidationError
 from memproc.models import public_thread_id
-from memproc.processors.attachments import CheckedFile
+from memproc.processors.attachment_types import CheckedFile
 from memproc.services.attachments.files import attachment_storage, file_delete, file_save
 from memproc.services.export.reader import Rows, document_rows
 from memproc.services.recall import EMBEDDABLE_ROLES

@@ -19,7 +19,7 @@ from memproc import models
 from memproc.exceptions import AttachmentError, ValidationError
 from memproc.messages import UNSTORABLE, Message, has_unstorable_text, message_from_content, part_errors
 from memproc.models import THREAD_KEY_SEPARATOR, thread_key
-from memproc.processors.attachments import inline_files_check
+from memproc.processors.attachment_checks import inline_files_check
 from memproc.services.attachments import attachment_body_limit
 from memproc.services.export.document import FORMAT, VERSION
 
