@@ -65,9 +65,9 @@ def public_thread_id(key: str) -> str:
 
 
 class Thread(models.Model):
-    # The primary key is the thread's key (see `thread_key`), in the column `id` it always had;
-    # `public_id` is the thread id callers use, and `thread.id` reads it too.
-    key = models.CharField(primary_key=True, max_length=THREAD_KEY_MAX_LENGTH, db_column="id", editable=False)
+    # `id`, the primary key, is the thread's key (see `thread_key`): derived from the resource id and
+    # `public_id`, the thread id callers use, so a turn names its thread's rows without a query.
+    id = models.CharField(primary_key=True, max_length=THREAD_KEY_MAX_LENGTH, editable=False)
     public_id = models.CharField(_("thread id"), max_length=255)
     resource = models.ForeignKey(Resource, on_delete=models.CASCADE, related_name="threads")
     title = models.CharField(max_length=255, blank=True, default="")
@@ -98,13 +98,8 @@ class Thread(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         if not self.public_id:
             raise ValueError("a thread needs its public_id (the id callers use)")
-        self.key = thread_key(self.resource_id, self.public_id)
+        self.id = thread_key(self.resource_id, self.public_id)
         super().save(*args, **kwargs)
-
-    @property
-    def id(self) -> str:
-        """The thread id callers use (DESIGN §3), within its resource; the primary key is `key`."""
-        return self.public_id
 
 
 # USER_LINK: memproc's links to users (who edited, who reviewed) carry no database constraint and are

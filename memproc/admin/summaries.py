@@ -149,7 +149,7 @@ class ThreadSummaryAdmin(KeySafePagesMixin, ThreadKeyPkMixin, admin.ModelAdmin):
                 for r in rows
             ),
         )
-        url = changelist_url("summaryrevision", urlencode({"thread__key__exact": obj.thread_id}))
+        url = changelist_url("summaryrevision", urlencode({"thread__id__exact": obj.thread_id}))
         return format_html(
             "<table><thead><tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr>"
             '</thead><tbody>{}</tbody></table><p><a href="{}">{}</a></p>',

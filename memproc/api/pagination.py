@@ -103,15 +103,15 @@ class MessageCursorPagination(MemprocCursorPagination):
 
 class ThreadCursorPagination(MemprocCursorPagination):
     """Threads, most recently active first unless `?ordering=` names another of THREAD_ORDERINGS
-    (anything else is a 400); ties broken by the key, so pages are stable."""
+    (anything else is a 400); ties broken by the id, so pages are stable."""
 
-    ordering = ("-updated_at", "key")
+    ordering = ("-updated_at", "id")
 
     def get_ordering(self, request: Request, queryset: Any, view: Any) -> tuple[str, ...]:
         ordering = request.query_params.get("ordering", self.ordering[0])
         if ordering not in THREAD_ORDERINGS:
             raise ValidationError({"ordering": [f"Must be one of: {', '.join(THREAD_ORDERINGS)}."]})
-        return (ordering, "key")
+        return (ordering, "id")
 
 
 class TripwireCursorPagination(MemprocCursorPagination):

@@ -15,7 +15,7 @@ def resource_rows(*, resource_id: str) -> dict[str, QuerySet[Any]]:
     Rows are found by the resource's id and also through its threads (a revision, turn record or
     tripwire log names a thread; a message or attachment may carry a stale resource id).
     """
-    thread_keys = models.Thread.objects.filter(resource_id=resource_id).values("key")
+    thread_keys = models.Thread.objects.filter(resource_id=resource_id).values("id")
     thread_ids = models.Thread.objects.filter(resource_id=resource_id).values("public_id")
     messages = models.Message.objects.filter(Q(resource_id=resource_id) | Q(thread_id__in=thread_keys))
     return {

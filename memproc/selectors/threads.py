@@ -71,7 +71,7 @@ def threads_named(*, thread_id: str, resource_ids: Iterable[str] | None = None) 
     qs = models.Thread.objects.filter(public_id=thread_id)
     if resource_ids is not None:
         qs = qs.filter(resource_id__in=list(resource_ids))
-    return list(qs.order_by("key")[:2])
+    return list(qs.order_by("id")[:2])
 
 
 def thread_named(*, thread_id: str, resource_ids: Iterable[str] | None = None) -> models.Thread | None:
@@ -101,7 +101,7 @@ def threads_for_resources(*, resource_ids: Iterable[str] | None) -> QuerySet[mod
     qs = models.Thread.objects.all()
     if resource_ids is not None:
         qs = qs.filter(resource_id__in=list(resource_ids))
-    return qs.order_by("-updated_at", "key")
+    return qs.order_by("-updated_at", "id")
 
 
 def working_memory_get(*, scope: str, key: str) -> tuple[str, int]:
@@ -146,8 +146,8 @@ def threads_page(
     if cursor:
         value, last_id = _thread_cursor_decode(cursor, order_by)
         past = Q(**{f"{field}__{'lt' if order_by.startswith('-') else 'gt'}": value})
-        qs = qs.filter(past | Q(**{field: value, "key__gt": last_id}))
-    qs = qs.order_by(order_by, "key")
+        qs = qs.filter(past | Q(**{field: value, "id__gt": last_id}))
+    qs = qs.order_by(order_by, "id")
     if limit is None:
         return ThreadList(qs)
     rows = list(qs[: limit + 1])

@@ -75,7 +75,7 @@ def thread_ensure(*, thread_id: str, resource_id: str, agent_id: str = "") -> mo
     try:
         with transaction.atomic(using=alias):
             thread = models.Thread.objects.using(alias).create(
-                key=thread_key(resource_id, thread_id),
+                id=thread_key(resource_id, thread_id),
                 public_id=thread_id,
                 resource_id=resource_id,
                 agent_id=agent_id,

@@ -85,16 +85,31 @@ def test_postgres_column_is_pgvector_and_orders_by_cosine_distance(thread: Threa
 
 
 def test_a_thread_is_named_by_its_id_within_its_resource(thread: Thread) -> None:
-    """`thread.id` is the id callers use (DESIGN §3); the primary key joins resource and id, so
-    another resource may use the same id, and the same resource may not use it twice."""
+    """`public_id` is the id callers use (DESIGN §3); the primary key `id` joins resource and
+    public id, so another resource may use the same public id, and the same resource may not use it
+    twice."""
     twin = Thread.objects.create(public_id="t1", resource=Resource.objects.create(id="user-2"))
-    assert (thread.id, twin.id) == ("t1", "t1")
+    assert (thread.public_id, twin.public_id) == ("t1", "t1")
     assert (thread.pk, twin.pk) == (thread_key("user-1", "t1"), thread_key("user-2", "t1"))
+    assert (thread.id, twin.id) == (thread.pk, twin.pk)
     assert split_thread_key(twin.pk) == ("user-2", "t1") and public_thread_id(twin.pk) == "t1"
     with pytest.raises(IntegrityError), transaction.atomic():
         Thread.objects.create(public_id="t1", resource=thread.resource)
-    with pytest.raises(AttributeError):
-        thread.id = "renamed"  # the id is the key's to keep; rename means a new thread
+
+
+def test_threads_and_messages_query_as_a_django_developer_expects(thread: Thread) -> None:
+    """`id`/`pk` is the primary key, lookups and joins by it work, and the caller's thread id is a
+    field with its own name (the renovation issue: `Thread.objects.filter(id=...)` used to fail)."""
+    message = Message.objects.create(
+        id="m1", thread=thread, resource_id="user-1", role="user", content={}, sequence=1
+    )
+    assert Thread.objects.get(id=thread.id) == thread
+    assert Thread.objects.get(public_id="t1", resource_id="user-1") == thread
+    assert list(Message.objects.filter(thread__id=thread.id)) == [message]
+    assert list(Message.objects.filter(thread=thread)) == [message]
+    assert list(Message.objects.filter(thread__public_id="t1", thread__resource_id="user-1")) == [message]
+    assert list(Thread.objects.filter(id="t1")) == []  # the public id alone names no row
+    assert {f.name for f in Thread._meta.fields if f.primary_key} == {"id"}
 
 
 def test_a_resource_id_with_the_key_separator_is_refused() -> None:

@@ -98,13 +98,13 @@ def _threads(threads: QuerySet[models.Thread]) -> Iterator[dict[str, Any]]:
     """Threads in key order, each with its messages: two queries, merged as they stream. Both are
     sorted by the same column type in the database, so the groups come in the threads' order."""
     messages = (
-        models.Message.objects.filter(thread__in=threads.values("key"))
+        models.Message.objects.filter(thread__in=threads.values("id"))
         .order_by("thread_id", "sequence")
         .iterator(chunk_size=1000)
     )
     groups = _grouped(messages)
     pending = next(groups, None)
-    for thread in threads.order_by("key").select_related("summary").iterator():
+    for thread in threads.order_by("id").select_related("summary").iterator():
         own: list[dict[str, Any]] = []
         if pending is not None and pending[0] == thread.pk:
             own = pending[1]

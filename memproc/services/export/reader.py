@@ -106,7 +106,7 @@ def _thread(data: Mapping[str, Any], where: str, resource_id: str) -> models.Thr
     """An unsaved thread with its key set (bulk_create does not run `Thread.save`)."""
     public_id = _thread_id(data, "id", where)
     return models.Thread(
-        key=thread_key(resource_id, public_id),
+        id=thread_key(resource_id, public_id),
         public_id=public_id,
         resource_id=resource_id,
         title=_text(data, "title", where)[:255],
