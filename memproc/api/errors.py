@@ -73,8 +73,10 @@ def memproc_status(exc: BaseException) -> tuple[int, dict[str, Any]]:
         return status.HTTP_503_SERVICE_UNAVAILABLE, error_body(exc.public_message, exc.code)
     if isinstance(exc, memproc_exceptions.ConfigurationError):
         # Its text may name settings, URLs, or quote a provider's refusal (a bad key): the log only.
+        # A 503, not a 500: the server is up and the request was fine, but a back end it needs (a
+        # model without a key, say) is not set up; the operator's fix makes the same request work.
         logger.error("memproc: configuration error while serving a request: %s", exc)
-        return status.HTTP_500_INTERNAL_SERVER_ERROR, error_body(MISCONFIGURED, exc.code)
+        return status.HTTP_503_SERVICE_UNAVAILABLE, error_body(MISCONFIGURED, exc.code)
     if isinstance(exc, LookupError):
         return status.HTTP_404_NOT_FOUND, error_body(str(exc) or NOT_FOUND, "not_found")
     code = getattr(exc, "code", "memproc_error")

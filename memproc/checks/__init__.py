@@ -28,7 +28,7 @@ never build it: no model is loaded and no connection is opened.
 | memproc.E019 | HNSW_INDEX_TYPE is not "vector" or "halfvec" |
 | memproc.E020 | DATABASE_ROUTERS send memproc's tables to more than one database |
 | memproc.W001 | semantic recall without pgvector uses exact in-process search (`check --database`) |
-| memproc.W003 | a model provider in use has neither an API key nor a base_url |
+| memproc.W003 | a model provider in use, or an OpenAI embedder, has neither an API key nor a base_url |
 | memproc.W004 | INLINE_ATTACHMENT_BYTES above MAX_ATTACHMENT_BYTES |
 | memproc.W005 | a MODELS option that nothing reads |
 | memproc.W006 | the EMBEDDER's packages are missing, and no registered agent recalls with it (yet) |
@@ -46,6 +46,7 @@ from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
 
+from memproc.agents.embedder import recall_embedder
 from memproc.agents.registry import all_agents
 from memproc.checks import backends, providers, storage, values
 from memproc.checks.base import Relation, Validator, did_you_mean, error, pip_install
@@ -151,7 +152,21 @@ def check_agent_models(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
             continue
         messages += providers.model_problems(spec, models=models, agent=agent.id)
         in_use.append(providers.provider_of(spec))
-    return messages + providers.missing_keys([p for p in in_use if p], models=models)
+    messages += providers.missing_keys([p for p in in_use if p], models=models)
+    return messages + _embedders_without_keys(configured, models=models)
+
+
+def _embedders_without_keys(configured: Mapping[str, Any], *, models: Any) -> list[CheckMessage]:
+    """W003 for the EMBEDDER setting, and each agent's own recall embedder, when it is an OpenAI
+    embedder with no credentials: turns would save, then log a failure for every embedding."""
+    found = backends.named("EMBEDDER", configured.get("EMBEDDER", DEFAULTS["EMBEDDER"]))
+    candidates = [("The EMBEDDER setting", found.target, found.options)] if found.target is not None else []
+    for agent in all_agents():
+        own = recall_embedder(agent)
+        if own is not None:
+            candidates.append((f"The recall embedder of agent {agent.id!r}", own, {}))
+    messages = [providers.embedder_without_key(w, e, o, models=models) for w, e, o in candidates]
+    return [m for m in messages if m is not None]
 
 
 @register(Tags.database)

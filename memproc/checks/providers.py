@@ -17,6 +17,7 @@ from django.core.checks import CheckMessage, Error, Warning
 from memproc.checks.base import did_you_mean, error, installed, is_int, is_number, pip_install, show, warning
 from memproc.checks.values import CONTENT_TYPE
 from memproc.conf import DEFAULTS, user_settings
+from memproc.embedders.openai import OpenAIEmbedder
 from memproc.llm.registry import registered_providers
 
 # What OpenAIChatModel and the attachment resolver read from MODELS[provider].
@@ -222,19 +223,48 @@ def _model_message(
     )
 
 
+def has_credentials(provider: str, *, models: Any) -> bool:
+    """Whether MODELS (or, for "openai", the SDK's environment variables) give `provider` a key or a
+    base_url, as OpenAIChatModel and OpenAIEmbedder look for them."""
+    options = models.get(provider) if isinstance(models, Mapping) else None
+    options = options if isinstance(options, Mapping) else {}
+    if options.get("api_key") or options.get("base_url"):
+        return True
+    return provider == "openai" and bool(
+        os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")
+    )
+
+
+def embedder_without_key(
+    where: str, embedder: Any, options: Mapping[str, Any], *, models: Any
+) -> Warning | None:
+    """W003 for an OpenAI embedder with no key anywhere it looks (its options, MODELS["openai"], the
+    environment); None when it has one, or is not an OpenAI embedder. Without the SDK nothing is said
+    here: W006/E008 say that."""
+    cls = embedder if isinstance(embedder, type) else type(embedder)
+    if not (isinstance(cls, type) and issubclass(cls, OpenAIEmbedder)):
+        return None
+    if not isinstance(embedder, type):
+        options = {"api_key": embedder.api_key, "base_url": embedder.base_url}
+    if options.get("api_key") or options.get("base_url") or has_credentials("openai", models=models):
+        return None
+    return Warning(
+        f"{where} is an OpenAIEmbedder with no API key and no base_url: every message it should embed "
+        "would fail, and semantic recall with it.",
+        hint='Set MEMPROC["MODELS"]["openai"]["api_key"] (or the OPENAI_API_KEY environment variable), '
+        'give the embedder "api_key"/"base_url" OPTIONS, or use the offline MiniLMEmbedder.',
+        obj="MEMPROC",
+        id="memproc.W003",
+    )
+
+
 def missing_keys(providers: Iterable[str], *, models: Any) -> list[CheckMessage]:
     """A warning per OpenAI-compatible provider in use that has neither an API key nor a base_url."""
     messages: list[CheckMessage] = []
     for provider in sorted(set(providers)):
-        if not speaks_openai(provider, models):
+        if not speaks_openai(provider, models) or has_credentials(provider, models=models):
             continue
-        options = models.get(provider) if isinstance(models, Mapping) else None
-        options = options if isinstance(options, Mapping) else {}
         from_env = provider == "openai"
-        if options.get("api_key") or options.get("base_url"):
-            continue
-        if from_env and (os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")):
-            continue
         env = " (or the OPENAI_API_KEY environment variable)" if from_env else ""
         messages.append(
             Warning(
