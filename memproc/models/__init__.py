@@ -1,0 +1,53 @@
+"""memproc's stored data: resources, threads, messages, working memory, embeddings, tripwires, files.
+
+Import from here (`from memproc.models import Thread`); the modules are `threads` (resources,
+threads, the thread key, messages), `working_memory` (its revisions), `embeddings`, `review`
+(tripwire logs, turn records), `files` (attachments), `outbox`, `idempotency` and `summaries`
+(thread summaries and their revisions).
+"""
+
+# USER_LINK: memproc's links to users (who edited, who reviewed) carry no database constraint and are
+# cleared by memproc.signals' receiver when a user is deleted, not by Django's delete collector: a site
+# may keep memproc's tables in a database of their own (a router), apart from its users, and neither
+# a constraint nor the collector can reach across databases.
+
+from memproc.models.embeddings import MessageEmbedding
+from memproc.models.files import Attachment, attachment_upload_to
+from memproc.models.idempotency import IdempotencyRecord
+from memproc.models.outbox import OutboxJob
+from memproc.models.review import TripwireLog, TurnRecord
+from memproc.models.summaries import SummaryRevision, ThreadSummary
+from memproc.models.threads import (
+    QUARANTINE_ACTIVE,
+    THREAD_KEY_MAX_LENGTH,
+    THREAD_KEY_SEPARATOR,
+    Message,
+    Resource,
+    Thread,
+    public_thread_id,
+    split_thread_key,
+    thread_key,
+)
+from memproc.models.working_memory import WorkingMemoryRevision
+
+__all__ = [
+    "QUARANTINE_ACTIVE",
+    "THREAD_KEY_MAX_LENGTH",
+    "THREAD_KEY_SEPARATOR",
+    "Attachment",
+    "IdempotencyRecord",
+    "Message",
+    "MessageEmbedding",
+    "OutboxJob",
+    "Resource",
+    "SummaryRevision",
+    "Thread",
+    "ThreadSummary",
+    "TripwireLog",
+    "TurnRecord",
+    "WorkingMemoryRevision",
+    "attachment_upload_to",
+    "public_thread_id",
+    "split_thread_key",
+    "thread_key",
+]
