@@ -95,7 +95,7 @@ def memory_items(ctx: ProcessorContext, channels: Iterable[str]) -> list[MemoryI
     wanted = set(channels)
     items: list[MemoryItem] = []
     if wanted & {"history", "recall"}:
-        recalled = {r.get("id") for r in (ctx.turn.info.get("recalled", []) if ctx.turn else [])}
+        recalled = {r.id for r in (ctx.turn.info.recalled or [] if ctx.turn else [])}
         for message in ctx.messages:
             if message.id not in ctx.loaded_ids or message.role == "system":
                 continue
@@ -187,13 +187,13 @@ def apply(
 ) -> list[Message] | None:
     """`messages` (default ctx.messages) without what was withheld (system messages cut, with `note`
     where a cut left nothing), the records kept on the turn's last new user message for review and in
-    `ctx.state["withheld"]` / `turn.info["withheld"]`. None when nothing changed."""
+    `ctx.state["withheld"]` / `turn.info.withheld`. None when nothing changed."""
     if not withheld:
         return None
     messages = ctx.messages if messages is None else messages
     ctx.state.setdefault("withheld", []).extend(withheld.records)
     if ctx.turn is not None:
-        ctx.turn.info.setdefault("withheld", []).extend(withheld.records)
+        ctx.turn.info.withheld.extend(withheld.records)
     changed_system = []
     for message in ctx.system_messages:
         changed = withheld.replace.get(message.id, message)

@@ -191,7 +191,7 @@ class ModerationProcessor:
         record = {"channel": channel, "processor": self.id, "categories": sorted(flagged)}
         ctx.state.setdefault("flags", []).append({"phase": ctx.phase, **record})
         if channel == "tool_result" and ctx.turn is not None:
-            ctx.turn.info.setdefault("withheld", []).append(record)
+            ctx.turn.info.withheld.append(record)
         logger.warning(
             "memproc: %s flagged a %s: %s", self.id, channel.replace("_", " "), ", ".join(sorted(flagged))
         )

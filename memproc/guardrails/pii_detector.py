@@ -177,7 +177,7 @@ class PIIDetector:
             return None
         self._record(ctx, "tool_result", counts)
         if ctx.turn is not None:
-            ctx.turn.info.setdefault("withheld", []).append(
+            ctx.turn.info.withheld.append(
                 {
                     "channel": "tool_result",
                     "processor": self.id,

@@ -77,7 +77,7 @@ class PromptInjectionDetector:
     - history, recall, working memory: never blocks the user's turn. The item is withheld from this
       prompt (a loaded message dropped; a recalled line or a working-memory line cut) and recorded
       for review on the turn's saved user message (`metadata["withheld"]`) and in
-      `turn.info["withheld"]`. A message already quarantined in storage is withheld unscored.
+      `turn.info.withheld`. A message already quarantined in storage is withheld unscored.
     - tool_result: the result is replaced with a note the model reads ("rewrite": only the flagged
       sentences are dropped). An `updateWorkingMemory` call whose text is an injection is refused: its
       write is taken off the turn and the model reads an error.
@@ -298,7 +298,7 @@ class PromptInjectionDetector:
             channel not in _channels.MEMORY_CHANNELS or "action" in where
         ):  # memory items: recorded on withholding
             if ctx.turn is not None:
-                ctx.turn.info.setdefault("withheld", []).append(record)
+                ctx.turn.info.withheld.append(record)
             logger.warning(
                 "memproc: %s flagged a %s (score %.2f, %s)%s",
                 self.id,

@@ -23,6 +23,7 @@ from memproc.processors.tokens import TokenCounter
 __all__ = [
     "EXTRACTIVE",
     "SUMMARY_MESSAGE_ID",
+    "CompactionDue",
     "CompactionOptions",
     "ExtractiveSummarizer",
     "fold_chunks",
@@ -75,6 +76,32 @@ class CompactionOptions:
             except TypeError as exc:
                 raise ConfigurationError(f"Memory(compaction=...): {exc}") from exc
         raise ConfigurationError("compaction must be CompactionOptions, a dict or None")
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionDue:
+    """A fold MessageHistory found due this turn: a write (`TurnWrites.compaction`) that the turn's
+    commit enqueues in its own transaction, and drops with the rest when the turn saves nothing.
+    `agent_model` is the agent's model as a worker can resolve it (None: the DEFAULT_MODEL)."""
+
+    through_sequence: int
+    estimated_tokens: int
+    trigger_tokens: int
+    keep_tokens: int
+    model: str | None
+    agent_model: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The job's request, and the `compaction` entry of the turn result's `memory`."""
+        return {
+            "due": True,
+            "through_sequence": self.through_sequence,
+            "estimated_tokens": self.estimated_tokens,
+            "trigger_tokens": self.trigger_tokens,
+            "keep_tokens": self.keep_tokens,
+            "model": self.model,
+            "agent_model": self.agent_model,
+        }
 
 
 def summary_message(summary: ThreadSummaryValue) -> Message:

@@ -8,11 +8,12 @@ from typing import Any
 from memproc.exceptions import ConfigurationError
 from memproc.messages import Message, new_id
 from memproc.processors.base import ProcessorContext
-from memproc.processors.compaction import CompactionOptions, fold_due, summary_message
+from memproc.processors.compaction import CompactionDue, CompactionOptions, fold_due, summary_message
 from memproc.processors.conversation import echoed_prefix
 from memproc.processors.store import ThreadSummaryValue
 from memproc.processors.token_limiter import tool_call_groups
 from memproc.processors.tokens import TokenCounter, check_counter_spec, get_token_counter
+from memproc.processors.turn_info import HistoryEntry, SummaryUsed
 
 __all__ = ["MessageHistory", "newest_within", "savable"]
 
@@ -33,8 +34,8 @@ class MessageHistory:
     With `compaction`, the thread's summary (read with the turn's first thread read by the Django
     store: no query) enters as one system message, and messages it covers are not loaded again.
     When the messages between the summary and the window are estimated at `trigger_tokens` or more,
-    the turn notes a fold as due (`turn.info["compaction"]`); the compaction service runs it after
-    the turn commits.
+    the turn asks for a fold (`turn.writes.compaction`), which the turn's commit enqueues; the
+    compaction service runs it after the turn commits.
 
     Output: records the turn's input and responses for the turn's atomic save, without system
     messages, internal tool calls (working memory) and calls without a result. It never saves when
@@ -110,18 +111,15 @@ class MessageHistory:
             fresh = [m for m in kept if m.id not in ctx.loaded_ids]
             history = newest_within(history, fresh, budget=self.history_tokens, counter=self.get_counter())
         ctx.mark_loaded(history)
-        turn.info["history"] = [{"id": m.id, "role": m.role, "text": m.text} for m in history]
+        turn.info.history = [HistoryEntry(m.id, m.role, m.text) for m in history]
         if echoed:
-            turn.info["echoed"] = len(echoed)
+            turn.info.echoed = len(echoed)
         extra: list[Message] = []
         if self.compaction is not None:
             self._note_window(ctx, summary, history, kept)
             if summary is not None and summary.text.strip():
                 extra = [summary_message(summary)]
-                turn.info["summary"] = {
-                    "covered_sequence": summary.covered_sequence,
-                    "version": summary.version,
-                }
+                turn.info.summary = SummaryUsed(summary.covered_sequence, summary.version)
         if not history and not extra and len(kept) == len(ctx.messages) and not elsewhere:
             return None
         return history + kept + extra
@@ -184,15 +182,14 @@ class MessageHistory:
         if due is None:
             return
         through, estimate = due
-        ctx.turn.info["compaction"] = {
-            "due": True,
-            "through_sequence": through,
-            "estimated_tokens": estimate,
-            "trigger_tokens": options.trigger_tokens,
-            "keep_tokens": options.keep_tokens,
-            "model": options.model,
-            "agent_model": _model_id(ctx.agent),
-        }
+        ctx.turn.writes.compaction = CompactionDue(
+            through_sequence=through,
+            estimated_tokens=estimate,
+            trigger_tokens=options.trigger_tokens,
+            keep_tokens=options.keep_tokens,
+            model=options.model,
+            agent_model=_model_id(ctx.agent),
+        )
 
 
 def _model_id(agent: Any) -> str | None:

@@ -162,10 +162,7 @@ class ProcessorRunner:
 
     def _timed(self, pid: str, hook_name: str, ms: float) -> None:
         """Adds up each processor hook's time over the turn (steps and stream parts included)."""
-        timings = self.turn.info.setdefault("processors", {})
-        key = f"{pid} {hook_name}"
-        total, calls = timings.get(key, (0.0, 0))
-        timings[key] = (total + ms, calls + 1)
+        self.turn.info.time(pid, hook_name, ms)
 
     # --- once per turn -------------------------------------------------------------------------
 

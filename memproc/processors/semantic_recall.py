@@ -11,6 +11,7 @@ from memproc.embedders import get_embedder
 from memproc.exceptions import ConfigurationError
 from memproc.messages import Message
 from memproc.processors.base import ProcessorContext
+from memproc.processors.turn_info import RecalledHit
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class SemanticRecall:
                     extra=logs.current(),
                 )
                 telemetry.fail(span, exc)
-                turn.info["recall_error"] = True
+                turn.info.recall_error = True
                 return None
             span.set_attribute("memproc.recall.hits", len(ctx.state.get("scores", {})))
         if recalled is None:
@@ -95,9 +96,8 @@ class SemanticRecall:
         same_thread, other_threads = recalled
         ctx.mark_loaded(same_thread)
         scores = ctx.state.get("scores", {})
-        turn.info["recalled"] = [
-            {"id": m.id, "thread_id": m.thread_id, "text": m.text, "score": scores.get(m.id)}
-            for m in [*same_thread, *other_threads]
+        turn.info.recalled = [
+            RecalledHit(m.id, m.thread_id, m.text, scores.get(m.id)) for m in [*same_thread, *other_threads]
         ]
         # The conversation object puts these in time order among the history, before the input.
         result = [*same_thread, *ctx.messages]

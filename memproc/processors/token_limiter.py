@@ -12,6 +12,7 @@ from memproc.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from memproc.processors.base import ProcessorContext
 from memproc.processors.conversation import whole_tool_pairs
 from memproc.processors.tokens import TokenCounter, check_counter_spec, get_token_counter
+from memproc.processors.turn_info import TokenCount
 
 __all__ = ["TokenLimiter", "tool_call_groups", "truncate_to_tokens"]
 
@@ -129,7 +130,7 @@ class TokenLimiter:
         ctx.state["tokens"] = total
         ctx.state["dropped"] = max(len(dropped), ctx.state.get("dropped", 0))
         if ctx.turn is not None:  # shown with the result: "what memory put in front of the model"
-            ctx.turn.info["tokens"] = {"total": total, "limit": self.limit, "dropped": ctx.state["dropped"]}
+            ctx.turn.info.tokens = TokenCount(total, self.limit, ctx.state["dropped"])
         if not dropped:
             return None
         return [m for i, m in enumerate(messages) if i not in dropped]

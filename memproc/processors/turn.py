@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memproc.messages import Message
+from memproc.processors.turn_info import TurnInfo
 from memproc.tools import Tool
 
 if TYPE_CHECKING:
     from memproc.processors.attachment_types import StagedAttachment
+    from memproc.processors.compaction import CompactionDue
     from memproc.processors.store import MemoryStore
 
 __all__ = ["PendingWorkingMemory", "Turn", "TurnWrites"]
@@ -45,6 +47,8 @@ class TurnWrites:
     vector_store: Any = None  # the recall processor's store: new vectors go where it searches
     working_memory: list[PendingWorkingMemory] = field(default_factory=list)
     generate_title: bool = False
+    # A fold of the thread's older messages, enqueued with the save (MessageHistory with compaction).
+    compaction: CompactionDue | None = None
 
 
 @dataclass
@@ -76,7 +80,7 @@ class Turn:
     attachments: list[StagedAttachment] = field(default_factory=list)
     # What memory did this turn, for inspection (the demo's memory panel, the API's `memory` field)
     # and for the turn record's manifest.
-    info: dict[str, Any] = field(default_factory=dict)
+    info: TurnInfo = field(default_factory=TurnInfo)
     # The turn's OpenTelemetry span (memproc.telemetry; a no-op without the otel extra).
     trace: Any = None
 
@@ -89,3 +93,10 @@ class Turn:
     @property
     def internal_tool_names(self) -> set[str]:
         return {name for name, t in self.tools.items() if t.internal}
+
+    def memory_report(self) -> dict[str, Any]:
+        """The turn result's `memory`: what memory did, and the fold it asked for (`compaction`)."""
+        report = self.info.as_dict()
+        if self.writes.compaction is not None:
+            report["compaction"] = self.writes.compaction.as_dict()
+        return report

@@ -11,6 +11,7 @@ from memproc.messages import Message
 from memproc.processors.base import ProcessorContext
 from memproc.processors.tokens import get_token_counter
 from memproc.processors.turn import PendingWorkingMemory
+from memproc.processors.turn_info import WorkingMemoryRead
 from memproc.processors.working_memory_values import compute_next
 from memproc.tools import DEFAULT_WORKING_MEMORY_TEMPLATE, WORKING_MEMORY_TOOL, Tool, ToolContext
 
@@ -94,8 +95,8 @@ class WorkingMemory:
             current, version = value.text, value.version
         ctx.state["current"] = current
         ctx.state["read"] = (current, version)
-        turn.info["working_memory"] = current
-        turn.info["working_memory_version"] = {"scope": self.scope, "key": key, "version": version}
+        turn.info.working_memory = current
+        turn.info.working_memory_version = WorkingMemoryRead(self.scope, key, version)
         if not self.read_only:
             turn.add_tool(self.update_tool(ctx.state, key))
         return [*ctx.messages, self.system_message(current)]
@@ -161,7 +162,7 @@ class WorkingMemory:
         state["current"] = new
         turn = context.turn
         if turn is not None:
-            turn.info["working_memory"] = new
+            turn.info.working_memory = new
             turn.writes.working_memory.append(
                 PendingWorkingMemory(
                     scope=self.scope,

@@ -1,4 +1,7 @@
-"""A turn's writes: the atomic save (rule 9), the save of a blocked turn, and its manifest."""
+"""A turn's writes: the atomic save (rule 9) and the save of a blocked turn.
+
+What it writes comes from the turn's write buffer (`Turn.writes`), including the work it schedules.
+"""
 
 from __future__ import annotations
 
@@ -18,12 +21,13 @@ from memproc.services.tripwires import tripwire_log
 from memproc.services.working_memory import working_memory_update
 from memproc.turns.records import turn_record_alone, turn_record_insert
 
-__all__ = ["blocked_save", "turn_commit", "turn_manifest"]
+__all__ = ["blocked_save", "turn_commit"]
 
 
 def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
     """Rule 9: the turn's messages, working-memory changes and record are saved together or not at
-    all; embeddings and titles run after commit. A turn that saves nothing writes its record alone."""
+    all; embeddings, titles and a due compaction fold are enqueued in the same transaction and run
+    after commit. A turn that saves nothing writes its record alone."""
     writes = turn.writes
     if not (writes.messages or writes.working_memory):
         if record is not None:
@@ -69,14 +73,9 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
             )
         if writes.embed:
             _enqueue_embedding(turn)
-        compaction = turn.info.get("compaction")
-        if compaction and compaction.get("due") and writes.messages:
+        if writes.compaction is not None and writes.messages:
             # In the turn's transaction, so the outbox keeps it if the broker is down.
-            compaction_enqueue(
-                thread_key=key,
-                agent_id=turn.agent.id,
-                request=compaction,
-            )
+            compaction_enqueue(thread_key=key, agent_id=turn.agent.id, request=writes.compaction.as_dict())
         if writes.generate_title and writes.messages:
             _enqueue_title(turn, key)
     if writes.messages:
@@ -127,32 +126,6 @@ def _enqueue_embedding(turn: Turn) -> None:
         kwargs={"message_ids": [s.message_id for s in sources], "agent_id": turn.agent.id},
         inline=embed_now,
     )
-
-
-def turn_manifest(turn: Turn) -> dict[str, Any]:
-    """Why the model saw what it saw: ids and numbers only, never message text."""
-    info = turn.info
-    timings = info.get("processors", {})
-    return {
-        "history": [h["id"] for h in info.get("history", [])],
-        "recalled": [
-            {"id": r["id"], "thread_id": r.get("thread_id"), "score": r.get("score")}
-            for r in info.get("recalled", [])
-        ],
-        "recall_error": bool(info.get("recall_error")),
-        "echoed": info.get("echoed", 0),
-        "working_memory": info.get("working_memory_version"),
-        "tokens": info.get("tokens"),
-        "processors": [
-            {
-                "processor": key.split(" ", 1)[0],
-                "hook": key.split(" ", 1)[1],
-                "ms": round(ms, 3),
-                "calls": calls,
-            }
-            for key, (ms, calls) in timings.items()
-        ],
-    }
 
 
 def blocked_save(*, tripwire_fields: dict[str, Any], record: dict[str, Any] | None) -> None:

@@ -38,7 +38,7 @@ from memproc.processors.turn import Turn, TurnWrites
 from memproc.processors.working_memory import WorkingMemory
 from memproc.services.attachments import attachments_discard
 from memproc.signals import send_after_commit, turn_completed
-from memproc.turns.commit import blocked_save, turn_commit, turn_manifest
+from memproc.turns.commit import blocked_save, turn_commit
 from memproc.turns.effects import Blocking, EngineStep
 from memproc.turns.loop import ModelLoop, feedback_message
 from memproc.turns.records import turn_record_alone
@@ -183,7 +183,7 @@ class TurnEngine(ModelLoop):
             "model": self.agent.model_id,
             "steps": self.steps,
             "usage": dict(self.usage),
-            "manifest": turn_manifest(turn),
+            "manifest": turn.info.manifest(),
             "message_ids": list(message_ids),
             "started_at": self.started_at,
             "duration_ms": (time.perf_counter() - self._clock) * 1000,
@@ -264,7 +264,7 @@ class TurnEngine(ModelLoop):
             resource_id=turn.resource_id,
             prompt=self.last_prompt or self.conversation.request_messages(),
             steps=self.steps,
-            memory=dict(turn.info),
+            memory=turn.memory_report(),
         )
         self.saved = True
         return record
@@ -284,7 +284,7 @@ class TurnEngine(ModelLoop):
             resource_id=turn.resource_id,
             prompt=self.last_prompt,
             steps=self.steps,
-            memory=dict(turn.info),
+            memory=turn.memory_report(),
         )
         yield Blocking(
             partial(

@@ -180,7 +180,7 @@ def test_a_working_memory_update_that_injects_is_taken_off_the_turn():
     )
     assert refused.is_error and "refused" in thaw(refused.result)["error"]
     assert turn.writes.working_memory == []
-    assert turn.info["withheld"][0]["channel"] == "working_memory"
+    assert turn.info.withheld[0]["channel"] == "working_memory"
 
 
 # --- detection on a folded copy, changes on the original ---------------------------------------------

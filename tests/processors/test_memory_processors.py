@@ -102,7 +102,7 @@ def test_client_echo_without_ids_is_history_not_new_input():
     turn, conversation = run_input([MessageHistory(10)], store, [*echo, new_user("new question")])
     assert [m.text for m in conversation.new_input] == ["new question"]
     assert [m.id for m in conversation.messages][:2] == ["m0", "m1"]
-    assert turn.info["echoed"] == 2
+    assert turn.info.echoed == 2
 
 
 def test_client_echo_longer_than_the_window_is_still_recognised():

@@ -19,6 +19,7 @@ from memproc.processors.compaction import SUMMARY_MESSAGE_ID, CompactionOptions
 from memproc.processors.message_history import MessageHistory, newest_within, savable
 from memproc.processors.store import InMemoryStore, ThreadSummaryValue
 from memproc.processors.turn import Turn
+from memproc.processors.turn_info import SummaryUsed
 from memproc.tools import Tool
 
 from .conftest import StubCounter, ids, tool_call, tool_result
@@ -213,7 +214,7 @@ def test_no_turn_no_store_or_no_thread_means_no_history_and_no_read():
     for bare in (without_turn, without_store, without_thread):
         assert history.process_input(bare) is None
     assert store.calls == []
-    assert ctx.turn.info == {}
+    assert ctx.turn.info.as_dict() == {}
 
 
 def test_the_window_is_one_read_with_the_turns_thread_resource_and_last_sequence():
@@ -229,7 +230,7 @@ def test_the_window_is_one_read_with_the_turns_thread_resource_and_last_sequence
 def test_the_window_is_recorded_in_turn_info_and_marked_loaded():
     ctx = input_ctx(store_with(stored(5)), [new_user("next", id="new")])
     MessageHistory(2).process_input(ctx)
-    assert ctx.turn.info == {
+    assert ctx.turn.info.as_dict() == {
         "history": [
             {"id": "m3", "role": "assistant", "text": "m3 text"},
             {"id": "m4", "role": "user", "text": "m4 text"},
@@ -247,7 +248,7 @@ def test_the_echo_check_reads_further_back_than_a_short_window():
     result = MessageHistory(2).process_input(ctx)
     assert [kwargs["limit"] for kwargs in store.called("messages_recent")] == [3]
     assert ids(result) == ["m4", "m5", "new"]
-    assert ctx.turn.info["echoed"] == 3
+    assert ctx.turn.info.echoed == 3
 
 
 def test_a_new_thread_is_never_read():
@@ -255,7 +256,7 @@ def test_a_new_thread_is_never_read():
     ctx = input_ctx(store, [new_user("a"), new_user("b")], exists=False)
     assert compacting(5, 10).process_input(ctx) is None
     assert store.calls == []
-    assert ctx.turn.info == {"history": []}
+    assert ctx.turn.info.as_dict() == {"history": []}
 
 
 def test_an_empty_window_reads_only_to_recognise_an_echo():
@@ -263,19 +264,19 @@ def test_an_empty_window_reads_only_to_recognise_an_echo():
     one = input_ctx(store, [new_user("next", id="new")])
     assert MessageHistory(0).process_input(one) is None
     assert store.calls == []
-    assert one.turn.info == {"history": []}
+    assert one.turn.info.as_dict() == {"history": []}
 
     echo = Message.create("assistant", "m3 text")
     two = input_ctx(store, [echo, new_user("next", id="new")])
     assert ids(MessageHistory(0).process_input(two)) == ["new"]
     assert [kwargs["limit"] for kwargs in store.called("messages_recent")] == [1]
-    assert two.turn.info == {"history": [], "echoed": 1}
+    assert two.turn.info.as_dict() == {"history": [], "echoed": 1}
 
 
 def test_no_echo_leaves_no_echo_count():
     ctx = input_ctx(store_with(stored(3)), [new_user("something else"), new_user("next")])
     MessageHistory(5).process_input(ctx)
-    assert "echoed" not in ctx.turn.info
+    assert "echoed" not in ctx.turn.info.as_dict()
 
 
 # --- quarantine ------------------------------------------------------------------------------------
@@ -289,7 +290,7 @@ def test_a_quarantined_stored_message_is_not_loaded_even_without_guardrails():
     thread[4] = thread[4].replace(metadata={"quarantine": "flagged"})  # not a guardrail's flag
     ctx = input_ctx(store_with(thread), [new_user("next", id="new")])
     assert ids(MessageHistory(10).process_input(ctx)) == ["m0", "m3", "m4", "new"]
-    assert [entry["id"] for entry in ctx.turn.info["history"]] == ["m0", "m3", "m4"]
+    assert [entry.id for entry in ctx.turn.info.history] == ["m0", "m3", "m4"]
 
 
 def test_a_quarantined_message_still_counts_for_the_echo_check():
@@ -298,7 +299,7 @@ def test_a_quarantined_message_still_counts_for_the_echo_check():
     echo = [Message.create(m.role, m.text) for m in thread]
     ctx = input_ctx(store_with(thread), [*echo, new_user("next", id="new")])
     assert ids(MessageHistory(10).process_input(ctx)) == ["m0", "new"]
-    assert ctx.turn.info["echoed"] == 2
+    assert ctx.turn.info.echoed == 2
 
 
 # --- ids the caller chose --------------------------------------------------------------------------
@@ -336,7 +337,7 @@ def test_an_id_stored_in_another_thread_gets_a_fresh_id_even_with_no_window():
     result = MessageHistory(0).process_input(ctx)
     assert result is not None and len(result) == 1
     assert result[0].id != "x1" and result[0].text == "hello"
-    assert ctx.turn.info == {"history": []}
+    assert ctx.turn.info.as_dict() == {"history": []}
 
 
 def test_ids_the_caller_did_not_choose_are_never_looked_up():
@@ -388,7 +389,7 @@ def test_the_summary_enters_after_the_input_and_covered_messages_leave_the_windo
     # m5 is sequence 6, the last the summary covers.
     assert ids(result) == ["m6", "m7", "m8", "m9", "new", SUMMARY_MESSAGE_ID]
     assert result[-1].role == "system" and "The user said hello." in result[-1].text
-    assert ctx.turn.info["summary"] == {"covered_sequence": 6, "version": 3}
+    assert ctx.turn.info.as_dict()["summary"] == {"covered_sequence": 6, "version": 3}
     assert store.called("thread_summary") == [{"thread_id": T, "resource_id": R}]
 
 
@@ -397,7 +398,7 @@ def test_a_blank_summary_adds_no_message_but_still_covers_its_messages():
     ctx = input_ctx(store, [new_user("next", id="new")])
     result = compacting(6, 10_000).process_input(ctx)
     assert ids(result) == ["m6", "m7", "m8", "m9", "new"]
-    assert "summary" not in ctx.turn.info
+    assert ctx.turn.info.summary is None
 
 
 def test_a_summary_alone_is_returned_when_the_window_is_empty():
@@ -414,7 +415,7 @@ def test_without_compaction_a_stored_summary_is_neither_read_nor_used():
     result = MessageHistory(6).process_input(ctx)
     assert ids(result) == ["m4", "m5", "m6", "m7", "m8", "m9", "new"]
     assert store.called("thread_summary") == []
-    assert "summary" not in ctx.turn.info
+    assert ctx.turn.info.summary is None
 
 
 def test_a_new_thread_reads_no_summary():
@@ -443,7 +444,7 @@ def test_a_store_without_summaries_is_a_store_with_none():
     ctx = input_ctx(store, [new_user("next", id="new")], exists=True)
     result = compacting(2, 10_000).process_input(ctx)
     assert ids(result) == ["m2", "m3", "new"]
-    assert "summary" not in ctx.turn.info
+    assert ctx.turn.info.summary is None
 
 
 def compacting(last_messages: int, trigger: int, **options: Any) -> MessageHistory:
@@ -458,7 +459,7 @@ def test_a_fold_is_due_when_the_messages_before_the_window_reach_the_trigger():
     history = compacting(5, 150, keep_tokens=500, model="extractive")
     out = run_turn(history, ctx)
     # Messages 1..15 lie before the window (16..20), estimated at 10 tokens each (the window's mean).
-    assert out.turn.info["compaction"] == {
+    assert out.turn.memory_report()["compaction"] == {
         "due": True,
         "through_sequence": 15,
         "estimated_tokens": 150,
@@ -472,7 +473,7 @@ def test_a_fold_is_due_when_the_messages_before_the_window_reach_the_trigger():
 def test_no_fold_is_due_one_token_below_the_trigger():
     ctx = input_ctx(store_with(stored(20)), [new_user("next", id="new", tokens=1)])
     out = run_turn(compacting(5, 151), ctx)
-    assert "compaction" not in out.turn.info
+    assert out.turn.writes.compaction is None
 
 
 def test_what_a_job_already_counted_is_taken_as_counted():
@@ -480,45 +481,45 @@ def test_what_a_job_already_counted_is_taken_as_counted():
     ctx = input_ctx(store, [new_user("next", id="new", tokens=1)])
     out = run_turn(compacting(5, 83), ctx)
     # 33 counted for 6..10, then 11..15 estimated at 10 each.
-    info = out.turn.info["compaction"]
-    assert (info["through_sequence"], info["estimated_tokens"]) == (15, 83)
-    assert out.turn.info["summary"] == {"covered_sequence": 5, "version": 2}
+    due = out.turn.writes.compaction
+    assert (due.through_sequence, due.estimated_tokens) == (15, 83)
+    assert out.turn.info.summary == SummaryUsed(covered_sequence=5, version=2)
 
 
 def test_with_a_summary_only_the_uncovered_messages_are_estimated():
     store = summarized_store(20, covered_sequence=5, version=1)
     ctx = input_ctx(store, [new_user("next", id="new", tokens=1)])
-    info = run_turn(compacting(5, 100), ctx).turn.info["compaction"]
-    assert (info["through_sequence"], info["estimated_tokens"]) == (15, 100)
+    due = run_turn(compacting(5, 100), ctx).turn.writes.compaction
+    assert (due.through_sequence, due.estimated_tokens) == (15, 100)
     ctx = input_ctx(summarized_store(20, covered_sequence=5, version=1), [new_user("next", tokens=1)])
-    assert "compaction" not in run_turn(compacting(5, 101), ctx).turn.info
+    assert run_turn(compacting(5, 101), ctx).turn.writes.compaction is None
 
 
 def test_with_an_empty_window_the_whole_thread_is_estimated_from_the_new_input():
     ctx = input_ctx(store_with(stored(20)), [new_user("next", id="new", tokens=7)])
     out = run_turn(compacting(0, 140), ctx)
-    info = out.turn.info["compaction"]
-    assert (info["through_sequence"], info["estimated_tokens"]) == (20, 140)
+    due = out.turn.writes.compaction
+    assert (due.through_sequence, due.estimated_tokens) == (20, 140)
     ctx = input_ctx(store_with(stored(20)), [new_user("next", id="new", tokens=7)])
-    assert "compaction" not in run_turn(compacting(0, 141), ctx).turn.info
+    assert run_turn(compacting(0, 141), ctx).turn.writes.compaction is None
 
 
 @pytest.mark.parametrize("agent", [None, SimpleNamespace(model_id="default"), SimpleNamespace(model_id="")])
 def test_the_default_model_is_named_none_for_the_worker(agent):
     ctx = input_ctx(store_with(stored(20)), [new_user("next", tokens=1)], agent=agent)
-    info = run_turn(compacting(5, 10), ctx).turn.info["compaction"]
-    assert info["agent_model"] is None
-    assert (info["model"], info["keep_tokens"]) == (None, 2000)
+    due = run_turn(compacting(5, 10), ctx).turn.writes.compaction
+    assert due.agent_model is None
+    assert (due.model, due.keep_tokens) == (None, 2000)
 
 
 def test_a_new_thread_or_read_only_memory_asks_for_no_fold():
     ctx = input_ctx(RecordingStore(), [new_user("next", tokens=1000)], exists=False)
-    assert "compaction" not in run_turn(compacting(0, 1), ctx).turn.info
+    assert run_turn(compacting(0, 1), ctx).turn.writes.compaction is None
 
     read_only = MessageHistory(5, compaction={"trigger_tokens": 1}, counter=StubCounter(), read_only=True)
     ctx = input_ctx(store_with(stored(20)), [new_user("next", tokens=1)])
     out = run_turn(read_only, ctx)
-    assert "compaction" not in out.turn.info
+    assert out.turn.writes.compaction is None
     assert out.turn.writes.messages == []
 
 
@@ -527,7 +528,7 @@ def test_an_output_hook_without_a_window_read_asks_for_no_fold():
     ctx = input_ctx(store_with(stored(20)), [new_user("next", id="new")])
     reply = Message.create("assistant", "hi", id="reply")
     history.process_output_result(output_ctx(ctx, [reply]))  # no input hook ran: nothing to go by
-    assert "compaction" not in ctx.turn.info
+    assert ctx.turn.writes.compaction is None
     assert ids(ctx.turn.writes.messages) == ["new", "reply"]
 
 

@@ -1,5 +1,5 @@
 """TokenLimiter at its edges: the exact wording of its errors and aborts, the counts it shows in
-`turn.info["tokens"]`, the output limit at an exact fit and at a cut, and truncate_to_tokens with
+`turn.info.tokens`, the output limit at an exact fit and at a cut, and truncate_to_tokens with
 tokens longer than 16 characters or characters that cost several tokens."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from memproc.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from memproc.processors.base import ProcessorContext
 from memproc.processors.token_limiter import TokenLimiter, tool_call_groups, truncate_to_tokens
 from memproc.processors.turn import Turn
+from memproc.processors.turn_info import TokenCount
 
 from .conftest import StubCounter, assistant, ids, make_ctx, system, tool_call, tool_result, user
 
@@ -92,14 +93,14 @@ def test_the_reply_is_primed_with_three_tokens():
     assert TokenLimiter.reply_tokens == 3
     ctx = with_turn(make_ctx([], [user("q", id="new", tokens=10)]))
     assert limiter(13).process_input(ctx) is None  # 10 + 3: an exact fit
-    assert ctx.turn.info["tokens"] == {"total": 13, "limit": 13, "dropped": 0}
+    assert ctx.turn.info.tokens == TokenCount(total=13, limit=13, dropped=0)
 
 
 def test_turn_info_shows_the_total_the_limit_and_the_messages_dropped():
     ctx = with_turn(make_ctx(history(5), [user("now", id="new", tokens=10)]))
     result = limiter(43).process_input(ctx)
     assert ids(result) == ["h2", "h3", "h4", "new"]
-    assert ctx.turn.info["tokens"] == {"total": 43, "limit": 43, "dropped": 2}
+    assert ctx.turn.info.as_dict()["tokens"] == {"total": 43, "limit": 43, "dropped": 2}
     assert (ctx.state["tokens"], ctx.state["dropped"]) == (43, 2)
 
 
@@ -107,7 +108,7 @@ def test_dropped_counts_messages_not_pairs():
     loaded = [tool_call("c1", id="call", tokens=10), tool_result("c1", id="result", tokens=10)]
     ctx = with_turn(make_ctx(loaded, [user("next", id="new", tokens=10)]))
     assert ids(limiter(13).process_input(ctx)) == ["new"]
-    assert ctx.turn.info["tokens"] == {"total": 13, "limit": 13, "dropped": 2}
+    assert ctx.turn.info.tokens == TokenCount(total=13, limit=13, dropped=2)
 
 
 def test_turn_info_keeps_the_most_dropped_for_one_call_across_steps():
@@ -115,12 +116,12 @@ def test_turn_info_keeps_the_most_dropped_for_one_call_across_steps():
     state: dict[str, Any] = {}
     first = with_turn(make_ctx(history(4), [user("now", id="new", tokens=10)], state=state))
     assert ids(processor.process_input(first)) == ["h2", "h3", "new"]
-    assert first.turn.info["tokens"]["dropped"] == 2
+    assert first.turn.info.tokens.dropped == 2
     # The next call sees the trimmed prompt: nothing more to drop, but the turn dropped two.
     second = make_ctx(history(4)[2:], [user("now", id="new", tokens=10)], state=state)
     second.turn, second.step = first.turn, 1
     assert processor.process_input_step(second) is None
-    assert first.turn.info["tokens"] == {"total": 33, "limit": 33, "dropped": 2}
+    assert first.turn.info.tokens == TokenCount(total=33, limit=33, dropped=2)
     assert state["dropped"] == 2
 
 
@@ -169,7 +170,7 @@ def test_a_loaded_call_without_its_result_is_not_counted():
     ctx = with_turn(make_ctx(loaded, [user("next", id="new", tokens=10)]))
     result = limiter(23).process_input(ctx)
     assert result is None
-    assert ctx.turn.info["tokens"] == {"total": 23, "limit": 23, "dropped": 0}
+    assert ctx.turn.info.tokens == TokenCount(total=23, limit=23, dropped=0)
 
 
 def test_this_turns_own_call_is_counted_before_its_result_arrives():

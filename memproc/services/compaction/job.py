@@ -1,6 +1,6 @@
 """The fold job: scheduled by a turn's commit, run in the background.
 
-A turn's MessageHistory notes in `turn.info["compaction"]` that a fold is due; the turn's commit
+A turn's MessageHistory asks for a fold that is due (`turn.writes.compaction`); the turn's commit
 enqueues `memproc.compact_thread` in its own transaction (inline or Celery, through the outbox), so
 it runs after commit. The job is idempotent and runs one at a time per thread: it claims the
 thread's summary row with a conditional UPDATE (a lease), and writes each fold with compare-and-swap
