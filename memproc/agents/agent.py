@@ -13,6 +13,7 @@ from memproc.messages import Message, MessageInput
 from memproc.processors.base import processor_id
 from memproc.processors.runner import build_chains
 from memproc.tools import Tool, tool
+from memproc.turns.plan import TurnPlan
 
 if TYPE_CHECKING:
     from memproc.llm.types import ChatModel
@@ -94,13 +95,46 @@ class Agent:
         return self.memory.with_options(memory_options)
 
     def processor_chains(self, memory_options: dict[str, Any] | None = None) -> tuple[list[Any], list[Any]]:
-        memory = self.memory_for(memory_options)
+        return self._chains(self.memory_for(memory_options))
+
+    def _chains(self, memory: Memory | None) -> tuple[list[Any], list[Any]]:
         memory_in, memory_out = memory.processors() if memory is not None else ([], [])
         return build_chains(
             memory_input=memory_in,
             memory_output=memory_out,
             user_input=self.input_processors,
             user_output=self.output_processors,
+        )
+
+    def plan(
+        self,
+        *,
+        memory_options: dict[str, Any] | None = None,
+        max_processor_retries: int | None = None,
+    ) -> TurnPlan:
+        """This agent compiled for one call, with that call's overrides (rule 22): what the turn's
+        code reads instead of the agent. Bad overrides raise ValidationError here, before the turn."""
+        retries = self.max_processor_retries if max_processor_retries is None else max_processor_retries
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValidationError("max_processor_retries must be an integer >= 0")
+        memory = self.memory_for(memory_options or None)
+        input_chain, output_chain = self._chains(memory)
+        return TurnPlan(
+            agent_id=self.id,
+            agent_name=self.name,
+            model_spec=self._model_spec,
+            model_id=self.model_id,
+            model_name=self.model_name,
+            instructions=self.instructions_message() if self.instructions else None,
+            tools=tuple(self.tools),
+            input_chain=tuple(input_chain),
+            output_chain=tuple(output_chain),
+            max_steps=self.max_steps,
+            max_processor_retries=retries,
+            has_memory=memory is not None,
+            generate_title=memory.generate_title if memory is not None else False,
+            memory_options=dict(memory_options or {}),
+            agent=self,
         )
 
     def generate(
@@ -114,18 +148,10 @@ class Agent:
     ) -> GenerateResult:
         """Runs one turn. `memory_options` (read_only, last_messages, semantic_recall,
         working_memory) and `max_processor_retries` override the agent's for this call only."""
-        from memproc.turns.sync import turn_events  # the ORM: agents may be defined before setup
+        from memproc.turns.sync import turn_run  # the ORM: agents may be defined before setup
 
-        return _drain(
-            turn_events(
-                self,
-                messages,
-                thread_id=thread_id,
-                resource_id=resource_id,
-                memory_options=memory_options,
-                max_processor_retries=max_processor_retries,
-            )
-        )
+        plan = self.plan(memory_options=memory_options, max_processor_retries=max_processor_retries)
+        return turn_run(plan, messages, thread_id=thread_id, resource_id=resource_id)
 
     def stream(
         self,
@@ -138,23 +164,17 @@ class Agent:
     ) -> Iterator[StreamEvent]:
         from memproc.turns.sync import turn_events  # the ORM: agents may be defined before setup
 
-        yield from turn_events(
-            self,
-            messages,
-            thread_id=thread_id,
-            resource_id=resource_id,
-            streaming=True,
-            memory_options=memory_options,
-            max_processor_retries=max_processor_retries,
-        )
+        plan = self.plan(memory_options=memory_options, max_processor_retries=max_processor_retries)
+        yield from turn_events(plan, messages, thread_id=thread_id, resource_id=resource_id, streaming=True)
 
     async def agenerate(self, messages: MessageInput, **options: Any) -> GenerateResult:
         """`generate` for async code: concurrent calls overlap (the model is awaited; blocking steps
         run in worker threads that hold a database connection only while they run)."""
         from memproc.turns.aio import turn_events_async  # the ORM: see generate()
 
+        plan = self._plan_from(options)
         box: list[GenerateResult] = []
-        async for _ in turn_events_async(self, messages, result_box=box, **options):
+        async for _ in turn_events_async(plan, messages, result_box=box, **options):
             pass
         return box[0]
 
@@ -163,20 +183,20 @@ class Agent:
         before it saves."""
         from memproc.turns.aio import turn_events_async  # the ORM: see generate()
 
-        events = turn_events_async(self, messages, streaming=True, **options)
+        plan = self._plan_from(options)
+        events = turn_events_async(plan, messages, streaming=True, **options)
         try:
             async for event in events:
                 yield event
         finally:
             await events.aclose()
 
-
-def _drain(gen: Any) -> GenerateResult:
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
+    def _plan_from(self, options: dict[str, Any]) -> TurnPlan:
+        """The plan for `agenerate`/`astream`'s options; takes its two out, leaving the driver's."""
+        return self.plan(
+            memory_options=options.pop("memory_options", None),
+            max_processor_retries=options.pop("max_processor_retries", None),
+        )
 
 
 def _as_tool(value: Any) -> Tool:

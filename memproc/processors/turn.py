@@ -55,6 +55,8 @@ class TurnWrites:
 class Turn:
     """One turn: who it is for, what the thread looked like when it started, what it will write."""
 
+    # The agent as processors (`ctx.agent`) and tools (`ToolContext.agent`) see it; the turn's own
+    # code reads its TurnPlan instead (memproc.turns.plan).
     agent: Any
     thread_id: str | None
     resource_id: str | None

@@ -17,7 +17,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import close_old_connections
 
@@ -34,10 +34,8 @@ from memproc.turns.effects import (
     ModelStreamOpen,
 )
 from memproc.turns.engine import TurnEngine
+from memproc.turns.plan import TurnPlan
 from memproc.turns.sync import StartedTurn
-
-if TYPE_CHECKING:
-    from memproc.agents.agent import Agent
 
 __all__ = ["in_thread", "turn_continue_async", "turn_events_async"]
 
@@ -82,7 +80,7 @@ def _with_connection_cleanup(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 async def turn_events_async(
-    agent: Agent,
+    plan: TurnPlan,
     messages: MessageInput,
     *,
     result_box: list[GenerateResult] | None = None,
@@ -90,7 +88,7 @@ async def turn_events_async(
 ) -> AsyncIterator[StreamEvent]:
     """Yields the turn's stream events; the turn's result is appended to `result_box` when given.
     `options` are TurnEngine's, as for the sync driver."""
-    engine = TurnEngine(agent, messages, **options)
+    engine = TurnEngine(plan, messages, **options)
     started = StartedTurn(engine, engine.run(), [], None, None)
     async for event in turn_continue_async(started, result_box=result_box):
         yield event
@@ -141,7 +139,7 @@ async def turn_continue_async(
         elif not finished:
             logger.info(
                 "memproc: turn of agent %s cancelled (the caller went away); nothing saved",
-                engine.agent.id,
+                engine.plan.agent_id,
                 extra=logs.current(),
             )
         raise

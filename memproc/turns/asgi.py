@@ -6,6 +6,9 @@ processors, an input tripwire: their errors are ordinary responses), the thread'
 connection is released, and the rest runs on the event loop (`memproc.turns.aio`): the stream is an
 async iterator, so Django sends each frame as it is made, and a client that goes away cancels the
 turn before it saves. Encoding the events (SSE, the OpenAI and AI SDK protocols) is the API's.
+
+The views hand over the agent they resolved; the driver asks it for the call's TurnPlan
+(`Planner.plan`) and runs the turn on that.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from django.db import connections
 from memproc.admission import admission_release
 from memproc.events import GenerateResult, StreamEvent
 from memproc.turns.aio import turn_continue_async
-from memproc.turns.sync import turn_begin
+from memproc.turns.plan import Planner, TurnPlan
+from memproc.turns.sync import turn_begin, turn_run
 from memproc.turns.sync import turn_events as turn_events_sync
 
 __all__ = ["is_asgi", "primed", "turn_events", "turn_generate"]
@@ -38,10 +42,11 @@ def release_connections() -> None:
     admission_release()
 
 
-def turn_generate(request: Any, agent: Any, messages: Any, **options: Any) -> GenerateResult:
+def turn_generate(request: Any, agent: Planner, messages: Any, **options: Any) -> GenerateResult:
+    plan = _plan(agent, options)
     if not is_asgi(request):
-        return agent.generate(messages, **options)
-    started = turn_begin(agent, messages, **options)
+        return turn_run(plan, messages, **options)
+    started = turn_begin(plan, messages, **options)
     release_connections()
     return async_to_sync(_finish)(started)
 
@@ -55,7 +60,7 @@ async def _finish(started: Any) -> GenerateResult:
 
 def turn_events(
     request: Any,
-    agent: Any,
+    agent: Planner,
     messages: Any,
     *,
     result_box: list[GenerateResult] | None = None,
@@ -68,11 +73,20 @@ def turn_events(
     Under ASGI a client that goes away cancels the turn, possibly while it saves; `result_box` then
     still gets the result of a turn that saved. (Under WSGI the stream is closed only at an event,
     and the terminal event comes right after the save.)"""
+    plan = _plan(agent, options)
     if not is_asgi(request):
-        return primed(turn_events_sync(agent, messages, streaming=True, **options))
-    started = turn_begin(agent, messages, streaming=True, **options)
+        return primed(turn_events_sync(plan, messages, streaming=True, **options))
+    started = turn_begin(plan, messages, streaming=True, **options)
     release_connections()
     return turn_continue_async(started, result_box=result_box)
+
+
+def _plan(agent: Planner, options: dict[str, Any]) -> TurnPlan:
+    """The call's plan; takes the per-call overrides out of `options`, leaving the engine's."""
+    return agent.plan(
+        memory_options=options.pop("memory_options", None),
+        max_processor_retries=options.pop("max_processor_retries", None),
+    )
 
 
 def primed(events: Iterator[StreamEvent]) -> Iterator[StreamEvent]:

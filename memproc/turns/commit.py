@@ -1,6 +1,7 @@
 """A turn's writes: the atomic save (rule 9) and the save of a blocked turn.
 
-What it writes comes from the turn's write buffer (`Turn.writes`), including the work it schedules.
+What the save knows of the agent comes from the turn's TurnPlan (memproc.turns.plan); what it
+writes, from the turn's write buffer (`Turn.writes`), including the work it schedules.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from memproc.services.threads import thread_ensure
 from memproc.services.titles import thread_title_generate, title_options
 from memproc.services.tripwires import tripwire_log
 from memproc.services.working_memory import working_memory_update
+from memproc.turns.plan import TurnPlan
 from memproc.turns.records import turn_record_alone, turn_record_insert
 
 __all__ = ["blocked_save", "turn_commit"]
 
 
-def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
+def turn_commit(turn: Turn, *, plan: TurnPlan, record: dict[str, Any] | None = None) -> None:
     """Rule 9: the turn's messages, working-memory changes and record are saved together or not at
     all; embeddings, titles and a due compaction fold are enqueued in the same transaction and run
     after commit. A turn that saves nothing writes its record alone."""
@@ -38,10 +40,9 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
     last_sequence = turn.thread_last_sequence if turn.thread_exists else 0
     with atomic_write(memproc_db()):
         if not turn.thread_exists:
-            thread_ensure(thread_id=turn.thread_id, resource_id=turn.resource_id, agent_id=turn.agent.id)
+            thread_ensure(thread_id=turn.thread_id, resource_id=turn.resource_id, agent_id=plan.agent_id)
             turn.thread_exists = True
-            memory = turn.agent.memory
-            writes.generate_title = bool(memory and memory.generate_title and not turn.thread_title)
+            writes.generate_title = bool(plan.generate_title and not turn.thread_title)
         if turn.replaces and writes.messages:
             messages_delete(message_ids=turn.replaces, thread_key=key)
         if writes.messages:
@@ -50,7 +51,7 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
                 thread_id=turn.thread_id,
                 resource_id=turn.resource_id,
                 messages=writes.messages,
-                agent_id=turn.agent.id,
+                agent_id=plan.agent_id,
                 last_sequence=last_sequence,
             )
             attachments_link(resource_id=turn.resource_id, messages=writes.messages)
@@ -68,27 +69,26 @@ def turn_commit(turn: Turn, *, record: dict[str, Any] | None = None) -> None:
                 schema=wm.schema,
                 thread_key=key,
                 resource_id=turn.resource_id,
-                agent_id=turn.agent.id,
+                agent_id=plan.agent_id,
                 expected=wm.expected or memory_now,
             )
         if writes.embed:
-            _enqueue_embedding(turn)
+            _enqueue_embedding(turn, agent_id=plan.agent_id)
         if writes.compaction is not None and writes.messages:
             # In the turn's transaction, so the outbox keeps it if the broker is down.
-            compaction_enqueue(thread_key=key, agent_id=turn.agent.id, request=writes.compaction.as_dict())
+            compaction_enqueue(thread_key=key, agent_id=plan.agent_id, request=writes.compaction.as_dict())
         if writes.generate_title and writes.messages:
-            _enqueue_title(turn, key)
+            _enqueue_title(turn, key, plan=plan)
     if writes.messages:
         turn.attachments = []  # committed (or deleted after commit): nothing left to discard
 
 
-def _enqueue_title(turn: Turn, key: str) -> None:
+def _enqueue_title(turn: Turn, key: str, *, plan: TurnPlan) -> None:
     """Titles the new thread after commit. The job names the agent, and also carries the models as
     strings, so a worker titles threads of agents it has not registered (a model given as an object
     cannot travel: such an agent must be registered where the worker runs). Inline, the agent's own
     objects are used, registered or not."""
-    agent = turn.agent
-    options = title_options(generate_title=agent.memory.generate_title, agent_model=agent.model)
+    options = title_options(generate_title=plan.generate_title, agent_model=plan.model)
     title_model = options["model"] if isinstance(options["model"], str) else None
 
     def title_now() -> None:
@@ -99,8 +99,8 @@ def _enqueue_title(turn: Turn, key: str) -> None:
         kwargs={
             "thread_id": turn.thread_id,
             "resource_id": turn.resource_id,
-            "agent_id": agent.id,
-            "agent_model": agent.model_name,
+            "agent_id": plan.agent_id,
+            "agent_model": plan.model_name,
             "title_model": title_model,
             "instructions": options["instructions"],
         },
@@ -108,7 +108,7 @@ def _enqueue_title(turn: Turn, key: str) -> None:
     )
 
 
-def _enqueue_embedding(turn: Turn) -> None:
+def _enqueue_embedding(turn: Turn, *, agent_id: str) -> None:
     writes = turn.writes
     # Only what this save stored: a turn that keeps no history (`last_messages=False`) but writes
     # working memory saves no message, and a vector needs its message row.
@@ -123,7 +123,7 @@ def _enqueue_embedding(turn: Turn) -> None:
 
     background.enqueue(
         "memproc.embed_messages",
-        kwargs={"message_ids": [s.message_id for s in sources], "agent_id": turn.agent.id},
+        kwargs={"message_ids": [s.message_id for s in sources], "agent_id": agent_id},
         inline=embed_now,
     )
 

@@ -22,14 +22,13 @@ import time
 import uuid
 from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.utils import timezone
 
 from memproc import logs, telemetry
 from memproc.conf import settings
 from memproc.events import GenerateResult, StreamEvent, Tripwire
-from memproc.exceptions import ValidationError
 from memproc.messages import Message, MessageInput
 from memproc.processors.conversation import Conversation
 from memproc.processors.message_history import savable
@@ -41,11 +40,9 @@ from memproc.signals import send_after_commit, turn_completed
 from memproc.turns.commit import blocked_save, turn_commit
 from memproc.turns.effects import Blocking, EngineStep
 from memproc.turns.loop import ModelLoop, feedback_message
+from memproc.turns.plan import TurnPlan
 from memproc.turns.records import turn_record_alone
 from memproc.turns.start import turn_start
-
-if TYPE_CHECKING:
-    from memproc.agents.agent import Agent
 
 __all__ = ["TurnEngine"]
 
@@ -58,29 +55,26 @@ class TurnEngine(ModelLoop):
 
     Code between effects is plain computation (message lists, the conversation object, stream hooks),
     so it may run on an event loop; everything that can block is a `Blocking` effect. Hook chains
-    with no processor for a hook cost no effect.
+    with no processor for a hook cost no effect. It reads its agent only through `plan`.
     """
 
     def __init__(
         self,
-        agent: Agent,
+        plan: TurnPlan,
         messages: MessageInput,
         *,
         thread_id: str | None = None,
         resource_id: str | None = None,
         streaming: bool = False,
-        memory_options: dict[str, Any] | None = None,
-        max_processor_retries: int | None = None,
         replace_from: str | None = None,
     ) -> None:
-        retries = agent.max_processor_retries if max_processor_retries is None else max_processor_retries
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise ValidationError("max_processor_retries must be an integer >= 0")
-        self.agent = agent
+        self.plan = plan
+        self.input_chain = plan.input_chain
+        self.output_chain = plan.output_chain
         self.streaming = streaming
-        self.max_retries = retries
+        self.max_retries = plan.max_processor_retries
         self.retries = 0
-        self._start_args = (messages, thread_id, resource_id, memory_options)
+        self._start_args = (messages, thread_id, resource_id)
         self.replace_from = replace_from
         self.turn: Turn | None = None
         self.usage: dict[str, Any] = {}
@@ -108,14 +102,12 @@ class TurnEngine(ModelLoop):
             self.turn.attachments = []
 
     def _start(self) -> Turn:
-        messages, thread_id, resource_id, memory_options = self._start_args
-        self.input_chain, self.output_chain = self.agent.processor_chains(memory_options or None)
+        messages, thread_id, resource_id = self._start_args
         return turn_start(
-            self.agent,
+            self.plan,
             messages,
             thread_id=thread_id,
             resource_id=resource_id,
-            memory_options=memory_options,
             summaries=any(getattr(p, "compaction", None) is not None for p in self.input_chain),
             thread_memory=any(isinstance(p, WorkingMemory) and p.scope == "thread" for p in self.input_chain),
             replace_from=self.replace_from,
@@ -133,7 +125,7 @@ class TurnEngine(ModelLoop):
         self.has_step_hooks = any(
             getattr(p, "process_input_step", None) is not None for p in self.input_chain
         )
-        system = [self.agent.instructions_message()] if self.agent.instructions else []
+        system = [self.plan.instructions] if self.plan.instructions is not None else []
         self.conversation = Conversation(
             system=[*system, *turn.system_input], messages=turn.input_messages, loaded_ids=turn.loaded_ids
         )
@@ -142,12 +134,12 @@ class TurnEngine(ModelLoop):
     def run(self) -> EngineStep:
         """The turn, traced as `invoke_agent <agent id>`; a turn that fails leaves a failed record."""
         self.span = telemetry.start_span(
-            f"invoke_agent {self.agent.id}",
+            f"invoke_agent {self.plan.agent_id}",
             parent=self._trace_parent,
             attributes={
                 "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.agent.id": self.agent.id,
-                "gen_ai.agent.name": self.agent.name,
+                "gen_ai.agent.id": self.plan.agent_id,
+                "gen_ai.agent.name": self.plan.agent_name,
             },
         )
         try:
@@ -176,11 +168,11 @@ class TurnEngine(ModelLoop):
         assert turn is not None
         return {
             "record_id": self.record_id,
-            "agent_id": self.agent.id,
+            "agent_id": self.plan.agent_id,
             "thread_id": turn.thread_id,
             "resource_id": turn.resource_id,
             "status": status,
-            "model": self.agent.model_id,
+            "model": self.plan.model_id,
             "steps": self.steps,
             "usage": dict(self.usage),
             "manifest": turn.info.manifest(),
@@ -199,9 +191,9 @@ class TurnEngine(ModelLoop):
     def _run(self) -> EngineStep:
         # Bound here, in the driver's context, which the worker threads' contexts copy; completed by
         # `_setup` once the thread is known.
-        _, thread_id, resource_id, _ = self._start_args
+        _, thread_id, resource_id = self._start_args
         self._log_binding = logs.bind(
-            agent_id=self.agent.id, thread_id=thread_id, resource_id=resource_id, turn_id=self.record_id
+            agent_id=self.plan.agent_id, thread_id=thread_id, resource_id=resource_id, turn_id=self.record_id
         )
         try:
             yield Blocking(self._begin)
@@ -230,7 +222,7 @@ class TurnEngine(ModelLoop):
         assert result is not None
         if turn_completed.receivers:
             yield Blocking(
-                partial(_send_turn_completed, result=result, agent_id=self.agent.id, record=record)
+                partial(_send_turn_completed, result=result, agent_id=self.plan.agent_id, record=record)
             )
         if self.streaming:
             yield StreamEvent(type="finish", result=result, usage=self.usage)
@@ -251,7 +243,7 @@ class TurnEngine(ModelLoop):
         )
         with telemetry.span("memproc.save", parent=self.span) as save_span:
             save_span.set_attribute("memproc.save.messages", len(turn.writes.messages))
-            turn_commit(turn, record=record)
+            turn_commit(turn, plan=self.plan, record=record)
         saved = turn.writes.messages or savable(
             [*self.conversation.new_input, *responses], internal_tools=turn.internal_tool_names
         )
@@ -292,7 +284,7 @@ class TurnEngine(ModelLoop):
                 result,
                 tripwire_fields={
                     "tripwire": tripwire,
-                    "agent_id": self.agent.id,
+                    "agent_id": self.plan.agent_id,
                     "thread_id": turn.thread_id,
                     "resource_id": turn.resource_id,
                     "messages": content,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.utils import timezone
 
@@ -29,10 +29,8 @@ from memproc.turns.effects import (
     ModelStreamNext,
     ModelStreamOpen,
 )
+from memproc.turns.plan import TurnPlan
 from memproc.turns.tools import tool_run
-
-if TYPE_CHECKING:
-    from memproc.agents.agent import Agent
 
 __all__ = ["FEEDBACK", "ModelLoop", "feedback_message"]
 
@@ -46,14 +44,14 @@ class ModelLoop:
     """The model and tool loop, as generator methods of the engine. The attributes are the engine's
     state that the loop reads and writes; `TurnEngine` sets them up before the loop runs."""
 
-    agent: Agent
+    plan: TurnPlan
     turn: Turn | None
     streaming: bool
     span: Any
     runner: ProcessorRunner
     conversation: Conversation
-    input_chain: list[Any]
-    output_chain: list[Any]
+    input_chain: Sequence[Any]
+    output_chain: Sequence[Any]
     tool_result_chain: list[Any]
     has_step_hooks: bool
     retries: int
@@ -72,7 +70,7 @@ class ModelLoop:
         responses: list[Message] = []
         step_feedback: list[Message] = []
         step = 0
-        while step < self.agent.max_steps:
+        while step < self.plan.max_steps:
             if self.has_step_hooks:
                 view = yield Blocking(
                     partial(self.runner.run_input_step, self.input_chain, step=step, responses=responses)
@@ -138,7 +136,7 @@ class ModelLoop:
                     },
                 )
                 try:
-                    part = yield Blocking(partial(tool_run, turn=turn, agent=self.agent), (call,))
+                    part = yield Blocking(partial(tool_run, turn=turn), (call,))
                     if part.is_error:
                         tool_span.set_attribute("error.type", "tool_error")
                 finally:
@@ -196,7 +194,7 @@ class ModelLoop:
                     attachments_resolve,
                     messages=todo,
                     resource_id=turn.resource_id,
-                    model=self.agent.model,
+                    model=self.plan.model,
                     staged=turn.attachments,
                 )
             )
@@ -206,8 +204,8 @@ class ModelLoop:
 
     def _model_step(self, request: ModelRequest, responses: list[Message]) -> EngineStep:
         """One model call, traced as `chat <model>` (OpenTelemetry GenAI semantic conventions)."""
-        model = self.agent.model
-        provider, _, name = str(getattr(model, "id", "") or self.agent.model_id).rpartition("/")
+        model = self.plan.model
+        provider, _, name = str(getattr(model, "id", "") or self.plan.model_id).rpartition("/")
         span = telemetry.start_span(
             f"chat {name}",
             parent=self.span,

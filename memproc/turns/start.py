@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from django.utils import timezone
 
 from memproc.exceptions import ThreadNotFoundError, ValidationError
@@ -15,25 +13,22 @@ from memproc.processors.turn import Turn
 from memproc.selectors.messages import message_ids_from
 from memproc.selectors.threads import thread_key_for
 from memproc.services.store import DjangoMemoryStore
-
-if TYPE_CHECKING:
-    from memproc.agents.agent import Agent
+from memproc.turns.plan import TurnPlan
 
 __all__ = ["turn_start"]
 
 
 def turn_start(
-    agent: Agent,
+    plan: TurnPlan,
     messages: MessageInput,
     *,
     thread_id: str | None,
     resource_id: str | None,
-    memory_options: dict[str, Any] | None = None,
     summaries: bool = True,
     thread_memory: bool = False,
     replace_from: str | None = None,
 ) -> Turn:
-    """Normalises input and checks thread ownership (one query when the agent has memory, and one
+    """Normalises input and checks thread ownership (one query when the call has memory, and one
     more for the thread's compaction summary with `summaries`; the thread's working memory comes with
     the first with `thread_memory`).
 
@@ -70,11 +65,10 @@ def turn_start(
             f"tool call {calls[0]!r} of input message {index} has no result: the tool messages right after "
             "it must answer each of its calls (a provider refuses an unanswered call)"
         )
-    memory = agent.memory_for(memory_options)
     store = None
     replaces: list[str] = []
     exists, title, last_sequence = False, "", None
-    if memory is not None:
+    if plan.has_memory:
         store = DjangoMemoryStore(summaries=summaries, thread_memory=thread_memory)
         if not resource_id:
             resource_id = _resource_of(thread_id)
@@ -97,7 +91,7 @@ def turn_start(
         for m in inputs
     ]
     turn = Turn(
-        agent=agent,
+        agent=plan.agent,
         thread_id=thread_id,
         resource_id=resource_id,
         store=store,
@@ -107,10 +101,10 @@ def turn_start(
         thread_exists=exists,
         thread_title=title,
         thread_last_sequence=last_sequence,
-        memory_options=dict(memory_options or {}),
+        memory_options=dict(plan.memory_options),
         replaces=replaces,
     )
-    for t in agent.tools:
+    for t in plan.tools:
         turn.add_tool(t)
     return turn
 

@@ -1,15 +1,16 @@
 """The sync driver of a turn: every effect performed in the calling thread.
 
-`turn_events` drives a whole turn for `Agent.generate`/`stream`; `turn_begin` drives one up to its
-first model call, so that an HTTP view sees errors before it (bad input, a refused file, a blocked
-input) at once, and memproc.turns.aio continues it without blocking.
+`turn_events` drives a whole turn for `Agent.stream` (`turn_run` for `generate`); `turn_begin` drives
+one up to its first model call, so that an HTTP view sees errors before it (bad input, a refused
+file, a blocked input) at once, and memproc.turns.aio continues it without blocking. Each takes the
+agent's TurnPlan for the call (memproc.turns.plan).
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asgiref.sync import async_to_sync
 
@@ -25,20 +26,28 @@ from memproc.turns.effects import (
     ModelStreamOpen,
 )
 from memproc.turns.engine import TurnEngine
+from memproc.turns.plan import TurnPlan
 
-if TYPE_CHECKING:
-    from memproc.agents.agent import Agent
+__all__ = ["OpenStreams", "StartedTurn", "perform", "turn_begin", "turn_events", "turn_run"]
 
-__all__ = ["OpenStreams", "StartedTurn", "perform", "turn_begin", "turn_events"]
+
+def turn_run(plan: TurnPlan, messages: MessageInput, **options: Any) -> GenerateResult:
+    """A whole turn in this thread, its stream events dropped: the turn's result."""
+    events = turn_events(plan, messages, **options)
+    while True:
+        try:
+            next(events)
+        except StopIteration as stop:
+            return stop.value
 
 
 def turn_events(
-    agent: Agent, messages: MessageInput, **options: Any
+    plan: TurnPlan, messages: MessageInput, **options: Any
 ) -> Generator[StreamEvent, None, GenerateResult]:
     """The sync driver: performs each effect in this thread, yields the stream events, returns the
     result. Closing it (a client that went away) stops the turn before it saves. `options` are
-    TurnEngine's (thread_id, resource_id, streaming, memory_options, max_processor_retries)."""
-    engine = TurnEngine(agent, messages, **options)
+    TurnEngine's (thread_id, resource_id, streaming, replace_from)."""
+    engine = TurnEngine(plan, messages, **options)
     steps = engine.run()
     streams = OpenStreams()
     try:
@@ -95,10 +104,10 @@ class StartedTurn:
         self.engine.cleanup()
 
 
-def turn_begin(agent: Agent, messages: MessageInput, **options: Any) -> StartedTurn:
+def turn_begin(plan: TurnPlan, messages: MessageInput, **options: Any) -> StartedTurn:
     """Runs a turn up to its first model call here, so errors before it (bad input, a refused file, a
     blocked input) surface to the caller now, the way an HTTP view wants them."""
-    engine = TurnEngine(agent, messages, **options)
+    engine = TurnEngine(plan, messages, **options)
     steps = engine.run()
     streams = OpenStreams()
     events: list[StreamEvent] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memproc import logs
 from memproc.exceptions import ToolError, ValidationError
@@ -13,21 +13,19 @@ from memproc.messages import ToolResultPart, thaw
 from memproc.processors.turn import Turn
 from memproc.tools import ToolContext
 
-if TYPE_CHECKING:
-    from memproc.agents.agent import Agent
-
 __all__ = ["tool_run"]
 
 logger = logging.getLogger(__name__)
 
 
-def tool_run(call: ToolCall, *, turn: Turn, agent: Agent) -> ToolResultPart:
+def tool_run(call: ToolCall, *, turn: Turn) -> ToolResultPart:
     """Runs one call (a blocking step). A tool's own error (ToolError, ValidationError) is the
-    model's to read; any other failure is logged and read as `<type>: <message>`."""
+    model's to read; any other failure is logged and read as `<type>: <message>`. The tool's context
+    names the turn's agent as processors see it (`Turn.agent`)."""
     tool = turn.tools.get(call.name)
     if tool is None:
         return ToolResultPart(call.id, call.name, f"Unknown tool {call.name!r}", is_error=True)
-    context = ToolContext(thread_id=turn.thread_id, resource_id=turn.resource_id, agent=agent, turn=turn)
+    context = ToolContext(thread_id=turn.thread_id, resource_id=turn.resource_id, agent=turn.agent, turn=turn)
     try:
         result = tool.run(call.args, context)
     except (ToolError, ValidationError) as exc:
