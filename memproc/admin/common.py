@@ -10,7 +10,8 @@ from django.contrib.admin.utils import quote
 from django.db.models import Exists, OuterRef
 from django.http import HttpRequest
 from django.template.response import SimpleTemplateResponse
-from django.urls import NoReverseMatch, reverse
+from django.urls import NoReverseMatch, URLPattern, path, register_converter, reverse
+from django.urls.converters import PathConverter
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
@@ -161,12 +162,36 @@ class StoredThreadMixin:
         return format_html('{} <span class="memproc-quiet">({})</span>', obj.thread_id, _("not stored"))
 
 
+# How a thread key's separator is written in an admin URL, as Django's quote() writes "/" as "_2F".
+URL_KEY_SEPARATOR = f"_{ord(THREAD_KEY_SEPARATOR):02X}"
+
+
+class ThreadKeyConverter(PathConverter):
+    """The object id of an admin URL whose pk is a thread key: the key's separator, a control
+    character, travels as "_1F" instead of "%1F". quote() writes "_" itself as "_5F", so "_1F" in a
+    quoted id is only ever the separator. An id with "%1F" (a URL from before) still opens its object."""
+
+    def to_python(self, value: str) -> str:
+        return value.replace(URL_KEY_SEPARATOR, THREAD_KEY_SEPARATOR)
+
+    def to_url(self, value: Any) -> str:
+        return str(value).replace(THREAD_KEY_SEPARATOR, URL_KEY_SEPARATOR)
+
+
+register_converter(ThreadKeyConverter, "memproc_thread_key")
+
+
 class ThreadKeyPkMixin:
-    """For admins whose pk is a thread's key (threads, summaries): an admin URL from before keys
-    existed names the bare thread id, and still opens its object while only one resource has a
-    thread of that id (one more query, on a miss only)."""
+    """For admins whose pk is a thread's key (threads, summaries). Their object URLs write the key's
+    separator as "_1F" (`ThreadKeyConverter`), wherever Django or memproc reverses them: list rows,
+    the history and delete links, redirects, the "Recent actions" of the admin index. An admin URL
+    from before keys existed names the bare thread id, and still opens its object while only one
+    resource has a thread of that id (one more query, on a miss only)."""
 
     thread_id_lookup: ClassVar[str] = "public_id"
+
+    def get_urls(self) -> list[URLPattern]:
+        return [_with_key_converter(pattern) for pattern in super().get_urls()]  # type: ignore[misc]
 
     def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
         obj = super().get_object(request, object_id, from_field)  # type: ignore[misc]
@@ -175,3 +200,12 @@ class ThreadKeyPkMixin:
         queryset = self.get_queryset(request)  # type: ignore[attr-defined]
         found = list(queryset.filter(**{self.thread_id_lookup: object_id})[:2])
         return found[0] if len(found) == 1 else None
+
+
+def _with_key_converter(pattern: Any) -> Any:
+    """`pattern` with its object id read and written by `ThreadKeyConverter`."""
+    route = str(pattern.pattern)
+    if not route.startswith("<path:object_id>"):
+        return pattern
+    route = route.replace("<path:object_id>", "<memproc_thread_key:object_id>", 1)
+    return path(route, pattern.callback, pattern.default_args, pattern.name)

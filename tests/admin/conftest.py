@@ -224,3 +224,11 @@ def conversation(db) -> Conversation:
     )
     thread.refresh_from_db()
     return Conversation(thread, rows, text_attachment, image_attachment, pending, not_stored)
+
+
+@pytest.fixture
+def crowded(conversation):
+    """The conversation, and the rows of a busy site beside it (tests/admin/crowded_data.py)."""
+    from tests.admin.crowded_data import make_crowded  # it imports this module
+
+    return make_crowded(conversation)

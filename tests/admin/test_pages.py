@@ -8,6 +8,7 @@ from django.urls import reverse
 
 from memproc import models
 from memproc.models import thread_key
+from tests.admin.admin_pages import admin_pages, unvisited_url_names
 
 pytestmark = pytest.mark.django_db
 
@@ -195,3 +196,12 @@ def test_cross_links_filter_their_lists(admin_client, conversation):
         reverse("admin:memproc_workingmemoryrevision_changelist") + "?scope__exact=resource&key=user-42",
     )
     assert "2 working memory revisions" in revisions
+
+
+def test_every_memproc_admin_page_renders_over_a_busy_sites_rows(admin_client, admin_user, crowded):
+    """The list the browser test measures (tests/admin/admin_pages.py) opens every page memproc's
+    admins define: a new page is measured, or this fails."""
+    pages = admin_pages(crowded, user=admin_user)
+    assert not unvisited_url_names(pages, user=admin_user)
+    for page in pages:
+        get_ok(admin_client, page.url)

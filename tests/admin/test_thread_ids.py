@@ -3,17 +3,20 @@ the admin keeps them apart, links each row to its own thread, and never shows a 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 
 from memproc import models
 from memproc.models import THREAD_KEY_SEPARATOR, thread_key
 from memproc.services.compaction.summary import thread_summary_update
 from memproc.services.working_memory import working_memory_update
+from tests.admin.admin_pages import admin_pages
 from tests.admin.test_pages import change_url, get_ok
 from tests.factories import MessageFactory, ResourceFactory, ThreadFactory, TripwireLogFactory
 
@@ -192,3 +195,50 @@ def test_summary_and_revision_pages_show_no_key(admin_client, twins):
         assert_no_key(get_ok(admin_client, change_url(model, pk)))
     edit = admin_client.post(change_url("threadsummary", twins.acme.pk), {"text": "x", "seen_version": 1})
     assert_no_key(get_ok(admin_client, edit["Location"]))  # "The thread summary … was changed"
+
+
+def links_of(page: str) -> list[str]:
+    return re.findall(r'(?:href|action)="([^"]*)"', page)
+
+
+def test_a_thread_url_writes_the_separator_as_1f_and_opens_its_thread(admin_client, twins):
+    for mine, other in (("acme", "globex"), ("globex", "acme")):
+        url = change_url("thread", thread_key(mine, THREAD))
+        assert url == f"/admin/memproc/thread/{mine}_1F{THREAD}/change/"
+        page = get_ok(admin_client, url)
+        assert f"Question from {mine}" in page and f"Question from {other}" not in page
+        # Django's own links on the page: history and delete
+        for view in ("history", "delete"):
+            assert f'href="/admin/memproc/thread/{mine}_1F{THREAD}/{view}/"' in page
+    listing = get_ok(admin_client, reverse("admin:memproc_thread_changelist"))
+    assert f'href="/admin/memproc/thread/acme_1F{THREAD}/change/"' in listing
+
+
+def test_an_old_url_with_1f_percent_escaped_still_opens_its_thread(admin_client, twins):
+    page = get_ok(admin_client, f"/admin/memproc/thread/globex%1F{THREAD}/change/")
+    assert "Question from globex" in page and "Question from acme" not in page
+
+
+def test_ids_with_underscores_keep_apart_from_the_separator(admin_client):
+    """quote() writes "_" as "_5F": a thread id that reads "_1F" is not a separator."""
+    thread = ThreadFactory(public_id="x_1Fy", resource=ResourceFactory(id="eu_1F"), title="Underscores")
+    url = change_url("thread", thread.pk)
+    assert "%1F" not in url
+    assert "Underscores" in get_ok(admin_client, url)
+
+
+def test_after_an_edit_recent_actions_link_the_thread_without_a_control_character(admin_client, twins):
+    url = change_url("thread", twins.acme.pk)
+    data = {"title": "Renamed", "metadata": "{}", "working_memory_text": "Notes of acme"}
+    data["working_memory_seen_version"] = twins.acme.working_memory_version
+    response = admin_client.post(url, data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert LogEntry.objects.get().get_admin_url() == url
+    assert "%1F" not in get_ok(admin_client, reverse("admin:index")).upper()
+
+
+def test_no_admin_page_links_a_path_with_a_control_character(admin_client, admin_user, crowded):
+    """Query strings may name a key (a filter by it); a path never does."""
+    for page in admin_pages(crowded, user=admin_user):
+        paths = [link.split("?")[0] for link in links_of(get_ok(admin_client, page.url))]
+        assert not [p for p in paths if "%1F" in p.upper()], page
