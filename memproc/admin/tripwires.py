@@ -204,8 +204,9 @@ class TripwireLogAdmin(UserLinksMixin, StoredThreadMixin, FlaggedMessagesMixin, 
             return HttpResponseRedirect(
                 reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_changelist")
             )
+        blocked = {"flagged_text": flagged_text(log), "messages": self.blocked_content(log)}
         return self._render_review(
-            request, form=form, logs=[log], total=1, status=None, action=None, selected=[]
+            request, form=form, logs=[log], total=1, status=None, action=None, selected=[], blocked=blocked
         )
 
     def _apply_review(
@@ -229,6 +230,7 @@ class TripwireLogAdmin(UserLinksMixin, StoredThreadMixin, FlaggedMessagesMixin, 
         status: str | None,
         action: str | None,
         selected: list[Any],
+        blocked: dict[str, Any] | None = None,
     ) -> TemplateResponse:
         context = {
             **self.admin_site.each_context(request),
@@ -240,6 +242,7 @@ class TripwireLogAdmin(UserLinksMixin, StoredThreadMixin, FlaggedMessagesMixin, 
             "status_label": Status(status).label if status else "",
             "action": action,
             "selected": selected,
+            "blocked": blocked,
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "media": self.media + form.media,
         }
@@ -261,20 +264,7 @@ class TripwireLogAdmin(UserLinksMixin, StoredThreadMixin, FlaggedMessagesMixin, 
 
     @admin.display(description=_("Flagged text"))
     def flagged_text(self, obj: models.TripwireLog) -> SafeString | str:
-        """The blocked message's text with the stretches the guardrail flagged marked, when the
-        metadata says where (`message_id` and `spans`) and the content was stored."""
-        meta = obj.metadata if isinstance(obj.metadata, dict) else {}
-        spans, message_id = meta.get("spans"), meta.get("message_id")
-        rows = obj.content if isinstance(obj.content, list) else []
-        row = next((r for r in rows if isinstance(r, dict) and r.get("id") == message_id), None)
-        if not spans or row is None:
-            return "—"
-        text = "".join(
-            str(p.get("text") or "")
-            for p in row.get("parts") or []
-            if isinstance(p, dict) and p.get("type") == "text"
-        )
-        return format_html('<div class="memproc-text">{}</div>', highlighted(text, spans))
+        return flagged_text(obj) or "—"
 
     @admin.display(description=_("Reason"))
     def reason_excerpt(self, obj: models.TripwireLog) -> str:
@@ -299,3 +289,20 @@ class TripwireLogAdmin(UserLinksMixin, StoredThreadMixin, FlaggedMessagesMixin, 
     def metadata_json(self, obj: models.TripwireLog) -> SafeString:
         text, truncated = pretty_json(obj.metadata or {})
         return format_html('<pre class="memproc-pre">{}{}</pre>', text, "\n…" if truncated else "")
+
+
+def flagged_text(log: models.TripwireLog) -> SafeString | None:
+    """The blocked message's text with the stretches the guardrail flagged marked, when the
+    metadata says where (`message_id` and `spans`) and the content was stored."""
+    meta = log.metadata if isinstance(log.metadata, dict) else {}
+    spans, message_id = meta.get("spans"), meta.get("message_id")
+    rows = log.content if isinstance(log.content, list) else []
+    row = next((r for r in rows if isinstance(r, dict) and r.get("id") == message_id), None)
+    if not spans or row is None:
+        return None
+    text = "".join(
+        str(p.get("text") or "")
+        for p in row.get("parts") or []
+        if isinstance(p, dict) and p.get("type") == "text"
+    )
+    return format_html('<div class="memproc-text">{}</div>', highlighted(text, spans))

@@ -93,3 +93,25 @@ def test_viewer_without_change_permission_cannot_review(client, conversation):
     assert review not in page
     conversation.pending.refresh_from_db()
     assert conversation.pending.status == "pending"
+
+
+def test_the_review_form_shows_what_was_blocked_escaped(admin_client, conversation):
+    log = conversation.pending
+    log.content = [
+        {
+            "id": "blocked-1",
+            "role": "user",
+            "parts": [{"type": "text", "text": "My card <script>alert(1)</script>"}],
+        }
+    ]
+    log.metadata = {"message_id": "blocked-1", "spans": [[3, 7]]}
+    log.save()
+    page = admin_client.get(reverse("admin:memproc_tripwirelog_review", args=[log.pk])).content.decode()
+    assert "What was blocked" in page
+    assert "My card &lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert" not in page
+    assert "<mark" in page  # the stretch the guardrail flagged
+
+
+def test_the_review_form_says_when_the_blocked_content_was_not_stored(admin_client, conversation):
+    url = reverse("admin:memproc_tripwirelog_review", args=[conversation.not_stored.pk])
+    assert "Not stored" in admin_client.get(url).content.decode()
