@@ -187,6 +187,7 @@ def test_install_instructions_name_the_distribution_not_the_unrelated_memproc_pa
     old_name = re.compile(r"""(?<![\w-])["']?memproc\[|pip install ["']?memproc(?![\w-])""")
     files = [
         ROOT / "README.md",
+        *sorted((ROOT / "docs").rglob("*.md")),  # the docs site's pages, the install guide among them
         ROOT / "pyproject.toml",
         ROOT / "CHANGELOG.md",
         *(ROOT / "scripts").iterdir(),

@@ -1,4 +1,5 @@
-"""The README's "Querying the stored data" snippet runs as written and finds what it says it finds."""
+"""The docs' "Querying with the ORM" snippet (docs/guides/stored-data.md) runs as written and finds what it
+says it finds."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from memproc import Memory
 from memproc.messages import Message
 from memproc.models import TripwireLog
 from tests.factories import TripwireLogFactory
-from tests.foundation.test_readme_verbatim import README
+from tests.foundation.test_readme_verbatim import ROOT
 
 # Examples run here, in the suite's database; `readme-test` marks the install steps that
 # tests/foundation/test_readme_verbatim.py follows in a fresh site.
+PAGE = ROOT / "docs" / "guides" / "stored-data.md"
 EXAMPLE = re.compile(r"<!-- readme-example: queries -->\n```python\n(?P<body>.*?)\n```", re.S)
 
 pytestmark = pytest.mark.django_db
@@ -32,7 +34,7 @@ def test_the_readme_queries_run_and_find_the_rows() -> None:
     memory.update_working_memory("# Notes\n- likes tea", thread_id="support-1", resource_id="user-42")
     TripwireLogFactory(status=TripwireLog.Status.PENDING)
     found: dict = {}
-    exec(EXAMPLE.search(README.read_text())["body"], found)
+    exec(EXAMPLE.search(PAGE.read_text())["body"], found)
     assert [t.public_id for t in found["threads"]] == ["support-1"]
     assert found["thread"].resource_id == "user-42"
     assert [m.text for m in found["history"]] == ["hello", "hi"]
