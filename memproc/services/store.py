@@ -54,6 +54,12 @@ class DjangoMemoryStore:
             self._memories[key] = read.memory
         return read.owner
 
+    def thread_known(self, thread: Any) -> None:
+        """A thread the caller read already (a `ThreadRef` that exists): its working memory is kept
+        as `thread_owner` would have kept it, and its summary is read when first asked for."""
+        if self.thread_memory and thread.working_memory is not None:
+            self._memories[thread_key(thread.resource_id, thread.thread_id)] = thread.working_memory
+
     def thread_summary(self, *, thread_id: str, resource_id: str | None) -> ThreadSummaryValue | None:
         key = thread_key(resource_id or "", thread_id)
         if key not in self._summaries:

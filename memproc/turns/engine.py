@@ -39,6 +39,7 @@ from memproc.services.attachments import attachments_discard
 from memproc.signals import send_after_commit, turn_completed
 from memproc.turns.commit import blocked_save, turn_commit
 from memproc.turns.effects import Blocking, EngineStep
+from memproc.turns.input import ThreadRef, TurnInput
 from memproc.turns.loop import ModelLoop, feedback_message
 from memproc.turns.plan import TurnPlan
 from memproc.turns.records import turn_record_alone
@@ -61,10 +62,11 @@ class TurnEngine(ModelLoop):
     def __init__(
         self,
         plan: TurnPlan,
-        messages: MessageInput,
+        messages: MessageInput | TurnInput,
         *,
         thread_id: str | None = None,
         resource_id: str | None = None,
+        thread: ThreadRef | None = None,
         streaming: bool = False,
         replace_from: str | None = None,
     ) -> None:
@@ -74,7 +76,10 @@ class TurnEngine(ModelLoop):
         self.streaming = streaming
         self.max_retries = plan.max_processor_retries
         self.retries = 0
-        self._start_args = (messages, thread_id, resource_id)
+        self.given = messages
+        self.thread_id = thread_id
+        self.resource_id = resource_id
+        self.thread_ref = thread
         self.replace_from = replace_from
         self.turn: Turn | None = None
         self.usage: dict[str, Any] = {}
@@ -102,12 +107,12 @@ class TurnEngine(ModelLoop):
             self.turn.attachments = []
 
     def _start(self) -> Turn:
-        messages, thread_id, resource_id = self._start_args
         return turn_start(
             self.plan,
-            messages,
-            thread_id=thread_id,
-            resource_id=resource_id,
+            self.given,
+            thread_id=self.thread_id,
+            resource_id=self.resource_id,
+            thread=self.thread_ref,
             summaries=any(getattr(p, "compaction", None) is not None for p in self.input_chain),
             thread_memory=any(isinstance(p, WorkingMemory) and p.scope == "thread" for p in self.input_chain),
             replace_from=self.replace_from,
@@ -191,9 +196,11 @@ class TurnEngine(ModelLoop):
     def _run(self) -> EngineStep:
         # Bound here, in the driver's context, which the worker threads' contexts copy; completed by
         # `_setup` once the thread is known.
-        _, thread_id, resource_id = self._start_args
         self._log_binding = logs.bind(
-            agent_id=self.plan.agent_id, thread_id=thread_id, resource_id=resource_id, turn_id=self.record_id
+            agent_id=self.plan.agent_id,
+            thread_id=self.thread_id,
+            resource_id=self.resource_id,
+            turn_id=self.record_id,
         )
         try:
             yield Blocking(self._begin)

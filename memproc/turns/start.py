@@ -6,13 +6,14 @@ from __future__ import annotations
 from django.utils import timezone
 
 from memproc.exceptions import ThreadNotFoundError, ValidationError
-from memproc.messages import Message, MessageInput, new_id, to_messages
+from memproc.messages import MessageInput, new_id
 from memproc.models import split_thread_key, thread_key
 from memproc.processors.conversation import unanswered_calls
 from memproc.processors.turn import Turn
 from memproc.selectors.messages import message_ids_from
 from memproc.selectors.threads import thread_key_for
 from memproc.services.store import DjangoMemoryStore
+from memproc.turns.input import ThreadRef, TurnInput
 from memproc.turns.plan import TurnPlan
 
 __all__ = ["turn_start"]
@@ -20,17 +21,19 @@ __all__ = ["turn_start"]
 
 def turn_start(
     plan: TurnPlan,
-    messages: MessageInput,
+    messages: MessageInput | TurnInput,
     *,
     thread_id: str | None,
     resource_id: str | None,
+    thread: ThreadRef | None = None,
     summaries: bool = True,
     thread_memory: bool = False,
     replace_from: str | None = None,
 ) -> Turn:
-    """Normalises input and checks thread ownership (one query when the call has memory, and one
-    more for the thread's compaction summary with `summaries`; the thread's working memory comes with
-    the first with `thread_memory`).
+    """Normalises input (unless it comes as a `TurnInput`) and checks thread ownership: one query
+    when the call has memory, and one more for the thread's compaction summary with `summaries`; the
+    thread's working memory comes with the first with `thread_memory`. A `thread` the caller resolved
+    already (the HTTP views) is not read again.
 
     System messages in the input are kept apart: used for this turn after the instructions, never
     saved (rule 18).
@@ -39,13 +42,9 @@ def turn_start(
     later one: it reads the thread as it was before them, and its save deletes them in the same
     transaction; a turn that fails, is blocked or saves nothing leaves them as they were."""
     now = timezone.now()
-    raw = messages if isinstance(messages, list | tuple) else [messages]
-    client_ids = {
-        str(item.id if isinstance(item, Message) else item["id"])
-        for item in raw
-        if isinstance(item, Message) or (isinstance(item, dict) and item.get("id"))
-    }
-    given = to_messages(messages)
+    given_input = TurnInput.of(messages)
+    client_ids = set(given_input.client_ids)
+    given = list(given_input.messages)
     system_input = [
         m.replace(created_at=m.created_at or now, thread_id=thread_id, resource_id=resource_id)
         for m in given
@@ -70,13 +69,19 @@ def turn_start(
     exists, title, last_sequence = False, "", None
     if plan.has_memory:
         store = DjangoMemoryStore(summaries=summaries, thread_memory=thread_memory)
-        if not resource_id:
-            resource_id = _resource_of(thread_id)
-        thread_id = thread_id or new_id()
-        row = store.thread_owner(thread_id=thread_id, resource_id=resource_id)
-        if row is not None:
-            _, title, last_sequence = row
-            exists = True
+        if thread is not None:
+            thread_id, resource_id = thread.thread_id, thread.resource_id
+            exists, title, last_sequence = thread.exists, thread.title, thread.last_sequence
+            if exists:
+                store.thread_known(thread)
+        else:
+            if not resource_id:
+                resource_id = _resource_of(thread_id)
+            thread_id = thread_id or new_id()
+            row = store.thread_owner(thread_id=thread_id, resource_id=resource_id)
+            if row is not None:
+                _, title, last_sequence = row
+                exists = True
         if exists and replace_from:
             cut, replaces = message_ids_from(
                 thread_key=thread_key(resource_id, thread_id), message_id=replace_from

@@ -51,6 +51,7 @@ from memproc.messages import new_id, thaw
 from memproc.selectors.messages import messages_existing
 from memproc.services.attachments import attachment_check_size
 from memproc.turns.asgi import turn_events
+from memproc.turns.input import ThreadRef
 
 STREAM_HEADER = "x-vercel-ai-ui-message-stream"
 UI_ROLES = ("system", "user", "assistant")
@@ -341,7 +342,13 @@ class ChatView(ChatViewMixin, views.APIView):
             message_id=new_id(), thread_id=thread_id, hidden_tools=internal_tools(agent)
         )
         events = turn_events(
-            request, agent, part, thread_id=thread_id, resource_id=resource_id, replace_from=replaces
+            request,
+            agent,
+            part,
+            thread_id=thread_id,
+            resource_id=resource_id,
+            thread=ThreadRef.of(thread, thread_id=thread_id, resource_id=resource_id),
+            replace_from=replaces,
         )
         return stream_response(events, encoder, {STREAM_HEADER: "v1", THREAD_HEADER: thread_id})
 

@@ -49,6 +49,7 @@ from memproc.api.views.base import MemprocViewMixin
 from memproc.messages import new_id
 from memproc.services.attachments import attachment_check_size
 from memproc.turns.asgi import turn_events, turn_generate
+from memproc.turns.input import ThreadRef
 
 IGNORED_SYSTEM_HEADER = "X-Memproc-Ignored-System-Messages"
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -217,7 +218,8 @@ class ChatCompletionsView(OpenAIViewMixin, views.APIView):
         if thread_id:
             headers[THREAD_HEADER] = thread_id
         completion_id, created = f"chatcmpl-{new_id()}", int(time.time())
-        options = {"thread_id": thread_id, "resource_id": resource_id}
+        ref = ThreadRef.of(thread, thread_id=thread_id, resource_id=resource_id) if thread_id else None
+        options = {"thread_id": thread_id, "resource_id": resource_id, "thread": ref}
         if data.get("stream"):
             stream_options = data.get("stream_options") or {}
             encoder = ChunkEncoder(

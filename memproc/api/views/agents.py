@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,10 +38,11 @@ from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
 from memproc.api.views.checks import attachments_check
 from memproc.conf import settings as memproc_settings
 from memproc.exceptions import AttachmentError
-from memproc.messages import FilePart, Message, to_messages
+from memproc.messages import FilePart, Message, new_id
 from memproc.services.attachments import attachment_check_size
 from memproc.services.messages import input_ids_check
 from memproc.turns.asgi import turn_events, turn_generate
+from memproc.turns.input import ThreadRef, TurnInput
 
 STREAM_DESCRIPTION = """Runs one turn and streams it as Server-Sent Events (`text/event-stream`).
 
@@ -80,18 +82,26 @@ SSE_EVENT_SCHEMA = {
 
 @dataclass(frozen=True)
 class TurnRequest:
-    messages: Any
+    """A turn's request, resolved once: its input and its thread (None for an agent without memory,
+    which has none), handed to the turn as they are."""
+
+    given: TurnInput
+    thread: ThreadRef | None
     thread_id: str | None
-    resource_id: str | None
-    thread_key: str | None = None  # the stored thread's key; None: a new thread
-    client_ids: frozenset[str] = frozenset()  # message ids the client chose
+    resource_id: str
+    thread_key: str | None  # the stored thread's key; None: no such thread yet
 
     def check_message_ids(self) -> None:
         """409 for a client-chosen id that is stored with other content or in another thread."""
-        if self.client_ids:
+        if self.given.client_ids:
             input_ids_check(
-                thread_key=self.thread_key, messages=to_messages(self.messages), client_ids=self.client_ids
+                thread_key=self.thread_key,
+                messages=self.given.messages,
+                client_ids=self.given.client_ids,
             )
+
+    def options(self) -> dict[str, Any]:
+        return {"thread_id": self.thread_id, "resource_id": self.resource_id, "thread": self.thread}
 
 
 @extend_schema(tags=["agents"])
@@ -134,13 +144,11 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
     @action(detail=True, methods=["post"])
     def generate(self, request: Request, id: str) -> Response:
         agent = self.agent(id)
-        turn = self.turn_request(request)
+        turn = self.turn_request(request, agent)
 
         def run() -> Response:
             turn.check_message_ids()
-            result = turn_generate(
-                request, agent, turn.messages, thread_id=turn.thread_id, resource_id=turn.resource_id
-            )
+            result = turn_generate(request, agent, turn.given, **turn.options())
             return Response(generate_result_data(result))
 
         return idempotent_response(
@@ -168,18 +176,11 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
     @action(detail=True, methods=["post"])
     def stream(self, request: Request, id: str) -> Any:
         agent = self.agent(id)
-        turn = self.turn_request(request)
+        turn = self.turn_request(request, agent)
 
         def run(render_result: Any, result_box: list[Any]) -> Any:
             turn.check_message_ids()
-            events = turn_events(
-                request,
-                agent,
-                turn.messages,
-                result_box=result_box,
-                thread_id=turn.thread_id,
-                resource_id=turn.resource_id,
-            )
+            events = turn_events(request, agent, turn.given, result_box=result_box, **turn.options())
             return stream_response(events, SSEEncoder(render_result))
 
         return idempotent_stream(
@@ -207,7 +208,7 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
         except LookupError as exc:
             raise NotFound(str(exc)) from exc
 
-    def turn_request(self, request: Request) -> TurnRequest:
+    def turn_request(self, request: Request, agent: Any) -> TurnRequest:
         """Validated input with the resource settled: the thread's owner when it exists, else the
         given or default resource. Another owner's thread or resource is a 404."""
         attachment_check_size(content_length=request.META.get("CONTENT_LENGTH"))  # 413 before reading
@@ -218,23 +219,16 @@ class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
         )
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        thread_id = data.get("thread_id")
-        resource_id, thread = self.settle_owner(thread_id, data.get("resource_id"))
+        resource_id, thread = self.settle_owner(data.get("thread_id"), data.get("resource_id"))
         attachments_check(data["messages"], resource_id=resource_id)
-        messages = with_uploads(data["messages"], files) if files else data["messages"]
-        return TurnRequest(
-            messages=messages,
-            thread_id=thread_id,
-            resource_id=resource_id,
-            thread_key=thread.pk if thread is not None else None,
-            client_ids=client_ids(data["messages"]),
-        )
-
-
-def client_ids(messages: Any) -> frozenset[str]:
-    """The message ids a client chose (validated strings); the others get fresh ids."""
-    items = messages if isinstance(messages, list) else [messages]
-    return frozenset(item["id"] for item in items if isinstance(item, dict) and item.get("id"))
+        given = TurnInput.of(data["messages"])
+        if files:
+            given = given.with_messages(with_uploads(given.messages, files))
+        thread_id, ref = data.get("thread_id"), None
+        if agent.memory is not None:  # an agent without memory has no thread to resolve
+            thread_id = thread_id or new_id()
+            ref = ThreadRef.of(thread, thread_id=thread_id, resource_id=resource_id)
+        return TurnRequest(given, ref, thread_id, resource_id, thread.pk if thread is not None else None)
 
 
 def is_multipart(request: Request) -> bool:
@@ -255,9 +249,9 @@ def multipart_fields(request: Request) -> dict[str, Any]:
     return fields
 
 
-def with_uploads(messages: Any, files: list[Any]) -> list[Message]:
+def with_uploads(messages: Sequence[Message], files: list[Any]) -> list[Message]:
     """Attaches uploaded files to the last user message; AttachmentUploader stores them."""
-    values = to_messages(messages)
+    values = list(messages)
     index = max((i for i, m in enumerate(values) if m.role == "user"), default=None)
     if index is None:
         raise serializers.ValidationError({"files": ["Files need a user message to go with."]})
