@@ -17,7 +17,8 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from memproc import models
-from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_url, thread_label
+from memproc.admin.cells import clipped, list_time, stacked, thread_lines
+from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin
 from memproc.admin.transcript import file_url
 from memproc.exceptions import StorageUnavailable
 from memproc.services.attachments import attachment_delete, attachment_download_response
@@ -53,16 +54,8 @@ def storage_name(attachment: models.Attachment) -> str:
 
 @admin.register(models.Attachment)
 class AttachmentAdmin(ReadOnlyAdmin):
-    list_display = (
-        "name",
-        "content_type",
-        "human_size",
-        "sha256_short",
-        "message_link",
-        "resource_id",
-        "storage",
-        "created_at",
-    )
+    # Four columns that fit beside the navigation and the filters at 1280 px.
+    list_display = ("file_name", "message_link", "stored", "created")
     list_filter = ("content_type", "created_at")
     search_fields = ("name", "=sha256", "=resource_id", "=message__id")
     search_help_text = _("File name, or sha256, resource id or message id (exact).")
@@ -116,6 +109,23 @@ class AttachmentAdmin(ReadOnlyAdmin):
         for attachment in queryset:
             attachment_delete(attachment=attachment)
 
+    @admin.display(description=_("File"), ordering="name")
+    def file_name(self, obj: models.Attachment) -> SafeString:
+        """The name over its type and size."""
+        kind = format_html(
+            '<span class="memproc-quiet">{} · {}</span>', obj.content_type, self.human_size(obj)
+        )
+        return stacked(clipped(obj.name), kind)
+
+    @admin.display(description=_("Stored"))
+    def stored(self, obj: models.Attachment) -> SafeString:
+        """The content's sha256 over the storage that holds it."""
+        return stacked(self.sha256_short(obj), clipped(self.storage(obj), quiet=True))
+
+    @admin.display(description=_("Created"), ordering="created_at")
+    def created(self, obj: models.Attachment) -> SafeString | str:
+        return list_time(obj.created_at)
+
     @admin.display(description=_("Size"), ordering="size")
     def human_size(self, obj: models.Attachment) -> str:
         return filesizeformat(obj.size)
@@ -126,16 +136,11 @@ class AttachmentAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("Message"))
     def message_link(self, obj: models.Attachment) -> Any:
+        """The thread of the message it came with (a link to the message in its transcript)."""
         key = getattr(obj, "thread_ref", None)
         if not obj.message_id or not key:
             return _("not attached to a saved message")
-        return format_html(
-            '<a href="{}#message-{}" title="{}">{}</a>',
-            admin_url("thread", key),
-            obj.message_id,
-            _("Message %(id)s in its thread") % {"id": obj.message_id},
-            thread_label(key),
-        )
+        return thread_lines(key, anchor=f"#message-{obj.message_id}")
 
     @admin.display(description=_("Storage"))
     def storage(self, obj: models.Attachment) -> str:

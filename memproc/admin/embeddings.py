@@ -12,12 +12,13 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from memproc import models
-from memproc.admin.common import ReadOnlyAdmin, admin_url, thread_admin_link
+from memproc.admin.cells import clipped, list_time, stacked
+from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_url, thread_admin_link, thread_label
 
 
 @admin.register(models.MessageEmbedding)
 class MessageEmbeddingAdmin(ReadOnlyAdmin):
-    list_display = ("id", "message_link", "chunk", "model", "dimensions", "resource_id", "created_at")
+    list_display = ("id", "message_link", "embedder", "dimensions", "created")
     list_filter = ("model", "dimensions", "created_at")
     search_fields = ("=message__id", "=thread_id", "=resource_id")
     search_help_text = _("Message, thread or resource id (exact).")
@@ -38,14 +39,24 @@ class MessageEmbeddingAdmin(ReadOnlyAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[models.MessageEmbedding]:
         return super().get_queryset(request).defer("vector")
 
+    class Media:
+        css = ADMIN_MEDIA_CSS
+
     @admin.display(description=_("Message"), ordering="message_id")
     def message_link(self, obj: models.MessageEmbedding) -> SafeString:
-        return format_html(
-            '<a href="{}#message-{}">{}</a>',
-            admin_url("thread", _thread_key(obj)),
-            obj.message_id,
-            obj.message_id,
-        )
+        """The message (a link into its transcript) over its thread and resource."""
+        key = _thread_key(obj)
+        url = f"{admin_url('thread', key)}#message-{obj.message_id}"
+        return stacked(clipped(obj.message_id, url=url), clipped(thread_label(key), quiet=True))
+
+    @admin.display(description=_("Model"), ordering="model")
+    def embedder(self, obj: models.MessageEmbedding) -> SafeString:
+        chunk = format_html('<span class="memproc-quiet">{}</span>', _("chunk %(n)s") % {"n": obj.chunk})
+        return stacked(clipped(obj.model), chunk if obj.chunk else None)
+
+    @admin.display(description=_("Created"), ordering="created_at")
+    def created(self, obj: models.MessageEmbedding) -> SafeString | str:
+        return list_time(obj.created_at)
 
     @admin.display(description=_("Thread"))
     def thread(self, obj: models.MessageEmbedding) -> Any:

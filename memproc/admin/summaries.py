@@ -15,6 +15,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from memproc import models
+from memproc.admin.cells import clamped, clipped, list_time, nowrap, stacked, thread_lines
 from memproc.admin.common import (
     ADMIN_MEDIA_CSS,
     KeySafePagesMixin,
@@ -24,12 +25,20 @@ from memproc.admin.common import (
     admin_link,
     changelist_url,
     one_line,
-    thread_admin_link,
 )
 from memproc.admin.working_memory import render_diff
 from memproc.services.compaction.summary import thread_summary_update
 
 HISTORY_LIMIT = 10
+# The summary page's table of revisions: (heading, cell class); on a phone each row stacks its cells.
+REVISION_COLUMNS = (
+    (_("Version"), ""),
+    (_("When"), "memproc-time"),
+    (_("Source"), ""),
+    (_("Covers"), "memproc-nowrap"),
+    (_("Tokens"), ""),
+    (_("By"), "memproc-wrap"),
+)
 
 Source = models.SummaryRevision.Source
 
@@ -81,7 +90,7 @@ class ThreadSummaryForm(forms.ModelForm):
 class ThreadSummaryAdmin(KeySafePagesMixin, ThreadKeyPkMixin, admin.ModelAdmin):
     form = ThreadSummaryForm
     thread_id_lookup = "thread__public_id"
-    list_display = ("thread_link", "covered_sequence", "version", "token_count", "updated_at", "excerpt")
+    list_display = ("thread_link", "covered_sequence", "version", "token_count", "updated", "excerpt")
     search_fields = ("=thread__public_id", "text")
     search_help_text = _("Thread id (exact), or text in the summary.")
     fields = (
@@ -119,11 +128,15 @@ class ThreadSummaryAdmin(KeySafePagesMixin, ThreadKeyPkMixin, admin.ModelAdmin):
 
     @admin.display(description=_("Thread"), ordering="thread")
     def thread_link(self, obj: models.ThreadSummary) -> Any:
-        return thread_admin_link(obj.thread_id, with_resource=True)
+        return thread_lines(obj.thread_id)
+
+    @admin.display(description=_("Updated"), ordering="updated_at")
+    def updated(self, obj: models.ThreadSummary) -> SafeString | str:
+        return list_time(obj.updated_at)
 
     @admin.display(description=_("Summary"))
-    def excerpt(self, obj: models.ThreadSummary) -> str:
-        return one_line(obj.text, limit=100)
+    def excerpt(self, obj: models.ThreadSummary) -> SafeString | str:
+        return clamped(one_line(obj.text, limit=300)) if obj.text else "—"
 
     @admin.display(description=_("Revisions"))
     def revisions(self, obj: models.ThreadSummary) -> SafeString:
@@ -133,52 +146,40 @@ class ThreadSummaryAdmin(KeySafePagesMixin, ThreadKeyPkMixin, admin.ModelAdmin):
             .defer("text")
             .order_by("-version")[:HISTORY_LIMIT]
         )
-        table = format_html_join(
-            "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>#{}–#{}</td><td>{}</td><td>{}</td></tr>",
-            (
-                (
-                    admin_link("summaryrevision", r.pk, f"v{r.version}"),
-                    r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-                    r.get_source_display(),
-                    r.previous_sequence + 1 if r.source == Source.COMPACTION else r.covered_sequence,
-                    r.covered_sequence,
-                    r.token_count,
-                    r.summarizer or (r.actor or ""),
-                )
-                for r in rows
-            ),
-        )
+        body = format_html_join("", "<tr>{}</tr>", ((_row(r),) for r in rows))
+        head = format_html_join("", "<th>{}</th>", ((label,) for label, _css in REVISION_COLUMNS))
         url = changelist_url("summaryrevision", urlencode({"thread__id__exact": obj.thread_id}))
         return format_html(
-            "<table><thead><tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr>"
-            '</thead><tbody>{}</tbody></table><p><a href="{}">{}</a></p>',
-            _("Version"),
-            _("When"),
-            _("Source"),
-            _("Covers"),
-            _("Tokens"),
-            _("By"),
-            table,
+            '<table class="memproc-stack-narrow"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>'
+            '<p><a href="{}">{}</a></p>',
+            head,
+            body,
             url,
             _("All revisions of this summary"),
         )
 
 
+def _row(revision: models.SummaryRevision) -> SafeString:
+    """One revision's cells in the summary page's table, each labelled with its column."""
+    compaction = revision.source == Source.COMPACTION
+    first = revision.previous_sequence + 1 if compaction else revision.covered_sequence
+    values = (
+        admin_link("summaryrevision", revision.pk, f"v{revision.version}"),
+        revision.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+        revision.get_source_display(),
+        f"#{first}–#{revision.covered_sequence}",
+        revision.token_count,
+        revision.summarizer or (revision.actor or ""),
+    )
+    cells = ((label, css, value) for (label, css), value in zip(REVISION_COLUMNS, values, strict=True))
+    return format_html_join("", '<td data-label="{}" class="{}">{}</td>', cells)
+
+
 @admin.register(models.SummaryRevision)
 class SummaryRevisionAdmin(UserLinksMixin, ReadOnlyAdmin):
-    list_display = (
-        "created_at",
-        "thread_link",
-        "version",
-        "source",
-        "covers",
-        "folded_messages",
-        "folded_tokens",
-        "token_count",
-        "summarizer",
-        "duration",
-    )
+    # Five columns that fit beside the filters at 1280 px: the revision and what it covers, what it
+    # folded, what came out and who or what wrote it.
+    list_display = ("created", "thread_link", "revision", "folded", "result")
     list_filter = ("source", "created_at")
     user_links = ("actor",)
     search_fields = ("=thread__public_id",)
@@ -211,9 +212,41 @@ class SummaryRevisionAdmin(UserLinksMixin, ReadOnlyAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # the audit trail of what compaction and operators wrote
 
+    @admin.display(description=_("Created"), ordering="created_at")
+    def created(self, obj: models.SummaryRevision) -> SafeString | str:
+        return list_time(obj.created_at)
+
     @admin.display(description=_("Thread"), ordering="thread")
     def thread_link(self, obj: models.SummaryRevision) -> Any:
-        return thread_admin_link(obj.thread_id, with_resource=True)
+        return thread_lines(obj.thread_id)
+
+    @admin.display(description=_("Revision"), ordering="version")
+    def revision(self, obj: models.SummaryRevision) -> SafeString:
+        label = format_html(
+            '<span class="memproc-nowrap">v{} · {}</span>', obj.version, obj.get_source_display()
+        )
+        return stacked(
+            label, format_html('<span class="memproc-quiet memproc-nowrap">{}</span>', self.covers(obj))
+        )
+
+    @admin.display(description=_("Folded"))
+    def folded(self, obj: models.SummaryRevision) -> SafeString | str:
+        if obj.source != Source.COMPACTION:
+            return "—"
+        return stacked(
+            nowrap(_("%(n)s messages") % {"n": obj.folded_messages}),
+            nowrap(_("%(n)s tokens") % {"n": obj.folded_tokens}),
+        )
+
+    @admin.display(description=_("Result"), ordering="token_count")
+    def result(self, obj: models.SummaryRevision) -> SafeString:
+        """The summary's tokens, over what wrote it (the summarizer, or the operator) and how long it took."""
+        by = obj.summarizer or (obj.actor or "")
+        took = format_html('<span class="memproc-quiet memproc-nowrap">{}</span>', self.duration(obj))
+        tokens = nowrap(_("%(n)s tokens") % {"n": obj.token_count})
+        return stacked(
+            tokens, clipped(by, quiet=True) if by else None, took if obj.source == Source.COMPACTION else None
+        )
 
     @admin.display(description=_("Covers"))
     def covers(self, obj: models.SummaryRevision) -> str:

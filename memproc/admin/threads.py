@@ -8,7 +8,6 @@ from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin
-from django.contrib.admin.utils import display_for_value
 from django.db import transaction
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
@@ -19,6 +18,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from memproc import models
+from memproc.admin.cells import clamped, clipped, list_time, stacked, thread_lines
 from memproc.admin.common import (
     ADMIN_MEDIA_CSS,
     KeySafePagesMixin,
@@ -27,7 +27,7 @@ from memproc.admin.common import (
     admin_link,
     admin_url,
     changelist_url,
-    thread_label,
+    one_line,
 )
 from memproc.admin.transcript import message_views, transcript_context
 from memproc.admin.working_memory import (
@@ -39,6 +39,9 @@ from memproc.db import memproc_db
 from memproc.services.messages import messages_delete
 from memproc.services.purge import resource_purge
 from memproc.services.threads import thread_delete, thread_update
+
+# A message's text in the list: its head, wrapped to three lines, the same head in the title.
+EXCERPT_CHARS = 300
 
 
 def deletion_summary(objs: Any, counts: dict[Any, int]) -> tuple[list[str], dict[Any, int], set[str], list]:
@@ -115,7 +118,13 @@ class ResourceForm(WorkingMemoryForm):
 class ResourceAdmin(KeySafePagesMixin, WorkingMemoryAdminMixin, admin.ModelAdmin):
     form = ResourceForm
     working_memory_scope = "resource"
-    list_display = ("id", "thread_count", "working_memory_preview", "working_memory_version", "updated_at")
+    list_display = (
+        "resource_id",
+        "thread_count",
+        "working_memory_preview",
+        "working_memory_version",
+        "updated",
+    )
     search_fields = ("id",)
     list_per_page = 50
     readonly_fields = ("id", "threads_link", "created_at", "updated_at", "revisions_link")
@@ -157,14 +166,21 @@ class ResourceAdmin(KeySafePagesMixin, WorkingMemoryAdminMixin, admin.ModelAdmin
                 totals[key.replace("_", " ")] = totals.get(key.replace("_", " "), 0) + count
         return deletion_summary(objs, {k: v for k, v in totals.items() if v})
 
+    @admin.display(description=_("Resource id"), ordering="id")
+    def resource_id(self, obj: models.Resource) -> SafeString:
+        return clipped(obj.pk)
+
     @admin.display(description=_("Threads"), ordering="thread_count")
     def thread_count(self, obj: models.Resource) -> int:
         return obj.thread_count  # type: ignore[attr-defined]
 
     @admin.display(description=_("Working memory"))
-    def working_memory_preview(self, obj: models.Resource) -> str:
-        text = " ".join(obj.working_memory.split())
-        return (text[:80] + "…" if len(text) > 80 else text) or "—"
+    def working_memory_preview(self, obj: models.Resource) -> SafeString | str:
+        return clamped(" ".join(obj.working_memory.split())) if obj.working_memory.strip() else "—"
+
+    @admin.display(description=_("Updated"), ordering="updated_at")
+    def updated(self, obj: models.Resource) -> SafeString | str:
+        return list_time(obj.updated_at)
 
     @admin.display(description=_("Threads"))
     def threads_link(self, obj: models.Resource) -> SafeString:
@@ -176,15 +192,8 @@ class ResourceAdmin(KeySafePagesMixin, WorkingMemoryAdminMixin, admin.ModelAdmin
 class ThreadAdmin(KeySafePagesMixin, ThreadKeyPkMixin, WorkingMemoryAdminMixin, admin.ModelAdmin):
     form = ThreadForm
     working_memory_scope = "thread"
-    list_display = (
-        "display_title",
-        "public_id",
-        "resource_link",
-        "agent_id",
-        "message_count",
-        "last_activity",
-        "tripwire_count",
-    )
+    # Five columns that fit beside the navigation and the filters at 1280 px.
+    list_display = ("display_title", "owner", "message_count", "last_activity", "tripwire_count")
     list_filter = ("agent_id", "created_at", "updated_at", HasTripwiresFilter)
     search_fields = ("public_id", "title", "resource__id", "messages__text")
     search_help_text = _("Thread id, title, resource id, or text of any message.")
@@ -296,9 +305,18 @@ class ThreadAdmin(KeySafePagesMixin, ThreadKeyPkMixin, WorkingMemoryAdminMixin, 
             )
         return super().render_change_form(request, context, add, change, form_url, obj)
 
-    @admin.display(description=_("Title"), ordering="title")
-    def display_title(self, obj: models.Thread) -> str:
-        return obj.title or _("(untitled) %(id)s") % {"id": obj.public_id}
+    @admin.display(description=_("Thread"), ordering="title")
+    def display_title(self, obj: models.Thread) -> SafeString:
+        """The title over the thread id; an untitled thread by its id alone."""
+        if not obj.title:
+            return clipped(_("(untitled) %(id)s") % {"id": obj.public_id})
+        return stacked(clamped(obj.title), clipped(obj.public_id, quiet=True))
+
+    @admin.display(description=_("Resource"), ordering="resource_id")
+    def owner(self, obj: models.Thread) -> SafeString:
+        """The resource (a link) over the agent."""
+        agent = clipped(obj.agent_id, quiet=True) if obj.agent_id else None
+        return stacked(clipped(obj.resource_id, url=admin_url("resource", obj.resource_id)), agent)
 
     @admin.display(description=_("Resource"), ordering="resource_id")
     def resource_link(self, obj: models.Thread) -> Any:
@@ -310,8 +328,7 @@ class ThreadAdmin(KeySafePagesMixin, ThreadKeyPkMixin, WorkingMemoryAdminMixin, 
 
     @admin.display(description=_("Last activity"), ordering="last_message_at")
     def last_activity(self, obj: models.Thread) -> Any:
-        # Formatted here: a readonly field would print a raw datetime.
-        return display_for_value(obj.last_message_at, "—")  # type: ignore[attr-defined]
+        return list_time(obj.last_message_at)  # type: ignore[attr-defined]
 
     @admin.display(description=_("Tripwires"), ordering="tripwire_count")
     def tripwire_count(self, obj: models.Thread) -> Any:
@@ -342,7 +359,8 @@ class MessageAdmin(ReadOnlyAdmin):
     """Never edited: messages are the record of what was said. Search them here, read them in the thread;
     a delete goes through `messages_delete`."""
 
-    list_display = ("id", "thread_link", "role", "excerpt", "token_count", "created_at")
+    # Four columns that fit beside the navigation and the filters at 1280 px.
+    list_display = ("created", "thread_link", "excerpt", "tokens")
     list_filter = ("role", "created_at")
     search_fields = ("=id", "=thread__public_id", "text")
     search_help_text = _("Message id or thread id (exact), or text.")
@@ -372,15 +390,22 @@ class MessageAdmin(ReadOnlyAdmin):
         }
         return deletion_summary(objs, {k: v for k, v in counts.items() if v})
 
+    @admin.display(description=_("Message"), ordering="created_at")
+    def created(self, obj: models.Message) -> SafeString:
+        return stacked(list_time(obj.created_at), clipped(obj.pk, quiet=True))
+
     @admin.display(description=_("Thread"), ordering="thread_id")
-    def thread_link(self, obj: models.Message) -> SafeString:
-        url = admin_url("thread", obj.thread_id)
-        return format_html('<a href="{}#message-{}">{}</a>', url, obj.pk, thread_label(obj.thread_id))
+    def thread_link(self, obj: models.Message) -> SafeString | str:
+        return thread_lines(obj.thread_id, anchor=f"#message-{obj.pk}")
+
+    @admin.display(description=_("Tokens"), ordering="token_count")
+    def tokens(self, obj: models.Message) -> Any:
+        return "—" if obj.token_count is None else obj.token_count
 
     @admin.display(description=_("Text"))
-    def excerpt(self, obj: models.Message) -> str:
-        text = " ".join(obj.text.split())
-        return text[:100] + "…" if len(text) > 100 else text
+    def excerpt(self, obj: models.Message) -> SafeString:
+        role = format_html('<span class="memproc-role">{}</span>', obj.get_role_display())
+        return stacked(role, clamped(one_line(obj.text, limit=EXCERPT_CHARS)) if obj.text else None)
 
     @admin.display(description=_("Message"))
     def rendered(self, obj: models.Message) -> SafeString:

@@ -23,12 +23,14 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from memproc import models
+from memproc.admin.cells import clamped, clipped, list_time, stacked, thread_lines_of
 from memproc.admin.common import (
     ADMIN_MEDIA_CSS,
     ReadOnlyAdmin,
     StoredThreadMixin,
     UserLinksMixin,
     admin_link,
+    admin_url,
     pretty_json,
 )
 from memproc.admin.flagged_messages import FlaggedMessagesMixin
@@ -54,19 +56,10 @@ PHASE_CHANNELS = {
 
 @admin.register(models.TripwireLog)
 class TripwireLogAdmin(UserLinksMixin, StoredThreadMixin, FlaggedMessagesMixin, ReadOnlyAdmin):
-    list_display = (
-        "created_at",
-        "status_badge",
-        "agent_id",
-        "processor_id",
-        "phase",
-        "channel",
-        "reason_excerpt",
-        "resource_id",
-        "thread",
-        "reviewed_by",
-    )
-    list_display_links = ("created_at",)
+    # Three columns that fit beside the navigation and the filters at 1280 px: when and its review,
+    # which guardrail and why, where (agent, thread, resource). The time links to the log.
+    list_display = ("blocked", "reason_excerpt", "where")
+    list_display_links = None
     list_filter = ("status", "agent_id", "processor_id", "phase", "resource_id", "retry", "created_at")
     user_links = ("reviewed_by",)
     search_fields = ("reason", "=resource_id", "=thread_id", "=agent_id", "=processor_id")
@@ -266,9 +259,26 @@ class TripwireLogAdmin(UserLinksMixin, StoredThreadMixin, FlaggedMessagesMixin, 
     def flagged_text(self, obj: models.TripwireLog) -> SafeString | str:
         return flagged_text(obj) or "—"
 
+    @admin.display(description=_("Blocked"), ordering="created_at")
+    def blocked(self, obj: models.TripwireLog) -> SafeString:
+        reviewer = obj.reviewed_by
+        return stacked(
+            format_html('<a href="{}">{}</a>', admin_url("tripwirelog", obj.pk), list_time(obj.created_at)),
+            self.status_badge(obj),
+            clipped(_("by %(user)s") % {"user": reviewer}, quiet=True) if reviewer else None,
+        )
+
     @admin.display(description=_("Reason"))
-    def reason_excerpt(self, obj: models.TripwireLog) -> str:
-        return obj.reason if len(obj.reason) <= 90 else obj.reason[:89] + "…"
+    def reason_excerpt(self, obj: models.TripwireLog) -> SafeString:
+        """The guardrail and the hook it blocked in, then the reason."""
+        phase, channel = obj.get_phase_display(), self.channel(obj)
+        hook = phase if channel.lower() == phase.lower() else f"{phase}, {channel}"
+        guardrail = format_html('<span class="memproc-quiet">{} · {}</span>', obj.processor_id, hook)
+        return stacked(guardrail, clamped(obj.reason))
+
+    @admin.display(description=_("Where"), ordering="thread_id")
+    def where(self, obj: models.TripwireLog) -> SafeString:
+        return stacked(clipped(obj.agent_id) if obj.agent_id else None, thread_lines_of(obj))
 
     @admin.display(description=_("Resource"))
     def resource(self, obj: models.TripwireLog) -> Any:

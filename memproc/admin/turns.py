@@ -15,6 +15,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from memproc import models
+from memproc.admin.cells import clipped, stacked, thread_lines_of
 from memproc.admin.common import (
     ADMIN_MEDIA_CSS,
     ReadOnlyAdmin,
@@ -58,16 +59,8 @@ class SlowTurnsFilter(admin.SimpleListFilter):
 
 @admin.register(models.TurnRecord)
 class TurnRecordAdmin(StoredThreadMixin, ReadOnlyAdmin):
-    list_display = (
-        "started",
-        "status_badge",
-        "agent_id",
-        "thread",
-        "resource",
-        "duration",
-        "tokens",
-        "tripwire_link",
-    )
+    # Five columns that fit beside the navigation and the filters at 1280 px.
+    list_display = ("started", "outcome", "where", "duration", "tokens")
     list_display_links = ("started",)
     list_filter = ("status", "agent_id", "model", SlowTurnsFilter)
     search_fields = ("=thread_id", "=resource_id")
@@ -115,8 +108,22 @@ class TurnRecordAdmin(StoredThreadMixin, ReadOnlyAdmin):
     # --- display ----------------------------------------------------------------------------------
 
     @admin.display(description=_("Started"), ordering="started_at")
-    def started(self, obj: models.TurnRecord) -> str:
-        return date_format(timezone.localtime(obj.started_at), "Y-m-d H:i:s")
+    def started(self, obj: models.TurnRecord) -> SafeString:
+        local = timezone.localtime(obj.started_at)
+        return format_html('<span class="memproc-time">{}</span>', date_format(local, "Y-m-d H:i:s"))
+
+    @admin.display(description=_("Outcome"), ordering="status")
+    def outcome(self, obj: models.TurnRecord) -> SafeString:
+        """The status, and the blocked turn's tripwire log."""
+        if not obj.tripwire_id:
+            return self.status_badge(obj)
+        return format_html(
+            '<span class="memproc-nowrap">{} {}</span>', self.status_badge(obj), self.tripwire_link(obj)
+        )
+
+    @admin.display(description=_("Where"), ordering="agent_id")
+    def where(self, obj: models.TurnRecord) -> SafeString:
+        return stacked(clipped(obj.agent_id) if obj.agent_id else None, thread_lines_of(obj))
 
     @admin.display(description=_("Status"), ordering="status")
     def status_badge(self, obj: models.TurnRecord) -> SafeString:

@@ -17,11 +17,12 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from memproc import models
+from memproc.admin.cells import clipped, list_time, nowrap, stacked, thread_lines
 from memproc.admin.common import (
     ADMIN_MEDIA_CSS,
     ReadOnlyAdmin,
     UserLinksMixin,
-    admin_link,
+    admin_url,
     changelist_url,
     thread_admin_link,
 )
@@ -231,7 +232,7 @@ class WorkingMemoryAdminMixin:
 
 @admin.register(models.WorkingMemoryRevision)
 class WorkingMemoryRevisionAdmin(UserLinksMixin, ReadOnlyAdmin):
-    list_display = ("created_at", "scope", "owner_link", "version", "source", "actor", "change_summary")
+    list_display = ("created", "owner_of", "revision", "actor", "change_summary")
     list_filter = ("scope", "source", "created_at")
     user_links = ("actor",)
     search_fields = ("=key", "new")
@@ -271,11 +272,24 @@ class WorkingMemoryRevisionAdmin(UserLinksMixin, ReadOnlyAdmin):
             results |= queryset.filter(thread_scope | Q(thread_id__in=keys))
         return results, may_have_duplicates
 
+    @admin.display(description=_("Created"), ordering="created_at")
+    def created(self, obj: models.WorkingMemoryRevision) -> SafeString | str:
+        return list_time(obj.created_at)
+
+    @admin.display(description=_("Owner"), ordering="key")
+    def owner_of(self, obj: models.WorkingMemoryRevision) -> SafeString:
+        """The thread or resource, under its scope."""
+        return stacked(nowrap(obj.get_scope_display()), self.owner_link(obj))
+
+    @admin.display(description=_("Revision"), ordering="version")
+    def revision(self, obj: models.WorkingMemoryRevision) -> SafeString:
+        return nowrap(f"v{obj.version} · {obj.get_source_display()}")
+
     @admin.display(description=_("Owner"), ordering="key")
     def owner_link(self, obj: models.WorkingMemoryRevision) -> Any:
         if obj.scope == models.WorkingMemoryRevision.Scope.THREAD:
-            return thread_admin_link(obj.key, with_resource=True)
-        return admin_link(obj.scope, obj.key)
+            return thread_lines(obj.key)
+        return clipped(obj.key, url=admin_url(obj.scope, obj.key))
 
     @admin.display(description=_("Thread"))
     def thread_link(self, obj: models.WorkingMemoryRevision) -> Any:

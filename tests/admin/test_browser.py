@@ -66,7 +66,7 @@ def test_operator_marks_a_blocked_turn_false_positive(live_server, admin_user, c
     assert "blocked turns to review" in page.inner_text(".memproc-counts")
 
     page.click("text=blocked turns to review")
-    page.click("tr:has-text('pii-detector') th a")
+    page.click("tr:has-text('pii-detector') td.field-blocked a")
     assert "My card is 4111 1111 1111 1111" in page.inner_text("#content-main")
     page.click("a.memproc-review-link")
     page.check("input[name=status][value=false_positive]")

@@ -71,13 +71,23 @@ def twins() -> Twins:
     return Twins(threads["acme"], threads["globex"], log, record, embedding)
 
 
+def thread_lines_of(thread: models.Thread) -> str:
+    """How a list names a thread: its id over its resource's, each a link to its page."""
+    thread_url, resource_url = change_url("thread", thread.pk), change_url("resource", thread.resource_id)
+    return (
+        f'<a class="memproc-clip" href="{thread_url}" title="{THREAD}">{THREAD}</a></span>'
+        f'<span class="memproc-line"><a class="memproc-clip memproc-quiet" href="{resource_url}" '
+        f'title="{thread.resource_id}">{thread.resource_id}</a>'
+    )
+
+
 def assert_no_key(page: str) -> None:
     assert THREAD_KEY_SEPARATOR not in page
 
 
 def test_both_threads_are_listed_with_their_resources(admin_client, twins):
     page = get_ok(admin_client, reverse("admin:memproc_thread_changelist"))
-    assert page.count(f'<td class="field-public_id">{THREAD}</td>') == 2
+    assert page.count(f'title="(untitled) {THREAD}">(untitled) {THREAD}</span>') == 2
     for thread in (twins.acme, twins.globex):
         assert change_url("thread", thread.pk) in page
         assert change_url("resource", thread.resource_id) in page
@@ -127,7 +137,7 @@ def test_rows_that_name_a_thread_link_to_their_own(admin_client, twins):
 
 def test_working_memory_revisions_name_their_thread(admin_client, twins):
     revisions = reverse("admin:memproc_workingmemoryrevision_changelist")
-    assert f"{THREAD} (resource globex)" in get_ok(admin_client, revisions)
+    assert thread_lines_of(twins.globex) in get_ok(admin_client, revisions)
     assert "2 working memory revisions" in get_ok(admin_client, f"{revisions}?q={THREAD}")
     # The thread page's "All revisions" link filters by the key; the list keeps it in its search form.
     linked = f"{revisions}?{urlencode({'scope__exact': 'thread', 'key': twins.globex.pk})}"
@@ -139,7 +149,7 @@ def test_working_memory_revisions_name_their_thread(admin_client, twins):
 
 def test_summaries_name_and_link_their_own_thread(admin_client, twins):
     thread_summary_update(thread_key=twins.acme.pk, text="What acme said", source="code")
-    acme_link = f'<a href="{change_url("thread", twins.acme.pk)}">{THREAD} (resource acme)</a>'
+    acme_link = thread_lines_of(twins.acme)
     summaries = reverse("admin:memproc_threadsummary_changelist") + f"?q={THREAD}"
     revisions = reverse("admin:memproc_summaryrevision_changelist") + f"?q={THREAD}"
     for url in (summaries, revisions):

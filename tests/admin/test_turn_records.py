@@ -155,7 +155,7 @@ def test_a_thread_without_records_has_no_panel(admin_client, conversation):
 def test_record_list_renders_with_every_filter_and_search(admin_client, turns):
     url = reverse("admin:memproc_turnrecord_changelist")
     page = get_ok(admin_client, url)
-    assert page.count('class="field-status_badge"') == len(turns.records) + 2  # and the old thread's
+    assert page.count('class="field-outcome"') == len(turns.records) + 2  # and the old thread's
     assert thread_url() in page
     for query in (
         "status__exact=completed",
@@ -168,9 +168,9 @@ def test_record_list_renders_with_every_filter_and_search(admin_client, turns):
         f"started_at__year={timezone.localtime().year}",
     ):
         get_ok(admin_client, f"{url}?{query}")
-    assert "field-status_badge" not in get_ok(admin_client, f"{url}?slow=5s")
+    assert "field-outcome" not in get_ok(admin_client, f"{url}?slow=5s")
     searched = get_ok(admin_client, f"{url}?q={OLD_THREAD}")
-    assert searched.count('class="field-status_badge"') == 2
+    assert searched.count('class="field-outcome"') == 2
 
 
 def test_slow_filters_pick_the_slow_turns(admin_client, db):
@@ -179,7 +179,7 @@ def test_slow_filters_pick_the_slow_turns(admin_client, db):
     url = reverse("admin:memproc_turnrecord_changelist")
 
     def shown(query: str) -> int:
-        return get_ok(admin_client, f"{url}?{query}").count('class="field-status_badge"')
+        return get_ok(admin_client, f"{url}?{query}").count('class="field-outcome"')
 
     assert (shown("slow=1s"), shown("slow=5s"), shown("slow=p95")) == (2, 1, 1)
 
@@ -220,7 +220,8 @@ def test_blocked_record_links_its_tripwire_and_its_unstored_thread(admin_client,
     tripwire_page = reverse("admin:memproc_tripwirelog_change", args=[quote(log.pk)])
     assert tripwire_page in get_ok(admin_client, record_url(record))
     listing = get_ok(admin_client, reverse("admin:memproc_turnrecord_changelist"))
-    assert tripwire_page in listing and "never-saved <span" in listing  # not stored: no link
+    assert tripwire_page in listing and "(not stored)" in listing
+    assert '<span class="memproc-clip" title="never-saved">never-saved</span>' in listing  # no link
 
 
 def test_records_are_read_only(admin_client, turns):
@@ -292,7 +293,7 @@ def test_app_index_and_record_list_show_the_card(admin_client, today_records):
         assert "agent_id__exact=support" in card and "status__exact=blocked" in card
     query = urlencode({"agent_id__exact": "support", "started_at__gte": str(start_of_today())})
     listed = get_ok(admin_client, f"{reverse('admin:memproc_turnrecord_changelist')}?{query}")
-    assert listed.count('class="field-status_badge"') == 12  # the card's link lists what it counts
+    assert listed.count('class="field-outcome"') == 12  # the card's link lists what it counts
 
 
 def test_the_card_needs_the_view_permission(client, today_records):
