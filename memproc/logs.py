@@ -16,7 +16,8 @@ A JSON formatter (python-json-logger) or structlog's `ProcessorFormatter` then s
 
 `failure()` logs a failed step the way `logger.exception` would, but with the traceback rendered by
 `memproc.redaction` (class, masked text and frames of each exception in the chain) and no exception
-object on the record: a provider's error may quote the API key or the user's text, and a handler
+object on the record (a configuration error or a back end that is down gets its cause on the line
+and no traceback): a provider's error may quote the API key or the user's text, and a handler
 reading `exc_info` (Sentry's keeps frame locals) would send it on.
 """
 
@@ -84,9 +85,21 @@ def failure(
     if not logger.isEnabledFor(level):
         return
     filename, line, function, _ = logger.findCaller(stacklevel=2)
+    if _known_cause(exc):
+        # A missing key or a back end that is down: the cause is the whole story, and a traceback on
+        # every turn would bury it.
+        msg, args = f"{msg} (%s)", (*args, redaction.describe(exc))
     record = logger.makeRecord(logger.name, level, filename, line, msg, args, None, function, extra)
-    record.exc_text = redaction.traceback_text(exc)
+    if not _known_cause(exc):
+        record.exc_text = redaction.traceback_text(exc)
     logger.handle(record)
+
+
+def _known_cause(exc: BaseException) -> bool:
+    """A failure whose message says all an operator needs: configuration, or a back end that is down."""
+    from memproc.exceptions import ConfigurationError, EmbedderUnavailable
+
+    return isinstance(exc, ConfigurationError | EmbedderUnavailable)
 
 
 class TurnContextFilter(logging.Filter):

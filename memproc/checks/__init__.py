@@ -165,8 +165,14 @@ def _embedders_without_keys(configured: Mapping[str, Any], *, models: Any) -> li
         own = recall_embedder(agent)
         if own is not None:
             candidates.append((f"The recall embedder of agent {agent.id!r}", own, {}))
-    messages = [providers.embedder_without_key(w, e, o, models=models) for w, e, o in candidates]
-    return [m for m in messages if m is not None]
+    messages: dict[type, CheckMessage] = {}
+    for where, embedder, options in candidates:
+        found = providers.embedder_without_key(where, embedder, options, models=models)
+        cls = embedder if isinstance(embedder, type) else type(embedder)
+        if found is not None:
+            # Once per class: an agent without an embedder of its own recalls with the setting's.
+            messages.setdefault(cls, found)
+    return list(messages.values())
 
 
 @register(Tags.database)

@@ -320,3 +320,34 @@ def test_the_readme_adds_memproc_to_a_fresh_site_verbatim(
     assert chats and {r["model"] for r in chats} == {"gpt-4o-mini"}
     assert any("input" in r for r in openai_server.requests), "the README's OpenAIEmbedder embedded nothing"
     assert openai_server.rejected == []
+
+    # The same site with no key at all (a newcomer who has none yet): `check` names what is missing,
+    # for the model and for the embedder, and a turn answers a JSON 503 that says the server is not
+    # set up, never a 500; the log holds no traceback.
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        site.env.pop(name)
+    checked = site.python("manage.py", "check")
+    assert checked.count("memproc.W003") == 2 and "OpenAIEmbedder" in checked, checked
+    port, log = free_port(), tmp_path / "runserver-no-key.log"
+    server = subprocess.Popen(
+        [str(venv / "bin" / "python"), "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+        cwd=folder, env=site.env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        base = f"http://127.0.0.1:{port}/api/memproc/"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status, _, body = http(
+                    base + "agents/support/generate/", data={"messages": "Hello", "thread_id": "api-2"},
+                    auth=("ada", "pw-ada"),
+                )  # fmt: skip
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert server.poll() is None and time.monotonic() < deadline, "runserver did not start"
+                time.sleep(0.2)
+        assert status == 503 and json.loads(body)["code"] == "configuration_error", body
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert "Traceback" not in log.read_text(), log.read_text()

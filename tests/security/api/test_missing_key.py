@@ -55,3 +55,39 @@ def test_check_is_quiet_about_an_openai_embedder_with_a_key(monkeypatch: pytest.
     with override_settings(MEMPROC=settings):
         found = [m for m in checks.run_checks() if m.id == "memproc.W003"]
     assert found == []
+
+
+def test_check_names_an_agent_whose_own_recall_embedder_has_no_key(
+    make_agent: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memproc.embedders import OpenAIEmbedder
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    make_agent(id="own-embedder", memory=Memory(semantic_recall=True, embedder=OpenAIEmbedder()))
+    with override_settings(MEMPROC=NO_KEY):
+        found = [m.msg for m in checks.run_checks() if m.id == "memproc.W003"]
+    assert len(found) == 1 and "'own-embedder'" in found[0], found
+
+
+def test_an_embedder_without_a_key_is_one_log_line_per_turn_not_a_traceback(
+    make_agent: Any,
+    model: Any,
+    owner_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The model answers, recall cannot embed the query: the turn goes on without recall (200) and
+    the log says why in one line, as it would on every turn until the key is set."""
+    from memproc.embedders import OpenAIEmbedder
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    make_agent(id="no-key", memory=Memory(semantic_recall=True, embedder=OpenAIEmbedder()))
+    model.add("answered")
+    with override_settings(MEMPROC=NO_KEY):
+        response = owner_client.post(GENERATE, {"messages": "Hello", "thread_id": "t1"}, format="json")
+    assert response.status_code == 200 and response.json()["text"] == "answered"
+    recall = [r for r in caplog.records if "semantic recall failed" in r.getMessage()]
+    assert len(recall) == 1 and "ConfigurationError" in recall[0].getMessage()
+    assert "Traceback" not in caplog.text
