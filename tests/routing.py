@@ -13,7 +13,8 @@ MEMORY_DB = "memory"
 
 
 class MemprocRouter:
-    """The router the README shows: memproc's app label to its database, the rest to the default one."""
+    """The router the docs show (guides/scaling.md): memproc's app label to its database, the rest to
+    the default one."""
 
     def db_for_read(self, model: type, **hints: Any) -> str:
         return MEMORY_DB if model._meta.app_label == "memproc" else "default"

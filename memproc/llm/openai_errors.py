@@ -31,7 +31,8 @@ LOGGED_TEXT_CHARS = 500
 # Python errors that mean "the reply does not have the shape the protocol promises" while reading it.
 SHAPE_ERRORS = (AttributeError, TypeError, ValueError, KeyError, IndexError)
 
-# The adapter's logger, named in the README: its failures are logged under `memproc.llm.openai`.
+# The adapter's logger, named in the docs (guides/observability.md): its failures are logged under
+# `memproc.llm.openai`.
 logger = logging.getLogger("memproc.llm.openai")
 
 

@@ -3,7 +3,7 @@
 After every turn the model's requests and the stored rows equal what `tests.reference.model` says;
 after every clone or delete the stored threads do. Runs on the database the suite runs on (SQLite,
 or PostgreSQL with `--db=postgres`), through `generate`, `stream`, `agenerate` and `astream`.
-`MEMPROC_REFERENCE_EXAMPLES` sets the number of examples (README, "Testing").
+`MEMPROC_REFERENCE_EXAMPLES` sets the number of examples (README, "Contributing"; docs/testing.md).
 """
 
 from __future__ import annotations
