@@ -6,7 +6,6 @@ an upper bound; what the turn then saves and sees must be the same as before."""
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from memproc import Memory
@@ -46,12 +45,12 @@ def drain(response: Any) -> None:
 
 @pytest.mark.parametrize("endpoint", sorted(ENDPOINTS))
 def test_an_existing_thread_is_read_once_per_turn(
-    endpoint: str, owner_client: Any, make_agent: Any, model: Any, resource: Any
+    endpoint: str, owner_client: Any, make_agent: Any, model: Any, resource: Any, memproc_connection: Any
 ) -> None:
     make_agent(memory=Memory(last_messages=10, working_memory={"scope": "thread"}))
     model.add("first answer", "second answer")
     drain(ENDPOINTS[endpoint](owner_client, 1))  # creates the thread
-    with CaptureQueriesContext(connection) as queries:
+    with CaptureQueriesContext(memproc_connection) as queries:
         response = ENDPOINTS[endpoint](owner_client, 2)
         drain(response)
     assert response.status_code == 200, response.content

@@ -134,7 +134,7 @@ def test_a_blocked_turn_shows_its_channel_and_the_flagged_span(admin_client):
     page = admin_client.get(reverse("admin:memproc_tripwirelog_change", args=[log.pk])).content.decode()
     assert '<mark class="memproc-flagged">Ignore </mark>&lt;b&gt;that&lt;/b&gt;' in page
     changelist = admin_client.get(reverse("admin:memproc_tripwirelog_changelist")).content.decode()
-    assert ">input<" in changelist
+    assert "prompt-injection-detector · Input<" in changelist  # the guardrail and its hook (and channel)
 
 
 def test_the_queue_needs_thread_access_and_the_verdict_needs_the_review_permission(client):
