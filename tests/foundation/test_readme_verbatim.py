@@ -15,6 +15,7 @@ OPENAI_BASE_URL point the README's OpenAI model and embedder at a loopback OpenA
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -25,6 +26,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
@@ -186,6 +188,31 @@ class Site:
     def python(self, *args: str, timeout: float = 120) -> str:
         return self.shell(shlex.join(["python", *args]), timeout=timeout)
 
+    @contextlib.contextmanager
+    def runserver(self, log: Path, auth: tuple[str, str]) -> Iterator[str]:
+        """`manage.py runserver` on a free port, once the API answers `auth`; yields the API's base URL.
+        Afterwards the server's log must hold no traceback."""
+        port = free_port()
+        server = subprocess.Popen(
+            [str(self.venv / "bin" / "python"), "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+            cwd=self.folder, env=self.env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            base = f"http://127.0.0.1:{port}/api/memproc/"
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    http(base, auth=auth)
+                    break
+                except (urllib.error.URLError, ConnectionError):
+                    assert server.poll() is None and time.monotonic() < deadline, "runserver did not start"
+                    time.sleep(0.2)
+            yield base
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+        assert "Traceback" not in log.read_text(), log.read_text()
+
 
 def http(
     url: str, *, data: dict | None = None, auth: tuple[str, str] | None = None
@@ -279,21 +306,8 @@ def test_the_readme_adds_memproc_to_a_fresh_site_verbatim(
         DJANGO_SUPERUSER_USERNAME="ada", DJANGO_SUPERUSER_PASSWORD="pw-ada", DJANGO_SUPERUSER_EMAIL="a@x.io"
     )
     site.python("manage.py", "createsuperuser", "--noinput")
-    port, log = free_port(), tmp_path / "runserver.log"
-    server = subprocess.Popen(
-        [str(venv / "bin" / "python"), "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
-        cwd=folder, env=site.env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        base = f"http://127.0.0.1:{port}/api/memproc/"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                status, _, _ = http(base, auth=("ada", "pw-ada"))
-                break
-            except (urllib.error.URLError, ConnectionError):
-                assert server.poll() is None and time.monotonic() < deadline, "runserver did not start"
-                time.sleep(0.2)
+    with site.runserver(tmp_path / "runserver.log", auth=("ada", "pw-ada")) as base:
+        status, _, _ = http(base, auth=("ada", "pw-ada"))
         assert status == 200
 
         status, _, body = http(
@@ -311,10 +325,6 @@ def test_the_readme_adds_memproc_to_a_fresh_site_verbatim(
         status, content_type, body = http(base + "docs/")
         assert status == 200 and content_type.startswith("text/html"), body[:2000]
         assert_docs_page_is_self_contained(body.decode(), base + "docs/", http)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-    assert "Traceback" not in log.read_text(), log.read_text()
 
     chats = [r for r in openai_server.requests if "messages" in r]
     assert chats and {r["model"] for r in chats} == {"gpt-4o-mini"}
@@ -328,26 +338,9 @@ def test_the_readme_adds_memproc_to_a_fresh_site_verbatim(
         site.env.pop(name)
     checked = site.python("manage.py", "check")
     assert checked.count("memproc.W003") == 2 and "OpenAIEmbedder" in checked, checked
-    port, log = free_port(), tmp_path / "runserver-no-key.log"
-    server = subprocess.Popen(
-        [str(venv / "bin" / "python"), "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
-        cwd=folder, env=site.env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        base = f"http://127.0.0.1:{port}/api/memproc/"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                status, _, body = http(
-                    base + "agents/support/generate/", data={"messages": "Hello", "thread_id": "api-2"},
-                    auth=("ada", "pw-ada"),
-                )  # fmt: skip
-                break
-            except (urllib.error.URLError, ConnectionError):
-                assert server.poll() is None and time.monotonic() < deadline, "runserver did not start"
-                time.sleep(0.2)
-        assert status == 503 and json.loads(body)["code"] == "configuration_error", body
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-    assert "Traceback" not in log.read_text(), log.read_text()
+    with site.runserver(tmp_path / "runserver-no-key.log", auth=("ada", "pw-ada")) as base:
+        status, _, body = http(
+            base + "agents/support/generate/", data={"messages": "Hello", "thread_id": "api-2"},
+            auth=("ada", "pw-ada"),
+        )  # fmt: skip
+    assert status == 503 and json.loads(body)["code"] == "configuration_error", body
