@@ -11,10 +11,18 @@ from urllib.parse import urlencode
 from django.utils import timezone
 
 from memproc import models
-from memproc.selectors.stats import tripwires_pending_count, turn_durations_by_agent, turn_stats_by_agent
+from memproc.admin import charts
+from memproc.selectors.stats import (
+    tripwires_pending_count,
+    tripwires_per_day,
+    turn_durations_by_agent,
+    turn_stats_by_agent,
+    turns_per_day,
+)
 
 # p50/p95 are computed in Python over the durations of today's newest turns, at most this many.
 TURN_DURATION_SAMPLE = 10_000
+TREND_DAYS = 30
 
 
 def start_of_today() -> Any:
@@ -82,3 +90,27 @@ def turn_stats(*, sample: int = TURN_DURATION_SAMPLE) -> dict[str, Any]:
         "sample": sample,
         "today_query": urlencode(today_query),
     }
+
+
+def trends(*, turns: bool, tripwires: bool, days: int = TREND_DAYS) -> dict[str, Any]:
+    """Per day over the last `days` days, as charts: turns stacked by how they ended and their p95
+    duration (when `turns`), tripwire logs (when `tripwires`). Three queries at most."""
+    result: dict[str, Any] = {"days": days}
+    if turns:
+        per_day = turns_per_day(days=days)
+        dates = [d.day for d in per_day]
+        stacks = [[("completed", d.completed), ("blocked", d.blocked), ("failed", d.failed)] for d in per_day]
+        result["turns"] = charts.stacked_bars(days=dates, stacks=stacks, data=per_day)
+        result["turn_totals"] = {
+            "turns": sum(d.turns for d in per_day),
+            "blocked": sum(d.blocked for d in per_day),
+            "failed": sum(d.failed for d in per_day),
+        }
+        result["latency"] = charts.line(days=dates, values=[d.p95_ms for d in per_day], data=per_day)
+    if tripwires:
+        logs = tripwires_per_day(days=days)
+        result["tripwires"] = charts.stacked_bars(
+            days=[d.day for d in logs], stacks=[[("tripwires", d.tripwires)] for d in logs], data=logs
+        )
+        result["tripwire_total"] = sum(d.tripwires for d in logs)
+    return result

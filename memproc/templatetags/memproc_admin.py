@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
 from django import template
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 register = template.Library()
 
@@ -34,6 +37,29 @@ def memproc_turn_stats(context: template.Context) -> dict[str, Any]:
     if user is None or not user.has_perm("memproc.view_turnrecord"):
         return {"stats": None}
     return {"stats": turn_stats()}
+
+
+@register.inclusion_tag("admin/memproc/includes/trends.html", takes_context=True)
+def memproc_trends(context: template.Context) -> dict[str, Any]:
+    """The last 30 days per day, as small charts: turns by status and their p95 duration for users who
+    may read turn records (as "Turns today"), tripwires for those who may read tripwire logs (as the
+    count of tripwires to review)."""
+    from memproc.admin.dashboard import trends
+
+    user = getattr(context.get("request"), "user", None)
+    if user is None:
+        return {"trends": None}
+    turns = user.has_perm("memproc.view_turnrecord")
+    tripwires = user.has_perm("memproc.view_tripwirelog") or user.has_perm("memproc.change_tripwirelog")
+    if not (turns or tripwires):
+        return {"trends": None}
+    return {"trends": trends(turns=turns, tripwires=tripwires)}
+
+
+@register.filter
+def memproc_day(day: date) -> SafeString:
+    """A day as `<time>`, written 2026-11-30 whatever the locale."""
+    return format_html('<time datetime="{0}">{0}</time>', day.isoformat())
 
 
 @register.filter
