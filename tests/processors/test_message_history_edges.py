@@ -337,6 +337,7 @@ def test_an_id_stored_in_another_thread_gets_a_fresh_id_even_with_no_window():
     result = MessageHistory(0).process_input(ctx)
     assert result is not None and len(result) == 1
     assert result[0].id != "x1" and result[0].text == "hello"
+    assert isinstance(result[0].id, str) and len(result[0].id) >= 16  # a fresh id, not a missing one
     assert ctx.turn.info.as_dict() == {"history": []}
 
 
