@@ -85,12 +85,13 @@ def failure(
     if not logger.isEnabledFor(level):
         return
     filename, line, function, _ = logger.findCaller(stacklevel=2)
-    if _known_cause(exc):
+    known = _known_cause(exc)
+    if known:
         # A missing key or a back end that is down: the cause is the whole story, and a traceback on
         # every turn would bury it.
         msg, args = f"{msg} (%s)", (*args, redaction.describe(exc))
     record = logger.makeRecord(logger.name, level, filename, line, msg, args, None, function, extra)
-    if not _known_cause(exc):
+    if not known:
         record.exc_text = redaction.traceback_text(exc)
     logger.handle(record)
 

@@ -280,6 +280,21 @@ def query_vector(vector: Sequence[float] | np.ndarray) -> np.ndarray:
     return array / norm if norm > 0 else array
 
 
+def scope_sql(
+    column: Mapping[str, str], embedder_id: str, thread_id: str | None, resource_id: str | None
+) -> tuple[str, list[Any]]:
+    """The WHERE clause of a search's scope over the embeddings table (`column`: its quoted column
+    names), for the stores that write their statement by hand (pgvector's search, the NumPy scan)."""
+    where, params = [f"{column['model']} = %s"], [embedder_id]
+    if thread_id is not None:
+        where.append(f"{column['thread_id']} = %s")
+        params.append(thread_id)
+    if resource_id is not None:
+        where.append(f"{column['resource_id']} = %s")
+        params.append(resource_id)
+    return " AND ".join(where), params
+
+
 def check_search_args(*, top_k: int, threshold: float | None) -> None:
     if top_k <= 0:
         raise ValueError("top_k must be positive")

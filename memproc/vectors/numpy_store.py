@@ -38,6 +38,7 @@ from memproc.vectors.base import (
     CommitMarker,
     DjangoVectorStore,
     SearchFilter,
+    scope_sql,
     tentative_marker,
 )
 
@@ -336,15 +337,7 @@ def _scope_sql(
 def _scope_where(
     connection: Any, embedder_id: str, thread_id: str | None, resource_id: str | None
 ) -> tuple[str, list[Any]]:
-    column = _columns(connection)
-    where, params = [f"{column['model']} = %s"], [embedder_id]
-    if thread_id is not None:
-        where.append(f"{column['thread_id']} = %s")
-        params.append(thread_id)
-    if resource_id is not None:
-        where.append(f"{column['resource_id']} = %s")
-        params.append(resource_id)
-    return " AND ".join(where), params
+    return scope_sql(_columns(connection), embedder_id, thread_id, resource_id)
 
 
 def _columns(connection: Any) -> dict[str, str]:

@@ -29,7 +29,7 @@ import numpy as np
 
 from memproc.fields import vector_literal
 from memproc.models import MessageEmbedding
-from memproc.vectors.base import SearchFilter
+from memproc.vectors.base import SearchFilter, scope_sql
 from memproc.vectors.pgvector_index import columns, index_type, pgvector_version
 
 # Rows fetched from the HNSW branch per wanted message: room for several chunks of one message.
@@ -117,15 +117,7 @@ def search_statement(
 def scope_clause(
     connection: Any, embedder_id: str, thread_id: str | None, resource_id: str | None
 ) -> tuple[str, list[Any]]:
-    column = columns(connection)
-    where, params = [f"{column['model']} = %s"], [embedder_id]
-    if thread_id is not None:
-        where.append(f"{column['thread_id']} = %s")
-        params.append(thread_id)
-    if resource_id is not None:
-        where.append(f"{column['resource_id']} = %s")
-        params.append(resource_id)
-    return " AND ".join(where), params
+    return scope_sql(columns(connection), embedder_id, thread_id, resource_id)
 
 
 def admitted_sql(
