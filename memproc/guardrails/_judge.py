@@ -16,6 +16,7 @@ from memproc import logs, redaction
 from memproc.llm import resolve_model
 from memproc.llm.types import ModelRequest
 from memproc.messages import Message
+from memproc.messages.prompt_tags import JUDGE_CLOSE, JUDGE_OPEN, neutralise_judged
 
 logger = logging.getLogger("memproc.guardrails")
 
@@ -42,7 +43,7 @@ def ask_json(spec: Any, *, instructions: str, content: str, owner: str) -> dict[
     request = ModelRequest(
         messages=[
             Message.create("system", instructions),
-            Message.create("user", f"<<<CONTENT\n{content}\nCONTENT>>>"),
+            Message.create("user", f"{JUDGE_OPEN}\n{neutralise_judged(content)}\n{JUDGE_CLOSE}"),
         ]
     )
     try:

@@ -16,6 +16,7 @@ from typing import Any
 
 from memproc.exceptions import ConfigurationError
 from memproc.messages import Message, thaw
+from memproc.messages.prompt_tags import neutralise
 from memproc.processors.store import ThreadSummaryValue
 from memproc.processors.token_limiter import tool_call_groups
 from memproc.processors.tokens import TokenCounter
@@ -108,7 +109,7 @@ def summary_message(summary: ThreadSummaryValue) -> Message:
     """The one system message that carries the summary into the prompt (before history)."""
     return Message.create(
         "system",
-        f"{SUMMARY_HEADER}\n<conversation_summary>\n{summary.text}\n</conversation_summary>",
+        f"{SUMMARY_HEADER}\n<conversation_summary>\n{neutralise(summary.text)}\n</conversation_summary>",
         id=SUMMARY_MESSAGE_ID,
     )
 

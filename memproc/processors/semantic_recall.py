@@ -10,6 +10,7 @@ from memproc import logs, telemetry
 from memproc.embedders import get_embedder
 from memproc.exceptions import ConfigurationError
 from memproc.messages import Message
+from memproc.messages.prompt_tags import indent_lines, neutralise
 from memproc.processors.base import ProcessorContext
 from memproc.processors.turn_info import RecalledHit
 
@@ -156,7 +157,7 @@ def cross_thread_message(messages: list[Message]) -> Message:
     for m in sorted(messages, key=lambda m: (m.thread_id or "", _time_key(m))):
         when = m.created_at.strftime("%Y-%m-%d %H:%M") if m.created_at else ""
         text += "\n"
-        line = f"- [{when}] {m.role}: {m.text}"
+        line = f"- [{when}] {m.role}: {indent_lines(neutralise(m.text))}"
         where.append({"id": m.id, "thread_id": m.thread_id, "start": len(text), "end": len(text) + len(line)})
         text += line
     return Message.create("system", text, id="semantic-recall:other-threads", metadata={"recalled": where})

@@ -8,6 +8,7 @@ from typing import Any
 from memproc.conf import settings
 from memproc.exceptions import ConfigurationError, ToolError, ValidationError
 from memproc.messages import Message
+from memproc.messages.prompt_tags import neutralise
 from memproc.processors.base import ProcessorContext
 from memproc.processors.tokens import get_token_counter
 from memproc.processors.turn import PendingWorkingMemory
@@ -120,7 +121,8 @@ class WorkingMemory:
                 scope_note=scope_note, tool=TOOL_NAME, read_only_note=read_only_note, limit_note=limit_note
             )
             head += f"\n<working_memory_template>\n{self.template}\n</working_memory_template>"
-        data = current or ("{}" if self.mode == "schema" else self.template)
+        # Stored memory may name the block's tags but never close it (memproc.messages.prompt_tags).
+        data = neutralise(current) if current else ("{}" if self.mode == "schema" else self.template)
         return Message.create(
             "system", f"{head}\n<working_memory>\n{data}\n</working_memory>", id="working-memory"
         )

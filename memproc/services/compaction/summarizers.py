@@ -12,6 +12,7 @@ from asgiref.sync import async_to_sync
 from memproc.llm import resolve_model
 from memproc.llm.types import ModelRequest
 from memproc.messages import Message, thaw
+from memproc.messages.prompt_tags import neutralise
 from memproc.processors.compaction import EXTRACTIVE, OFFLINE_MODELS, ExtractiveSummarizer
 from memproc.processors.token_limiter import truncate_to_tokens
 from memproc.processors.tokens import TokenCounter
@@ -83,8 +84,8 @@ def _transcript(previous: str, messages: Sequence[Message]) -> str:
             lines.append(f"{message.role}: {clipped}")
     body = "\n".join(lines)
     return (
-        f"<current_summary>\n{previous or '(none yet)'}\n</current_summary>\n"
-        f"<new_messages>\n{body}\n</new_messages>"
+        f"<current_summary>\n{neutralise(previous) or '(none yet)'}\n</current_summary>\n"
+        f"<new_messages>\n{neutralise(body)}\n</new_messages>"
     )
 
 
