@@ -14,6 +14,7 @@ from memproc.processors.base import processor_id
 from memproc.processors.runner import build_chains
 from memproc.tools import Tool, tool
 from memproc.turns.plan import TurnPlan
+from memproc.turns.stream_policy import StreamPolicy, policy_for
 
 if TYPE_CHECKING:
     from memproc.llm.types import ChatModel
@@ -25,6 +26,13 @@ class Agent:
 
     Processor order (DESIGN §2): memory processors, then `input_processors`, before the model;
     `output_processors`, then memory processors (which save), after it.
+
+    `stream_policy` says when streamed text reaches the client: "live" (as the model makes it),
+    "sentences" (each sentence once the output guardrails screened the text so far) or "hold" (once
+    the result guardrails passed); see memproc.turns.stream_policy. By default (None) it is the
+    strictest one the output processors declare they need (`needs_stream_policy`), so an agent
+    with no such guardrail streams live. A weaker policy than they need would let a blocked reply
+    reach the client: it is a ConfigurationError unless `allow_unscreened_stream=True` accepts that.
     """
 
     def __init__(
@@ -41,6 +49,8 @@ class Agent:
         max_steps: int | None = None,
         name: str = "",
         description: str = "",
+        stream_policy: StreamPolicy | None = None,
+        allow_unscreened_stream: bool = False,
     ) -> None:
         if not id or not isinstance(id, str):
             raise ConfigurationError("Agent(id=...) must be a non-empty string")
@@ -48,6 +58,10 @@ class Agent:
             raise ConfigurationError("max_processor_retries must be >= 0")
         for processor in [*input_processors, *output_processors]:
             processor_id(processor)  # fails early on something that is not a processor
+        if not isinstance(allow_unscreened_stream, bool):
+            raise ConfigurationError("allow_unscreened_stream must be True or False")
+        # Memory's own output processors need no policy: the user's are the ones that can refuse one.
+        policy_for(output_processors, stream_policy, allow_unscreened=allow_unscreened_stream)
         self.id = id
         self.name = name or id
         self.description = description
@@ -59,6 +73,8 @@ class Agent:
         self.output_processors = list(output_processors)
         self.max_processor_retries = max_processor_retries
         self._max_steps = max_steps
+        self.stream_policy = stream_policy
+        self.allow_unscreened_stream = allow_unscreened_stream
 
     def __repr__(self) -> str:
         return f"<Agent {self.id}>"
@@ -111,6 +127,7 @@ class Agent:
         *,
         memory_options: dict[str, Any] | None = None,
         max_processor_retries: int | None = None,
+        stream_policy: StreamPolicy | None = None,
     ) -> TurnPlan:
         """This agent compiled for one call, with that call's overrides (rule 22): what the turn's
         code reads instead of the agent. Bad overrides raise ValidationError here, before the turn."""
@@ -119,6 +136,12 @@ class Agent:
             raise ValidationError("max_processor_retries must be an integer >= 0")
         memory = self.memory_for(memory_options or None)
         input_chain, output_chain = self._chains(memory)
+        policy = policy_for(
+            output_chain,
+            self.stream_policy if stream_policy is None else stream_policy,
+            allow_unscreened=self.allow_unscreened_stream,
+            error=ValidationError,
+        )
         return TurnPlan(
             agent_id=self.id,
             agent_name=self.name,
@@ -131,6 +154,7 @@ class Agent:
             output_chain=tuple(output_chain),
             max_steps=self.max_steps,
             max_processor_retries=retries,
+            stream_policy=policy,
             has_memory=memory is not None,
             generate_title=memory.generate_title if memory is not None else False,
             memory_options=dict(memory_options or {}),
@@ -161,10 +185,17 @@ class Agent:
         resource_id: str | None = None,
         memory_options: dict[str, Any] | None = None,
         max_processor_retries: int | None = None,
+        stream_policy: StreamPolicy | None = None,
     ) -> Iterator[StreamEvent]:
+        """Runs one turn as stream events; `stream_policy` overrides the agent's for this call (a
+        weaker one than its guardrails need raises ValidationError, see the class docstring)."""
         from memproc.turns.sync import turn_events  # the ORM: agents may be defined before setup
 
-        plan = self.plan(memory_options=memory_options, max_processor_retries=max_processor_retries)
+        plan = self.plan(
+            memory_options=memory_options,
+            max_processor_retries=max_processor_retries,
+            stream_policy=stream_policy,
+        )
         yield from turn_events(plan, messages, thread_id=thread_id, resource_id=resource_id, streaming=True)
 
     async def agenerate(self, messages: MessageInput, **options: Any) -> GenerateResult:
@@ -192,10 +223,11 @@ class Agent:
             await events.aclose()
 
     def _plan_from(self, options: dict[str, Any]) -> TurnPlan:
-        """The plan for `agenerate`/`astream`'s options; takes its two out, leaving the driver's."""
+        """The plan for `agenerate`/`astream`'s options; takes its own out, leaving the driver's."""
         return self.plan(
             memory_options=options.pop("memory_options", None),
             max_processor_retries=options.pop("max_processor_retries", None),
+            stream_policy=options.pop("stream_policy", None),
         )
 
 

@@ -45,6 +45,12 @@ class MaxLength:
         )
         self.retry = _options.boolean("MaxLength", "retry", retry)
 
+    @property
+    def needs_stream_policy(self) -> str:
+        """On output, "sentences": the sentence that crosses the limit is screened before it is
+        released, so none of it reaches the client (memproc.turns.stream_policy)."""
+        return "sentences" if "output" in self.on else "live"
+
     def process_input(self, ctx: ProcessorContext) -> list[Message] | None:
         if "input" in self.on:
             length = sum(len(m.text) for m in caller_texts(ctx))

@@ -110,6 +110,19 @@ class ModerationProcessor:
             _options.names(owner, "categories", chosen, known=tuple(self.lexicon))
         self.categories = chosen
 
+    @property
+    def needs_stream_policy(self) -> str:
+        """The stream policy under which a blocked response never reaches the client
+        (memproc.turns.stream_policy): "sentences" when it blocks on the output channel (its result
+        hook judges each sentence with the text before it; verdicts are cached per text), "hold"
+        when it blocks on the stream alone (judged every `stream_interval` characters), "live" when
+        it only warns."""
+        if self.strategy != "block":
+            return "live"
+        if "output" in self.channels:
+            return "sentences"
+        return "hold" if "stream" in self.channels else "live"
+
     # --- judging -------------------------------------------------------------------------------
 
     def moderate(self, text: str) -> dict[str, Any]:

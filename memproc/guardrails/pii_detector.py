@@ -123,6 +123,16 @@ class PIIDetector:
         self.types = (*chosen, *(patterns or {}))
         self.custom_patterns = tuple(patterns or {})
 
+    @property
+    def needs_stream_policy(self) -> str:
+        """The stream policy under which a blocked response never reaches the client
+        (memproc.turns.stream_policy). The stream hook holds back every match until it is judged, so
+        "live" releases none; only the judge model, asked on the whole result, can find what the
+        stream did not: blocking on its verdict needs "hold"."""
+        if self.strategy == "block" and self.model is not None and "output" in self.channels:
+            return "hold"
+        return "live"
+
     # --- detection -----------------------------------------------------------------------------
 
     def detect(self, text: str, *, use_model: bool = False) -> list[Match]:

@@ -86,6 +86,7 @@ def _plan(agent: Planner, options: dict[str, Any]) -> TurnPlan:
     return agent.plan(
         memory_options=options.pop("memory_options", None),
         max_processor_retries=options.pop("max_processor_retries", None),
+        stream_policy=options.pop("stream_policy", None),
     )
 
 

@@ -44,6 +44,7 @@ from memproc.turns.loop import ModelLoop, feedback_message
 from memproc.turns.plan import TurnPlan
 from memproc.turns.records import turn_record_alone
 from memproc.turns.start import turn_start
+from memproc.turns.stream_policy import StreamGate, screening_chain
 
 __all__ = ["TurnEngine"]
 
@@ -74,6 +75,10 @@ class TurnEngine(ModelLoop):
         self.input_chain = plan.input_chain
         self.output_chain = plan.output_chain
         self.streaming = streaming
+        # What reaches the client and when (memproc.turns.stream_policy); a turn that does not
+        # stream emits no events, so its gate has nothing to hold.
+        self.gate = StreamGate(plan.stream_policy if streaming else "live")
+        self.screen_chain = screening_chain(self.output_chain) if self.gate.policy == "sentences" else []
         self.max_retries = plan.max_processor_retries
         self.retries = 0
         self.given = messages
@@ -220,6 +225,7 @@ class TurnEngine(ModelLoop):
                 if tripwire.retry and tripwire.phase == "output" and self.retries < self.max_retries:
                     self.retries += 1
                     feedback = [feedback_message(tripwire)]
+                    self.gate.drop()
                     if self.streaming:
                         yield StreamEvent(type="retry", tripwire=tripwire)
                     continue
@@ -232,6 +238,7 @@ class TurnEngine(ModelLoop):
                 partial(_send_turn_completed, result=result, agent_id=self.plan.agent_id, record=record)
             )
         if self.streaming:
+            yield from self.gate.release()  # the result guardrails passed
             yield StreamEvent(type="finish", result=result, usage=self.usage)
         return result
 
@@ -299,6 +306,7 @@ class TurnEngine(ModelLoop):
                 record=self._record("blocked") if settings.RECORD_TURNS else None,
             )
         )
+        self.gate.drop()  # what the policy still held of the blocked reply never leaves
         if self.streaming:
             yield StreamEvent(type="tripwire", tripwire=tripwire, result=result)
         return result

@@ -30,6 +30,7 @@ from memproc.turns.effects import (
     ModelStreamOpen,
 )
 from memproc.turns.plan import TurnPlan
+from memproc.turns.stream_policy import StreamGate
 from memproc.turns.tools import tool_run
 
 __all__ = ["FEEDBACK", "ModelLoop", "feedback_message"]
@@ -60,6 +61,8 @@ class ModelLoop:
     usage: dict[str, Any]
     last_prompt: list[Message]
     draft: list[Message]
+    gate: StreamGate
+    screen_chain: list[Any]
     _resolved: dict[int, tuple[Message, Message]]
 
     def _model_loop(self, feedback: list[Message]) -> EngineStep:
@@ -110,6 +113,7 @@ class ModelLoop:
                 if tripwire.retry and self.retries < self.max_retries:
                     self.retries += 1
                     step_feedback = [feedback_message(tripwire)]
+                    self.gate.drop()
                     if self.streaming:
                         yield StreamEvent(type="retry", tripwire=tripwire)
                     continue
@@ -121,7 +125,7 @@ class ModelLoop:
             to_run = [c for c in calls if c.id in allowed]
             if self.streaming:
                 for call in to_run:  # announced once its call survived process_output_step
-                    yield StreamEvent(type="tool-call", tool_call=call)
+                    yield from self.gate.other(StreamEvent(type="tool-call", tool_call=call))
             if not to_run:
                 break
             results: list[ToolResultPart] = []
@@ -153,7 +157,7 @@ class ModelLoop:
                 )
                 results.append(part)
                 if self.streaming:
-                    yield StreamEvent(type="tool-result", tool_result=part)
+                    yield from self.gate.other(StreamEvent(type="tool-result", tool_result=part))
             responses = [*responses, self._tool_message(results)]
             self.draft = responses
             step += 1
@@ -266,6 +270,7 @@ class ModelLoop:
         calls: list[ToolCall] = []
         usage: dict[str, Any] = {}
         finish = "stop"
+        self.gate.step(partial(self._screen, responses) if self.screen_chain else None)
         while True:
             event = next(events, None) if events is not None else (yield ModelStreamNext(handle))
             if event is None:
@@ -283,8 +288,18 @@ class ModelLoop:
                 if part.type == "text-delta":
                     text.append(part.text)
                     self.draft = [*responses, _assistant_message("".join(text), [], turn)]
-                yield part
+                    yield from self.gate.text(part)
+                else:
+                    yield from self.gate.other(part)
         return ModelResponse(text="".join(text), tool_calls=calls, usage=usage, finish_reason=finish)
+
+    def _screen(self, responses: list[Message], text: str) -> None:
+        """Under stream_policy="sentences": the screening guardrails' result hook on the model's text
+        so far, before it is released (blocking: a guardrail may ask a judge model). An abort blocks
+        the turn as the same hook would at its end; what it returns is not kept."""
+        turn = self.turn
+        assert turn is not None
+        self.runner.run_output(self.screen_chain, responses=[*responses, _assistant_message(text, [], turn)])
 
 
 def feedback_message(tripwire: Tripwire) -> Message:

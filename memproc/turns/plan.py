@@ -2,8 +2,8 @@
 
 The turn's code (start, engine, loop, tools, commit) and the services it calls take the plan and
 never the Agent, so nothing below memproc.agents depends on it (DESIGN §7). The plan is frozen: the
-per-call options (memory_options, max_processor_retries) are applied when it is compiled, and a turn
-cannot change what its agent is.
+per-call options (memory_options, max_processor_retries, stream_policy) are applied when it is
+compiled, and a turn cannot change what its agent is.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from memproc.llm import resolve_model
 from memproc.llm.types import ChatModel
 from memproc.messages import Message
 from memproc.tools import Tool
+from memproc.turns.stream_policy import StreamPolicy
 
 __all__ = ["Planner", "TurnPlan"]
 
@@ -40,6 +41,9 @@ class TurnPlan:
     output_chain: tuple[Any, ...]
     max_steps: int
     max_processor_retries: int
+    # When a streamed turn's text reaches the client (memproc.turns.stream_policy), settled for the
+    # call: the agent's or the call's choice, or the strictest its output processors need.
+    stream_policy: StreamPolicy = "live"
     # The call has memory: the turn reads its thread and may save.
     has_memory: bool = False
     # Memory(generate_title=True | {"model", "instructions"}); False without memory.
@@ -65,4 +69,5 @@ class Planner(Protocol):
         *,
         memory_options: dict[str, Any] | None = None,
         max_processor_retries: int | None = None,
+        stream_policy: StreamPolicy | None = None,
     ) -> TurnPlan: ...
