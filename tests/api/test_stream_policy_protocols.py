@@ -11,6 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
+from django.db import connections
+from django.test import AsyncClient
 
 from memproc import models
 from tests.api.conftest import API
@@ -24,19 +27,31 @@ BLOCKED_WORDS = (b"vault", b"code", b"Zanzibar", b"forty", b"two")
 FIRST_SENTENCE = "Our office is open today. "
 
 
+SSE_REQUEST = (API + "agents/api-test/stream/", {"messages": "hi"})
+OPENAI_REQUEST = (
+    API + "v1/chat/completions",
+    {"model": "api-test", "messages": [{"role": "user", "content": "hi"}], "stream": True},
+)
+AISDK_REQUEST = (
+    API + "agents/api-test/chat/",
+    {
+        "id": "chat-1",
+        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}],
+        "trigger": "submit-message",
+    },
+)
+
+
 def post_sse(client: Any) -> Any:
-    return client.post(API + "agents/api-test/stream/", {"messages": "hi"}, format="json")
+    return client.post(*SSE_REQUEST, format="json")
 
 
 def post_openai(client: Any) -> Any:
-    body = {"model": "api-test", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-    return client.post(API + "v1/chat/completions", body, format="json")
+    return client.post(*OPENAI_REQUEST, format="json")
 
 
 def post_aisdk(client: Any) -> Any:
-    message = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}
-    body = {"id": "chat-1", "messages": [message], "trigger": "submit-message"}
-    return client.post(API + "agents/api-test/chat/", body, format="json")
+    return client.post(*AISDK_REQUEST, format="json")
 
 
 def sse_deltas(chunk: bytes) -> str:
@@ -87,6 +102,7 @@ PROTOCOLS = {
     "openai": (post_openai, openai_deltas, openai_blocked),
     "aisdk": (post_aisdk, aisdk_deltas, aisdk_blocked),
 }
+ASGI_REQUESTS = {"sse": SSE_REQUEST, "openai": OPENAI_REQUEST, "aisdk": AISDK_REQUEST}
 
 Post = Callable[[Any], Any]
 
@@ -146,3 +162,31 @@ def test_a_clean_reply_streams_its_first_sentence_before_the_model_has_finished(
     before = "".join(deltas(chunk) for who, chunk in log[:last_model_chunk] if who == "client")
     assert before.startswith("The first sentence is here. ")
     assert deltas(raw) == CLEAN and not blocked(raw)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("policy", ["sentences", "hold"])
+def test_under_asgi_no_byte_of_the_blocked_sentence_reaches_the_client(
+    user, make_agent, resource, log, protocol, policy
+):
+    """The same under ASGI, where the turn runs on the event loop and each screening is a step in a
+    worker thread."""
+    _, deltas, blocked = PROTOCOLS[protocol]
+    make_agent(model=RecordingModel(log, BLOCKED), output_processors=[BlockTerm()], stream_policy=policy)
+    client = AsyncClient()
+    client.force_login(user)
+    path, body = ASGI_REQUESTS[protocol]
+
+    async def run() -> tuple[Any, bytes]:
+        response = await client.post(path, body, content_type="application/json")
+        return response, b"".join([chunk async for chunk in response.streaming_content])
+
+    try:
+        response, raw = async_to_sync(run)()
+    finally:
+        connections.close_all()
+    assert response.status_code == 200 and response.is_async
+    assert not [word for word in BLOCKED_WORDS if word in raw]
+    assert deltas(raw) == (FIRST_SENTENCE if policy == "sentences" else "")
+    assert blocked(raw)

@@ -252,6 +252,35 @@ def test_a_retried_draft_keeps_what_it_held_and_the_new_attempt_streams():
     assert received(events[retry:]) == "A clean answer." and kinds[-1] == "finish"
 
 
+@pytest.mark.django_db
+def test_under_sentences_a_stream_guardrail_stops_the_sentence_it_is_in_too():
+    class BlockStreamed:
+        id = "block-streamed"
+
+        def process_output_stream(self, ctx: Any, part: StreamEvent) -> StreamEvent:
+            if part.type == "text-delta" and "Zanzibar" in part.text:
+                ctx.abort("A blocked term on the stream")
+            return part
+
+    events = run(
+        agent_with(ScriptedModel([BLOCKED]), output_processors=[BlockStreamed()]), stream_policy="sentences"
+    )
+    assert received(events) == "Our office is open today. "
+    assert events[-1].tripwire.phase == "stream"
+
+
+@pytest.mark.django_db
+def test_max_length_on_output_releases_no_byte_of_the_sentence_that_crosses_the_limit():
+    agent = agent_with(
+        ScriptedModel(["Short one. This second sentence goes past the limit."]),
+        output_processors=[MaxLength(limit=30, on="output")],
+    )
+    events = run(agent)
+    assert received(events) == "Short one. "
+    # its stream hook trips at the delta that crosses the limit, which "sentences" still held
+    assert events[-1].tripwire.processor_id == "max-length" and events[-1].tripwire.phase == "stream"
+
+
 # --- "hold" -------------------------------------------------------------------------------------
 
 
@@ -260,6 +289,17 @@ def test_hold_releases_nothing_of_a_blocked_reply():
     model = ScriptedModel([BLOCKED])
     events = run(agent_with(model, output_processors=[BlockTerm()], stream_policy="hold"))
     assert [e.type for e in events] == ["tripwire"]
+
+
+@pytest.mark.django_db
+def test_hold_drops_a_retried_draft_and_releases_the_accepted_one():
+    model = ScriptedModel(["Fine. But Zanzibar. More", "A clean answer."])
+    agent = agent_with(
+        model, output_processors=[BlockTerm(retry=True)], max_processor_retries=1, stream_policy="hold"
+    )
+    events = run(agent)
+    assert [e.type for e in events][0] == "retry"
+    assert received(events) == "A clean answer." and events[-1].type == "finish"
 
 
 @pytest.mark.django_db
