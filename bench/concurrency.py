@@ -7,6 +7,7 @@ up the others? Prints one JSON line per concurrency level.
     python bench/concurrency.py --server gunicorn-sync --concurrency 1,10,50   # C=100 takes ~150 s
     python bench/concurrency.py --endpoint baseline   # the same stream without DRF, auth, DB, memproc
     python bench/concurrency.py --db postgres --pg-pool 50   # Django's pool (needs psycopg-pool)
+    python bench/concurrency.py --stream-policy sentences     # an output guardrail screens each sentence
 
 Three processes besides this one, all on this machine, all stopped (and the temp folder removed) at
 the end, on errors and on Ctrl-C too:
@@ -76,6 +77,10 @@ ENDPOINTS = {
     "baseline": "/baseline/stream/",  # bench/concurrency_site/views.py: the SDK alone, no memproc
 }
 PROMPT = "Concurrent turn {n} asks for one reply"  # 7 words: the echoed answer is 8 deltas
+# With --stream-policy: the same words in two sentences, so that "sentences" has one to release early:
+# the echo "Echo: Concurrent turn N. It asks for one reply" is 9 deltas, the first sentence ends with
+# the 4th and is complete when the 5th arrives; the rest has no end and is released at the end.
+PROMPT_SENTENCES = "Concurrent turn {n}. It asks for one reply"
 SERVERS = ("uvicorn", "gunicorn-sync", "gunicorn-gthread")
 GTHREAD_THREADS = 8
 PG_MAX_CONNECTIONS = 100  # the issue's target: 150 turns on a server that accepts 100 connections
@@ -113,6 +118,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="MAX",
         help="PostgreSQL: serve through Django's connection pool of MAX connections (needs psycopg-pool)",
     )
+    parser.add_argument(
+        "--stream-policy",
+        choices=["live", "sentences", "hold"],
+        default=None,
+        help='the agent gets an output guardrail that needs "sentences" (MaxLength on output, never '
+        "tripping) and streams with this policy; the prompt is two sentences",
+    )
     parser.add_argument("--warmup", type=int, default=1, help="turns run one by one before the first level")
     parser.add_argument("--pause", type=float, default=1.0, help="seconds of rest between levels")
     args = parser.parse_args(argv)
@@ -145,7 +157,8 @@ def main(argv: list[str] | None = None) -> None:
 def run(args: argparse.Namespace, tmp: Path, stack: contextlib.ExitStack) -> Iterator[dict[str, Any]]:
     """Starts the processes (each registered on `stack` to be stopped), then measures each level."""
     rig = start(args, tmp, stack)
-    client = Client(rig.port, ENDPOINTS[args.endpoint], args.timeout)
+    prompt = PROMPT_SENTENCES if args.stream_policy else PROMPT
+    client = Client(rig.port, ENDPOINTS[args.endpoint], args.timeout, prompt)
     for n in range(args.warmup):  # imports, first connections: not part of any level
         turn = asyncio.run(client.turn(f"warmup-{n}"))
         if not turn.ok:
@@ -176,6 +189,8 @@ def start(args: argparse.Namespace, tmp: Path, stack: contextlib.ExitStack) -> R
         env.update(BENCH_PG_HOST=pg.host, BENCH_PG_PORT=pg.port, BENCH_PG_POOL=str(args.pg_pool))
     else:
         env["BENCH_SQLITE"] = str(tmp / "bench.sqlite3")
+    if args.stream_policy:
+        env["BENCH_STREAM_POLICY"] = args.stream_policy
     port = free_port()
     site = stack.enter_context(site_server(args.server, port, env, tmp))
     return Rig(port, site.pid, model.pid, LogWatch(tmp / "server.log"), pg)
@@ -520,9 +535,10 @@ class Turn:
 class Client:
     """Streamed turns over raw HTTP/1.1 (asyncio streams only, no dependency)."""
 
-    def __init__(self, port: int, path: str, timeout: float) -> None:
+    def __init__(self, port: int, path: str, timeout: float, prompt: str = PROMPT) -> None:
         self.port = port
         self.path = path
+        self.prompt = prompt
         self.timeout = timeout
         self.run_id = uuid.uuid4().hex[:8]
 
@@ -549,7 +565,7 @@ class Client:
         return turn
 
     async def _stream(self, turn: Turn, name: str, started: float) -> None:
-        payload = {"messages": PROMPT.format(n=name), "thread_id": f"bench-{self.run_id}-{name}"}
+        payload = {"messages": self.prompt.format(n=name), "thread_id": f"bench-{self.run_id}-{name}"}
         reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
         try:
             writer.write(request("POST", self.path, self.port, json.dumps(payload).encode()))
@@ -662,6 +678,7 @@ def summary(
         "server": args.server,
         "db": args.db,
         "endpoint": args.endpoint,
+        "stream_policy": args.stream_policy,
         "concurrency": concurrency,
         "turns": len(turns),
         "ok": len(turns) - len(errors),

@@ -9,9 +9,15 @@ import os
 
 from memproc import Agent, Memory
 from memproc.agents import register
+from memproc.guardrails import MaxLength
 from memproc.llm.openai import OpenAIChatModel
 
 AGENT_ID = "bench"
+
+# BENCH_STREAM_POLICY (bench/concurrency.py --stream-policy): an output guardrail that needs
+# "sentences" and never trips (so each sentence costs its screening, nothing more), and that policy;
+# "live" is allowed explicitly, to compare with the same guardrail.
+POLICY = os.environ.get("BENCH_STREAM_POLICY") or None
 
 register(
     Agent(
@@ -20,6 +26,9 @@ register(
         instructions="You are a helpful assistant.",
         model=OpenAIChatModel("bench-model", base_url=os.environ["BENCH_MODEL_URL"], api_key="bench"),
         memory=Memory(last_messages=10),
+        output_processors=[MaxLength(limit=100_000, on="output")] if POLICY else [],
+        stream_policy=POLICY,  # type: ignore[arg-type]
+        allow_unscreened_stream=POLICY == "live",
     ),
     replace=True,
 )
