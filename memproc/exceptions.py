@@ -106,6 +106,28 @@ class ModelResponseError(ModelError):
     public_message = "The model provider sent a reply memproc could not read."
 
 
+class ModelContextLengthError(ModelResponseError):
+    """The provider refused the request as longer than the model's context window (OpenAI: HTTP 400,
+    `code: "context_length_exceeded"`). Not worth a plain retry; a `process_api_error` processor
+    such as `ContextOverflowRecovery` may shorten the request and retry. `limit` and `requested`
+    are the provider's token counts for the window and the request, when it said them."""
+
+    code = "model_context_length"
+    public_message = "The conversation is too long for the model's context window."
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        public_message: str | None = None,
+        limit: int | None = None,
+        requested: int | None = None,
+    ) -> None:
+        super().__init__(message, public_message=public_message)
+        self.limit = limit
+        self.requested = requested
+
+
 class EmbedderUnavailable(PublicMessageError):
     """Transient embedder failure, or a reply with a vector that cannot be used (NaN, wrong size,
     zero); background tasks retry it. The API answers 503 with `public_message`."""

@@ -10,10 +10,10 @@ from memproc.events import GenerateResult, StreamEvent
 from memproc.exceptions import ConfigurationError, ValidationError
 from memproc.llm import resolve_model
 from memproc.messages import Message, MessageInput
-from memproc.processors.base import processor_id
+from memproc.processors.parallel import check_processors
 from memproc.processors.runner import build_chains
 from memproc.tools import Tool, tool
-from memproc.turns.plan import TurnPlan
+from memproc.turns.plan import DEFAULT_API_ERROR_RETRIES, TurnPlan
 from memproc.turns.stream_policy import StreamPolicy, policy_for
 
 if TYPE_CHECKING:
@@ -33,6 +33,11 @@ class Agent:
     strictest one the output processors declare they need (`needs_stream_policy`), so an agent
     with no such guardrail streams live. A weaker policy than they need would let a blocked reply
     reach the client: it is a ConfigurationError unless `allow_unscreened_stream=True` accepts that.
+
+    `max_processor_retries` bounds the retries of one turn: after an output processor's
+    `abort(retry=True)` and after a model error a `process_api_error` hook repaired, counted
+    together. Unset (None), output aborts are not retried and API errors up to
+    DEFAULT_API_ERROR_RETRIES (3) times.
     """
 
     def __init__(
@@ -45,7 +50,7 @@ class Agent:
         tools: Sequence[Tool | Callable[..., Any]] = (),
         input_processors: Sequence[Any] = (),
         output_processors: Sequence[Any] = (),
-        max_processor_retries: int = 0,
+        max_processor_retries: int | None = None,
         max_steps: int | None = None,
         name: str = "",
         description: str = "",
@@ -54,10 +59,13 @@ class Agent:
     ) -> None:
         if not id or not isinstance(id, str):
             raise ConfigurationError("Agent(id=...) must be a non-empty string")
-        if max_processor_retries < 0:
-            raise ConfigurationError("max_processor_retries must be >= 0")
-        for processor in [*input_processors, *output_processors]:
-            processor_id(processor)  # fails early on something that is not a processor
+        if max_processor_retries is not None and (
+            isinstance(max_processor_retries, bool)
+            or not isinstance(max_processor_retries, int)
+            or max_processor_retries < 0
+        ):
+            raise ConfigurationError("max_processor_retries must be an integer >= 0 (or None)")
+        check_processors([*input_processors, *output_processors], error=ConfigurationError)
         if not isinstance(allow_unscreened_stream, bool):
             raise ConfigurationError("allow_unscreened_stream must be True or False")
         # Memory's own output processors need no policy: the user's are the ones that can refuse one.
@@ -113,13 +121,19 @@ class Agent:
     def processor_chains(self, memory_options: dict[str, Any] | None = None) -> tuple[list[Any], list[Any]]:
         return self._chains(self.memory_for(memory_options))
 
-    def _chains(self, memory: Memory | None) -> tuple[list[Any], list[Any]]:
+    def _chains(
+        self,
+        memory: Memory | None,
+        input_processors: Sequence[Any] | None = None,
+        output_processors: Sequence[Any] | None = None,
+    ) -> tuple[list[Any], list[Any]]:
+        """Rules 1-3 over the agent's processor lists, or a call's lists in their place."""
         memory_in, memory_out = memory.processors() if memory is not None else ([], [])
         return build_chains(
             memory_input=memory_in,
             memory_output=memory_out,
-            user_input=self.input_processors,
-            user_output=self.output_processors,
+            user_input=self.input_processors if input_processors is None else input_processors,
+            user_output=self.output_processors if output_processors is None else output_processors,
         )
 
     def plan(
@@ -128,14 +142,23 @@ class Agent:
         memory_options: dict[str, Any] | None = None,
         max_processor_retries: int | None = None,
         stream_policy: StreamPolicy | None = None,
+        input_processors: Sequence[Any] | None = None,
+        output_processors: Sequence[Any] | None = None,
     ) -> TurnPlan:
         """This agent compiled for one call, with that call's overrides (rule 22): what the turn's
-        code reads instead of the agent. Bad overrides raise ValidationError here, before the turn."""
+        code reads instead of the agent. `input_processors` / `output_processors` replace the
+        agent's lists for this call (memory's processors stay where memory puts them). Bad
+        overrides raise ValidationError here, before the turn."""
         retries = self.max_processor_retries if max_processor_retries is None else max_processor_retries
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int) or retries < 0):
             raise ValidationError("max_processor_retries must be an integer >= 0")
+        for given in (input_processors, output_processors):
+            if given is not None:
+                if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+                    raise ValidationError("input_processors / output_processors must be lists of processors")
+                check_processors(given, error=ValidationError)
         memory = self.memory_for(memory_options or None)
-        input_chain, output_chain = self._chains(memory)
+        input_chain, output_chain = self._chains(memory, input_processors, output_processors)
         policy = policy_for(
             output_chain,
             self.stream_policy if stream_policy is None else stream_policy,
@@ -153,7 +176,8 @@ class Agent:
             input_chain=tuple(input_chain),
             output_chain=tuple(output_chain),
             max_steps=self.max_steps,
-            max_processor_retries=retries,
+            max_processor_retries=retries or 0,
+            max_api_error_retries=DEFAULT_API_ERROR_RETRIES if retries is None else retries,
             stream_policy=policy,
             has_memory=memory is not None,
             generate_title=memory.generate_title if memory is not None else False,
@@ -169,12 +193,20 @@ class Agent:
         resource_id: str | None = None,
         memory_options: dict[str, Any] | None = None,
         max_processor_retries: int | None = None,
+        input_processors: Sequence[Any] | None = None,
+        output_processors: Sequence[Any] | None = None,
     ) -> GenerateResult:
         """Runs one turn. `memory_options` (read_only, last_messages, semantic_recall,
-        working_memory) and `max_processor_retries` override the agent's for this call only."""
+        working_memory), `max_processor_retries` and the processor lists override the agent's for
+        this call only."""
         from memproc.turns.sync import turn_run  # the ORM: agents may be defined before setup
 
-        plan = self.plan(memory_options=memory_options, max_processor_retries=max_processor_retries)
+        plan = self.plan(
+            memory_options=memory_options,
+            max_processor_retries=max_processor_retries,
+            input_processors=input_processors,
+            output_processors=output_processors,
+        )
         return turn_run(plan, messages, thread_id=thread_id, resource_id=resource_id)
 
     def stream(
@@ -186,15 +218,20 @@ class Agent:
         memory_options: dict[str, Any] | None = None,
         max_processor_retries: int | None = None,
         stream_policy: StreamPolicy | None = None,
+        input_processors: Sequence[Any] | None = None,
+        output_processors: Sequence[Any] | None = None,
     ) -> Iterator[StreamEvent]:
         """Runs one turn as stream events; `stream_policy` overrides the agent's for this call (a
-        weaker one than its guardrails need raises ValidationError, see the class docstring)."""
+        weaker one than its guardrails need raises ValidationError, see the class docstring), as
+        do the other options of `generate`."""
         from memproc.turns.sync import turn_events  # the ORM: agents may be defined before setup
 
         plan = self.plan(
             memory_options=memory_options,
             max_processor_retries=max_processor_retries,
             stream_policy=stream_policy,
+            input_processors=input_processors,
+            output_processors=output_processors,
         )
         yield from turn_events(plan, messages, thread_id=thread_id, resource_id=resource_id, streaming=True)
 
@@ -228,6 +265,8 @@ class Agent:
             memory_options=options.pop("memory_options", None),
             max_processor_retries=options.pop("max_processor_retries", None),
             stream_policy=options.pop("stream_policy", None),
+            input_processors=options.pop("input_processors", None),
+            output_processors=options.pop("output_processors", None),
         )
 
 

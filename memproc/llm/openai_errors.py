@@ -10,6 +10,7 @@ records and tracebacks would otherwise print. With TRACE_CONTENT, a DEBUG line h
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -19,6 +20,7 @@ from memproc.conf import settings
 from memproc.exceptions import (
     MemprocError,
     ModelAuthenticationError,
+    ModelContextLengthError,
     ModelError,
     ModelRateLimitError,
     ModelResponseError,
@@ -77,6 +79,10 @@ def provider_error(exc: Exception, *, model_id: str, options: Options) -> ModelE
     if isinstance(exc, openai.APIConnectionError):
         return ModelUnavailableError(f"{model_id}{target} is unreachable: {_cause(exc)}")
     said = options.api_key.redact(_provider_message(exc))
+    if isinstance(exc, openai.APIError) and _too_long(exc, said):
+        status = getattr(exc, "status_code", None)
+        answered = f"answered HTTP {status}" if status is not None else "failed"
+        return ModelContextLengthError(f"{model_id}{target} {answered}: {said}", **_context_counts(said))
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         message = f"{model_id}{target} answered HTTP {status}: {said}"
@@ -90,6 +96,38 @@ def provider_error(exc: Exception, *, model_id: str, options: Options) -> ModelE
     if isinstance(exc, openai.APIError):  # e.g. an error event inside a stream
         return ModelResponseError(f"{model_id}{target} failed: {said}")
     return ModelResponseError(f"{model_id}{target} failed: {type(exc).__name__}: {clip(said)}")
+
+
+# OpenAI's code for a request longer than the context window, and the words of its message, which
+# servers that speak the protocol without the code (vLLM, LiteLLM) copy.
+CONTEXT_LENGTH_CODE = "context_length_exceeded"
+_TOO_LONG = re.compile(r"maximum context length", re.IGNORECASE)
+_LIMIT = re.compile(r"maximum context length is (\d+)", re.IGNORECASE)
+_REQUESTED = (
+    re.compile(r"(\d+) in the messages", re.IGNORECASE),
+    re.compile(r"messages resulted in (\d+)", re.IGNORECASE),
+    re.compile(r"requested (\d+)", re.IGNORECASE),
+)
+
+
+def _too_long(exc: Any, said: str) -> bool:
+    """Whether the provider refused the request as longer than the model's context window."""
+    if getattr(exc, "code", None) == CONTEXT_LENGTH_CODE:
+        return True
+    status = getattr(exc, "status_code", None)
+    return status in (400, 413, None) and bool(_TOO_LONG.search(said))
+
+
+def _context_counts(said: str) -> dict[str, int | None]:
+    """The window and the request's size in tokens, as the provider's message states them (OpenAI:
+    "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000
+    tokens."); None where it says nothing."""
+    limit = _LIMIT.search(said)
+    requested = next((m for m in (p.search(said) for p in _REQUESTED) if m is not None), None)
+    return {
+        "limit": int(limit.group(1)) if limit else None,
+        "requested": int(requested.group(1)) if requested else None,
+    }
 
 
 def clip(text: str) -> str:

@@ -9,7 +9,9 @@ from memproc.processors.base import Processor, ProcessorContext
 
 __all__ = [
     "AttachmentUploader",
+    "ContextOverflowRecovery",
     "MessageHistory",
+    "Parallel",
     "Processor",
     "ProcessorContext",
     "SemanticRecall",
@@ -26,6 +28,8 @@ _LAZY = {
     "TokenLimiter": "memproc.processors.token_limiter",
     "ToolCallFilter": "memproc.processors.tool_call_filter",
     "AttachmentUploader": "memproc.processors.attachments",
+    "Parallel": "memproc.processors.parallel",
+    "ContextOverflowRecovery": "memproc.processors.context_overflow",
 }
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
 from memproc.events import StreamEvent
 from memproc.exceptions import TripWire
-from memproc.llm.types import ToolCall
+from memproc.llm.types import ModelRequest, ToolCall
 from memproc.messages import Message
 
 if TYPE_CHECKING:
@@ -26,6 +26,9 @@ HOOKS = {
     "process_tool_result": "tool_result",
     "process_output_result": "output",
     "process_output_stream": "stream",
+    # After a model call failed; it cannot block a turn (an abort there is an error), so this phase
+    # never reaches a Tripwire.
+    "process_api_error": "api_error",
 }
 
 
@@ -38,6 +41,9 @@ class Processor(Protocol):
     `process_tool_result` (after each tool), `process_output_result` (once, after the final
     response) return the new message list or None to keep it; `process_tool_result` returns a
     ToolResultPart or None; `process_output_stream` returns a part, a list of parts or None.
+    `process_api_error(ctx, error)` (after a model call failed with a `ModelError`; `ctx.request`
+    is the failed request) returns a changed `ModelRequest` to retry with, or None to let the error
+    stand; its retries count with the turn's other processor retries.
     """
 
     id: str
@@ -74,6 +80,8 @@ class ProcessorContext:
     step: int = 0
     tool_calls: Sequence[ToolCall] = ()
     tools: list[Tool] = field(default_factory=list)
+    # In `process_api_error`: the model request that failed, as the hooks before this one left it.
+    request: ModelRequest | None = None
     # The turn's state and write buffer (processor layer); None in a bare call outside a turn.
     turn: Turn | None = None
     # This hook call's OpenTelemetry span (a no-op without the otel extra): the parent for spans a

@@ -6,22 +6,20 @@ processor can return any list and the next one (and the model) still sees a vali
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
-import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
-
-from asgiref.sync import async_to_sync
 
 from memproc import logs, telemetry
 from memproc.events import StreamEvent, Tripwire
 from memproc.exceptions import TripWire
-from memproc.llm.types import ToolCall
+from memproc.llm.types import ModelRequest, ToolCall
 from memproc.messages import Message, ToolResultPart
 from memproc.processors.base import HOOKS, ProcessorContext, processor_id
 from memproc.processors.conversation import Conversation, merge_result, unique_by_id
+from memproc.processors.hooks import call_hook
+from memproc.processors.parallel import with_hook
 from memproc.processors.turn import Turn
 from memproc.tools import Tool
 
@@ -52,35 +50,6 @@ def build_chains(
     chain_in = [p for p in memory_input if processor_id(p) not in user_in_ids] + list(user_input)
     chain_out = list(user_output) + [p for p in memory_output if processor_id(p) not in user_out_ids]
     return chain_in, chain_out
-
-
-def call_hook(hook: Callable[..., Any], *args: Any) -> Any:
-    """Calls a sync or async hook from sync code."""
-    if _is_async(hook):
-        return async_to_sync(hook)(*args)
-    result = hook(*args)
-    if result is not None and not isinstance(result, list) and inspect.isawaitable(result):
-
-        async def _await() -> Any:
-            return await result
-
-        return async_to_sync(_await)()
-    return result
-
-
-# Whether a hook's function is a coroutine function, by function: inspect's check unwraps and reads
-# flags on every call, and every hook call of every turn asks.
-_ASYNC_HOOKS: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
-
-
-def _is_async(hook: Callable[..., Any]) -> bool:
-    function = getattr(hook, "__func__", None)
-    if function is None:  # not a bound method: a partial, a callable object, ...; not cached
-        return inspect.iscoroutinefunction(hook)
-    known = _ASYNC_HOOKS.get(function)
-    if known is None:
-        known = _ASYNC_HOOKS[function] = inspect.iscoroutinefunction(hook)
-    return known
 
 
 class StepView:
@@ -245,6 +214,40 @@ class ProcessorRunner:
             result = changed
         return result
 
+    def run_api_error(
+        self, chain: Sequence[Any], *, step: int, request: ModelRequest, error: Exception
+    ) -> ModelRequest | None:
+        """`process_api_error` after model call `step` failed with `error`: each hook sees the request
+        as the hooks before it left it (`ctx.request`; `ctx.messages` its non-system messages). A
+        returned request asks for a retry with it; None from all of them lets the error stand."""
+        retry: ModelRequest | None = None
+        for processor in _with_hook(chain, "process_api_error"):
+            current = retry or request
+            ctx = self.context(
+                processor,
+                hook="process_api_error",
+                messages=[m for m in current.messages if m.role != "system"],
+                system_messages=tuple(m for m in current.messages if m.role == "system"),
+                step=step,
+                request=current,
+            )
+            try:
+                changed = self._call(processor, "process_api_error", ctx, error)
+            except Blocked as blocked:
+                raise TypeError(
+                    f"Processor {processor_id(processor)!r} aborted in process_api_error, which cannot "
+                    "block a turn: return None to let the error stand"
+                ) from blocked
+            if changed is None:
+                continue
+            if not isinstance(changed, ModelRequest):
+                raise TypeError(
+                    f"Processor {processor_id(processor)!r} must return a ModelRequest from "
+                    f"process_api_error (or None), not {changed!r}"
+                )
+            retry = changed
+        return retry
+
     def run_stream_part(self, chain: Sequence[Any], part: StreamEvent) -> list[StreamEvent]:
         """The parts to emit for one model event. A hook returns the part, a changed part, None (drop
         it) or a list of parts (a buffering processor flushing held text before a `finish`); later
@@ -277,7 +280,7 @@ class ProcessorRunner:
 
 
 def _with_hook(chain: Sequence[Any], hook_name: str) -> list[Any]:
-    return [p for p in chain if getattr(p, hook_name, None) is not None]
+    return with_hook(chain, hook_name)
 
 
 def _responses(messages: list[Message]) -> list[Message]:

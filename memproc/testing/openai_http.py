@@ -19,10 +19,12 @@ from memproc.testing.openai_replies import (
     b64,
     completion_for,
     completion_usage,
+    context_length_error,
     delay_of,
     embed,
     is_error,
     is_token_list,
+    prompt_tokens,
     stream_chunks,
 )
 
@@ -85,6 +87,10 @@ class RequestHandler(BaseHTTPRequestHandler):
         invalid = conversation_error(body)
         if invalid is not None:
             self._reject(400, invalid, "invalid_request_error", param="messages")
+            return
+        limit = owner.context_tokens
+        if limit is not None and (requested := prompt_tokens(body)) > limit:
+            self._json(400, {"error": context_length_error(limit, requested)})
             return
         reply = owner._next("chat")
         owner._wait(owner.delay + delay_of(reply))

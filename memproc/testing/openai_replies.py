@@ -85,10 +85,28 @@ def _words(text: str) -> int:
     return len(text.split())
 
 
-def completion_usage(body: dict[str, Any], completion: Completion) -> dict[str, int]:
-    prompt = sum(
+def prompt_tokens(body: dict[str, Any]) -> int:
+    """The request's size as the server counts it: one token per word of the messages' text."""
+    return sum(
         _words(_content_text(m.get("content"))) for m in body.get("messages") or [] if isinstance(m, dict)
     )
+
+
+def context_length_error(limit: int, requested: int) -> dict[str, Any]:
+    """The `error` OpenAI answers (HTTP 400) to a request longer than the model's context window."""
+    return {
+        "message": (
+            f"This model's maximum context length is {limit} tokens. However, your messages resulted "
+            f"in {requested} tokens. Please reduce the length of the messages."
+        ),
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+    }
+
+
+def completion_usage(body: dict[str, Any], completion: Completion) -> dict[str, int]:
+    prompt = prompt_tokens(body)
     answer = _words(completion.content) + sum(_words(c["arguments"]) for c in completion.tool_calls)
     return {"prompt_tokens": prompt, "completion_tokens": answer, "total_tokens": prompt + answer}
 

@@ -66,6 +66,10 @@ class OpenAICompatibleServer:
     - `delay` seconds are waited before every scripted or echoed answer (for timeout tests);
       settable at any time. `chunk_delay` seconds are waited between the chunks of an echoed stream
       (a scripted reply brings its own), so a loopback model can stream at a realistic pace.
+    - With `context_tokens` set, a chat request whose messages hold more words than that (the
+      server counts one token per word, as in its `usage`) gets the 400 OpenAI answers to a request
+      longer than the context window (`code: "context_length_exceeded"`, `param: "messages"`, the
+      message stating both counts), before the script is read; settable at any time.
     - With `api_key` set, a request without `Authorization: Bearer <api_key>` gets a 401.
     - Embeddings are deterministic: each word of the text is hashed (FNV-1a) into one of
       `dimensions` (default 8, or the request's `dimensions`) slots and the vector L2-normalised, so
@@ -82,6 +86,7 @@ class OpenAICompatibleServer:
         dimensions: int = 8,
         delay: float = 0.0,
         chunk_delay: float = 0.0,
+        context_tokens: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -93,7 +98,12 @@ class OpenAICompatibleServer:
             raise ValueError(f"delay must be a non-negative number of seconds, not {delay!r}")
         if not isinstance(chunk_delay, (int, float)) or chunk_delay < 0:
             raise ValueError(f"chunk_delay must be a non-negative number of seconds, not {chunk_delay!r}")
+        if context_tokens is not None and (
+            isinstance(context_tokens, bool) or not isinstance(context_tokens, int)
+        ):
+            raise ValueError(f"context_tokens must be an int or None, not {context_tokens!r}")
         self.api_key = api_key
+        self.context_tokens = context_tokens
         self.dimensions = dimensions
         self.delay = float(delay)
         self.chunk_delay = float(chunk_delay)

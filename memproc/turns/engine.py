@@ -80,6 +80,7 @@ class TurnEngine(ModelLoop):
         self.gate = StreamGate(plan.stream_policy if streaming else "live")
         self.screen_chain = screening_chain(self.output_chain) if self.gate.policy == "sentences" else []
         self.max_retries = plan.max_processor_retries
+        self.max_api_retries = plan.max_api_error_retries
         self.retries = 0
         self.given = messages
         self.thread_id = thread_id

@@ -15,9 +15,11 @@ from django.utils import timezone
 from memproc import telemetry
 from memproc.conf import settings
 from memproc.events import StreamEvent, Tripwire
+from memproc.exceptions import ModelError
 from memproc.llm.types import ModelRequest, ModelResponse, ToolCall
 from memproc.messages import AttachmentRef, Message, TextPart, ToolCallPart, ToolResultPart, new_id
 from memproc.processors.conversation import Conversation
+from memproc.processors.parallel import with_hook
 from memproc.processors.runner import Blocked, ProcessorRunner, StepView
 from memproc.processors.turn import Turn
 from memproc.services.attachments import attachments_resolve
@@ -57,6 +59,7 @@ class ModelLoop:
     has_step_hooks: bool
     retries: int
     max_retries: int
+    max_api_retries: int
     steps: int
     usage: dict[str, Any]
     last_prompt: list[Message]
@@ -64,6 +67,8 @@ class ModelLoop:
     gate: StreamGate
     screen_chain: list[Any]
     _resolved: dict[int, tuple[Message, Message]]
+    # Whether the model call under way passed a stream part on (to the gate, so maybe the client).
+    call_output: bool = False
 
     def _model_loop(self, feedback: list[Message]) -> EngineStep:
         """Model, then tools, then model again, until an answer without tool calls or the step limit.
@@ -91,8 +96,7 @@ class ModelLoop:
             self.last_prompt = prompt
             resolved = yield from self._resolve(prompt)
             request = ModelRequest(messages=resolved, tools=[t.spec for t in view.tools])
-            self.steps += 1
-            response = yield from self._model_step(request, responses)
+            response = yield from self._recovering_step(request, responses, step)
             _add_usage(self.usage, response.usage)
             calls = [c if c.id else ToolCall(new_id(), c.name, c.args) for c in response.tool_calls]
             assistant = _assistant_message(response.text, calls, turn)
@@ -162,6 +166,44 @@ class ModelLoop:
             self.draft = responses
             step += 1
         return responses
+
+    def _recovering_step(self, request: ModelRequest, responses: list[Message], step: int) -> EngineStep:
+        """One model call. A `ModelError` goes to the `process_api_error` hooks, which may return a
+        changed request to retry with; the retries count with the output processors' (`retries`),
+        up to `max_api_retries`. A stream that already passed a part on is not retried (the client
+        may have read it), as the SDK's own retries never retry one after its first chunk."""
+        while True:
+            self.steps += 1
+            self.call_output = False
+            try:
+                return (yield from self._model_step(request, responses))
+            except ModelError as error:
+                retry = yield from self._api_error(error, request, step)
+                if retry is None:
+                    raise
+                request = retry
+                kept = {m.id for m in retry.messages}
+                self.last_prompt = [m for m in self.last_prompt if m.id in kept]
+
+    def _api_error(self, error: ModelError, request: ModelRequest, step: int) -> EngineStep:
+        """The request to retry with, or None: no hook, no retry left, or no hook asked for one."""
+        chain = self.tool_result_chain  # every processor once, input side first
+        if not with_hook(chain, "process_api_error"):
+            return None
+        if self.streaming and self.call_output:
+            return None
+        if self.retries >= self.max_api_retries:
+            error.add_note(
+                f"memproc: no retry left for process_api_error: the turn used {self.retries} of "
+                f"{self.max_api_retries} (max_processor_retries)"
+            )
+            return None
+        retry = yield Blocking(
+            partial(self.runner.run_api_error, chain, step=step, request=request, error=error)
+        )
+        if retry is not None:
+            self.retries += 1
+        return retry
 
     def _hooks(
         self, hook: str, method: Callable[..., Any], chain: Sequence[Any], unchanged: Any, **kwargs: Any
@@ -285,6 +327,7 @@ class ModelLoop:
             for part in self.runner.run_stream_part(self.output_chain, event):
                 if part.type in ("finish", "tool-call"):
                     continue
+                self.call_output = True
                 if part.type == "text-delta":
                     text.append(part.text)
                     self.draft = [*responses, _assistant_message("".join(text), [], turn)]

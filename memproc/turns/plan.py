@@ -2,13 +2,13 @@
 
 The turn's code (start, engine, loop, tools, commit) and the services it calls take the plan and
 never the Agent, so nothing below memproc.agents depends on it (DESIGN §7). The plan is frozen: the
-per-call options (memory_options, max_processor_retries, stream_policy) are applied when it is
-compiled, and a turn cannot change what its agent is.
+per-call options (memory_options, max_processor_retries, stream_policy, the processor lists) are
+applied when it is compiled, and a turn cannot change what its agent is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -18,7 +18,11 @@ from memproc.messages import Message
 from memproc.tools import Tool
 from memproc.turns.stream_policy import StreamPolicy
 
-__all__ = ["Planner", "TurnPlan"]
+__all__ = ["DEFAULT_API_ERROR_RETRIES", "Planner", "TurnPlan"]
+
+# Retries after a model error that a `process_api_error` hook repaired, when the agent and the call
+# leave max_processor_retries unset: a backstop against a hook that always asks (as Mastra's is).
+DEFAULT_API_ERROR_RETRIES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +45,9 @@ class TurnPlan:
     output_chain: tuple[Any, ...]
     max_steps: int
     max_processor_retries: int
+    # The bound of the retries `process_api_error` asks for; they count in the same tally as the
+    # output processors' (one turn never retries more than the larger of the two bounds).
+    max_api_error_retries: int = DEFAULT_API_ERROR_RETRIES
     # When a streamed turn's text reaches the client (memproc.turns.stream_policy), settled for the
     # call: the agent's or the call's choice, or the strictest its output processors need.
     stream_policy: StreamPolicy = "live"
@@ -70,4 +77,6 @@ class Planner(Protocol):
         memory_options: dict[str, Any] | None = None,
         max_processor_retries: int | None = None,
         stream_policy: StreamPolicy | None = None,
+        input_processors: Sequence[Any] | None = None,
+        output_processors: Sequence[Any] | None = None,
     ) -> TurnPlan: ...
