@@ -253,3 +253,14 @@ def test_per_call_lists_are_checked_too():
     agent = agent_with()
     with pytest.raises(ValidationError, match="is not a processor"):
         agent.generate("Hello", thread_id="t", resource_id="r", input_processors=[object()])
+
+
+def test_each_members_time_is_recorded_with_the_groups():
+    agent = agent_with(
+        input_processors=[Parallel(SyncJudge("judge-a", wait=0.05), SyncJudge("judge-b", wait=0.05))]
+    )
+    result, _ = run(agent, "Hello", "generate")
+    timings = result.memory["processors"]
+    for key in ("judge-a process_input", "judge-b process_input", "parallel(judge-a,judge-b) process_input"):
+        total_ms, calls = timings[key]
+        assert calls == 1 and total_ms >= 40
