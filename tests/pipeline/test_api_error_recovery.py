@@ -273,3 +273,35 @@ def test_an_abort_in_process_api_error_is_an_error(make_agent, server):
     agent = make_agent(model=openai_model(server), input_processors=[Aborts()])
     with pytest.raises(TypeError, match="cannot block a turn"):
         agent.generate("Hello", thread_id=T, resource_id=R)
+
+
+def test_a_parallel_members_process_api_error_runs_and_a_custom_model_can_raise_model_errors(make_agent):
+    from memproc.llm.types import ModelResponse
+    from memproc.processors import Parallel
+
+    class FlakyModel:
+        """A model of one's own: fails once with memproc's error for a transient failure."""
+
+        id = "test/flaky"
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def generate(self, request):
+            self.calls += 1
+            if self.calls == 1:
+                raise ModelUnavailableError("down for a moment")
+            return ModelResponse(text="Back.")
+
+    class Judge:
+        id = "judge"
+
+        def process_input(self, ctx):
+            return None
+
+    always = AlwaysRetry()
+    model = FlakyModel()
+    agent = make_agent(model=model, input_processors=[Parallel(Judge(), always)])
+    result = agent.generate("Hello", thread_id=T, resource_id=R)
+    assert result.text == "Back." and model.calls == 2
+    assert always.seen == [(0, "ModelUnavailableError", 2)]
