@@ -32,6 +32,7 @@ def to_keys(apps, schema_editor):
     Message.objects.update(
         id=Concat(F("resource_id"), Value(SEPARATOR), F("public_id"), output_field=models.CharField())
     )
+    _check_links_now(schema_editor)
 
 
 def to_ids(apps, schema_editor):
@@ -42,6 +43,14 @@ def to_ids(apps, schema_editor):
     MessageEmbedding.objects.update(message_id=Subquery(public))
     Attachment.objects.filter(message__isnull=False).update(message_id=Subquery(public))
     Message.objects.update(id=F("public_id"))
+    _check_links_now(schema_editor)
+
+
+def _check_links_now(schema_editor):
+    """PostgreSQL checks the links (deferred foreign keys) at commit; a table with pending checks
+    cannot be altered, and reversing goes on to drop `public_id` in the same transaction."""
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute("SET CONSTRAINTS ALL IMMEDIATE")
 
 
 class Migration(migrations.Migration):

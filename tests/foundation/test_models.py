@@ -82,7 +82,10 @@ def test_postgres_column_is_pgvector_and_orders_by_cosine_distance(thread: Threa
             "SELECT message_id FROM memproc_messageembedding ORDER BY vector <=> %s::vector LIMIT 2",
             ["[1,0,0]"],
         )
-        assert [r[0] for r in cursor.fetchall()] == ["t1-m0", "t1-m2"]
+        assert [r[0] for r in cursor.fetchall()] == [
+            message_key("user-1", "t1-m0"),
+            message_key("user-1", "t1-m2"),
+        ]
 
 
 def test_a_thread_is_named_by_its_id_within_its_resource(thread: Thread) -> None:
