@@ -403,7 +403,8 @@ def load(pg, args: argparse.Namespace, layout: Layout, clusters: Clusters, truth
             pg,
             "memproc_message",
             [
-                "id",
+                "id",  # a bare key is enough here: the bench searches by vector, never by message id
+                "public_id",
                 "thread_id",
                 "resource_id",
                 "role",
@@ -414,6 +415,7 @@ def load(pg, args: argparse.Namespace, layout: Layout, clusters: Clusters, truth
                 "sequence",
             ],
             [
+                message,
                 message,
                 thread_key,
                 resource_,

@@ -3,7 +3,8 @@
 Wire names (never renamed; payloads are ids and small scalars, JSON-serialisable):
 
 - ``memproc.embed_messages``      ``{"message_ids": [...], "agent_id": str | None,
-  "embedder": dotted path | None, "vector_store": dotted path | None}``
+  "embedder": dotted path | None, "vector_store": dotted path | None}`` (stored messages' keys,
+  ``Message.pk``; jobs queued before migration 0018 carry bare message ids, which are found too)
 - ``memproc.generate_title``      ``{"thread_id": str, "agent_id": str, "resource_id": str,
   "agent_model": str | None, "title_model": str | None, "instructions": str | None}`` (a thread id
   names a thread within its resource; jobs sent before 0.2 carry no resource_id, before 0.3 no models)
@@ -88,7 +89,7 @@ def embed_messages(
     store, else the VECTOR_STORE setting. Messages already embedded by that embedder, and messages
     deleted since, are skipped."""
     return messages_embed(
-        message_ids=list(message_ids),
+        message_keys=list(message_ids),
         embedder=embedder or agent_embedder(agent_id=agent_id),
         vector_store=vector_store or agent_vector_store(agent_id=agent_id),
     )

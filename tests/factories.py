@@ -47,6 +47,7 @@ class MessageFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = models.Message
 
+    # `id=` given to the factory is the message id callers use (`public_id`); the row's key is derived.
     id = factory.Sequence(lambda n: f"msg-{n}")
     thread = factory.SubFactory(ThreadFactory)
     resource_id = factory.LazyAttribute(lambda m: m.thread.resource_id)
@@ -54,6 +55,12 @@ class MessageFactory(factory.django.DjangoModelFactory):
     text = factory.Sequence(lambda n: f"message {n}")
     content = factory.LazyAttribute(lambda m: {"parts": [{"type": "text", "text": m.text}]})
     sequence = factory.Sequence(lambda n: n + 1)
+
+    @classmethod
+    def _adjust_kwargs(cls, **kwargs):
+        public_id = kwargs.pop("public_id", None) or kwargs["id"]
+        kwargs.update(public_id=public_id, id=models.message_key(kwargs["resource_id"], public_id))
+        return kwargs
 
 
 class TripwireLogFactory(factory.django.DjangoModelFactory):

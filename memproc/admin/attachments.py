@@ -57,7 +57,7 @@ class AttachmentAdmin(ReadOnlyAdmin):
     # Four columns that fit beside the navigation and the filters at 1280 px.
     list_display = ("file_name", "message_link", "stored", "created")
     list_filter = ("content_type", "created_at")
-    search_fields = ("name", "=sha256", "=resource_id", "=message__id")
+    search_fields = ("name", "=sha256", "=resource_id", "=message__public_id")
     search_help_text = _("File name, or sha256, resource id or message id (exact).")
     raw_id_fields = ("message",)
     list_per_page = 50
@@ -140,7 +140,7 @@ class AttachmentAdmin(ReadOnlyAdmin):
         key = getattr(obj, "thread_ref", None)
         if not obj.message_id or not key:
             return _("not attached to a saved message")
-        return thread_lines(key, anchor=f"#message-{obj.message_id}")
+        return thread_lines(key, anchor=f"#message-{models.public_message_id(obj.message_id)}")
 
     @admin.display(description=_("Storage"))
     def storage(self, obj: models.Attachment) -> str:

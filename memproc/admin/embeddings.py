@@ -20,7 +20,7 @@ from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_url, thre
 class MessageEmbeddingAdmin(ReadOnlyAdmin):
     list_display = ("id", "message_link", "embedder", "dimensions", "created")
     list_filter = ("model", "dimensions", "created_at")
-    search_fields = ("=message__id", "=thread_id", "=resource_id")
+    search_fields = ("=message__public_id", "=thread_id", "=resource_id")
     search_help_text = _("Message, thread or resource id (exact).")
     raw_id_fields = ("message",)
     list_per_page = 100
@@ -46,8 +46,9 @@ class MessageEmbeddingAdmin(ReadOnlyAdmin):
     def message_link(self, obj: models.MessageEmbedding) -> SafeString:
         """The message (a link into its transcript) over its thread and resource."""
         key = _thread_key(obj)
-        url = f"{admin_url('thread', key)}#message-{obj.message_id}"
-        return stacked(clipped(obj.message_id, url=url), clipped(thread_label(key), quiet=True))
+        message_id = models.public_message_id(obj.message_id)
+        url = f"{admin_url('thread', key)}#message-{message_id}"
+        return stacked(clipped(message_id, url=url), clipped(thread_label(key), quiet=True))
 
     @admin.display(description=_("Model"), ordering="model")
     def embedder(self, obj: models.MessageEmbedding) -> SafeString:

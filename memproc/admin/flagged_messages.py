@@ -40,7 +40,7 @@ class FlaggedMessagesMixin:
             name="{}_{}_flagged_messages".format(*info),
         )
         flag = path(
-            "flagged-messages/<path:message_id>/",
+            "flagged-messages/<memproc_thread_key:message_id>/",
             self.admin_site.admin_view(self.message_flag_view),
             name="{}_{}_message_flag".format(*info),
         )
@@ -72,7 +72,7 @@ class FlaggedMessagesMixin:
         else:
             status, rows = "", rows.filter(quarantined=True)
         rows = rows.order_by("-created_at").values(
-            "id", "thread_id", "resource_id", "role", "content", "text", "created_at"
+            "id", "public_id", "thread_id", "resource_id", "role", "content", "text", "created_at"
         )
         entries = [_flag_entry(row) for row in rows[:FLAGGED_PAGE_SIZE]]
         context = {
@@ -122,6 +122,7 @@ class FlaggedMessagesMixin:
                 )
         row = {
             "id": message.pk,
+            "public_id": message.public_id,
             "role": message.role,
             "content": message.content,
             "created_at": message.created_at,
@@ -157,14 +158,15 @@ def _flag_entry(row: dict[str, Any]) -> dict[str, Any]:
     excerpt = highlighted(text, spans) if spans else (text if len(text) <= 300 else text[:299] + "…")
     key = row.get("thread_id") or ""  # the message's thread: a key
     thread_url = admin_url("thread", key) if key else None
+    public_id = row.get("public_id") or models.public_message_id(row["id"])
     return {
-        "id": row["id"],
+        "id": public_id,
         "role": row.get("role"),
         "created_at": row.get("created_at"),
         "thread_id": models.public_thread_id(key),
         "thread_label": thread_label(key),
         "resource_id": row.get("resource_id"),
-        "thread_url": f"{thread_url}#message-{row['id']}" if thread_url else None,
+        "thread_url": f"{thread_url}#message-{public_id}" if thread_url else None,
         "flag": flag,
         "status_label": FLAG_LABELS.get(flag.get("status"), flag.get("status") or "—"),
         "excerpt": excerpt,

@@ -14,7 +14,7 @@ from django.utils.translation import gettext_lazy as _
 
 from memproc import models
 from memproc.admin.cells import clamped, clipped, list_time, stacked, thread_lines
-from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, one_line
+from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, ThreadKeyPkMixin, one_line
 from memproc.admin.threads import deletion_summary
 from memproc.admin.transcript import message_views
 from memproc.services.messages import messages_delete
@@ -24,18 +24,30 @@ EXCERPT_CHARS = 300
 
 
 @admin.register(models.Message)
-class MessageAdmin(ReadOnlyAdmin):
+class MessageAdmin(ThreadKeyPkMixin, ReadOnlyAdmin):
     """Never edited: messages are the record of what was said. Search them here, read them in the thread;
-    a delete goes through `messages_delete`."""
+    a delete goes through `messages_delete`. Their pk is a key like a thread's (`models.message_key`),
+    so their URLs write its separator as threads' do."""
+
+    thread_id_lookup = "public_id"  # an admin URL from before keys names the bare message id
 
     # Four columns that fit beside the navigation and the filters at 1280 px.
     list_display = ("created", "thread_link", "excerpt", "tokens")
     list_filter = ("role", "created_at")
-    search_fields = ("=id", "=thread__public_id", "text")
+    search_fields = ("=public_id", "=thread__public_id", "text")
     search_help_text = _("Message id or thread id (exact), or text.")
     raw_id_fields = ("thread",)
     list_per_page = 100
-    fields = ("id", "thread_link", "resource_id", "role", "sequence", "created_at", "token_count", "rendered")
+    fields = (
+        "public_id",
+        "thread_link",
+        "resource_id",
+        "role",
+        "sequence",
+        "created_at",
+        "token_count",
+        "rendered",
+    )
     readonly_fields = fields
 
     class Media:
@@ -46,10 +58,10 @@ class MessageAdmin(ReadOnlyAdmin):
         return super().get_queryset(request).defer("content").order_by("-created_at")
 
     def delete_model(self, request: HttpRequest, obj: models.Message) -> None:
-        messages_delete(message_ids=[obj.pk])  # and the attachment files no other message uses
+        messages_delete(message_keys=[obj.pk])  # and the attachment files no other message uses
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[models.Message]) -> None:
-        messages_delete(message_ids=list(queryset.values_list("pk", flat=True)))
+        messages_delete(message_keys=list(queryset.values_list("pk", flat=True)))
 
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
         ids = [obj.pk for obj in objs]
@@ -61,11 +73,11 @@ class MessageAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("Message"), ordering="created_at")
     def created(self, obj: models.Message) -> SafeString:
-        return stacked(list_time(obj.created_at), clipped(obj.pk, quiet=True))
+        return stacked(list_time(obj.created_at), clipped(obj.public_id, quiet=True))
 
     @admin.display(description=_("Thread"), ordering="thread_id")
     def thread_link(self, obj: models.Message) -> SafeString | str:
-        return thread_lines(obj.thread_id, anchor=f"#message-{obj.pk}")
+        return thread_lines(obj.thread_id, anchor=f"#message-{obj.public_id}")
 
     @admin.display(description=_("Tokens"), ordering="token_count")
     def tokens(self, obj: models.Message) -> Any:
@@ -81,7 +93,7 @@ class MessageAdmin(ReadOnlyAdmin):
         views = message_views(
             [
                 {
-                    "id": obj.pk,
+                    "public_id": obj.public_id,
                     "role": obj.role,
                     "content": obj.content,
                     "created_at": obj.created_at,

@@ -24,7 +24,7 @@ from memproc.admin.turn_panels import TurnView, attach_turn_panels
 from memproc.services.attachments import attachment_download_url
 
 TRANSCRIPT_PAGE_SIZE = 500
-MESSAGE_COLUMNS = ("id", "role", "content", "token_count", "created_at", "sequence")
+MESSAGE_COLUMNS = ("public_id", "role", "content", "token_count", "created_at", "sequence")
 ROLE_LABELS = dict(models.Message.Role.choices)
 
 
@@ -120,7 +120,7 @@ def _message_view(row: Mapping[str, Any], *, resource_id: str) -> MessageView:
     if not isinstance(parts, list):
         parts = [parts]
     view = MessageView(
-        id=str(row.get("id") or ""),
+        id=str(row.get("public_id") or row.get("id") or ""),
         role=str(row.get("role") or ""),
         parts=[part_view(p) for p in parts],
         created_at=row.get("created_at"),
@@ -140,7 +140,8 @@ def _attach_flags(view: MessageView, metadata: Mapping[str, Any], *, stored: boo
         text = "".join(p.text for p in view.parts if p.kind == "text")
         spans = flag.get("spans")
         view.flag_text = highlighted(text, spans) if spans else None
-        view.review_url = flag_review_url(view.id) if stored else None
+        stored_key = models.message_key(resource_id, view.id) if stored and view.id else ""
+        view.review_url = flag_review_url(stored_key) if stored_key else None
     withheld = metadata.get("withheld")
     if isinstance(withheld, list):
         for entry in withheld:
@@ -152,14 +153,16 @@ def _attach_flags(view: MessageView, metadata: Mapping[str, Any], *, stored: boo
             key = models.thread_key(resource_id, str(thread_id)) if thread_id and resource_id else ""
             thread_url = admin_url("thread", key) if key else None
             item["url"] = f"{thread_url}#message-{message_id}" if thread_url and message_id else None
-            item["review_url"] = flag_review_url(message_id) if message_id else None
+            stored_key = models.message_key(resource_id, str(message_id)) if message_id else ""
+            item["review_url"] = flag_review_url(stored_key) if stored_key else None
             view.withheld.append(item)
 
 
-def flag_review_url(message_id: str) -> str | None:
-    """The admin page where an operator confirms or clears a message's flag (or flags it)."""
+def flag_review_url(message_key: str) -> str | None:
+    """The admin page where an operator confirms or clears a message's flag (or flags it), by the
+    message's key."""
     try:
-        return reverse("admin:memproc_tripwirelog_message_flag", args=[message_id])
+        return reverse("admin:memproc_tripwirelog_message_flag", args=[message_key])
     except NoReverseMatch:
         return None
 

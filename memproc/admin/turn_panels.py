@@ -138,7 +138,7 @@ def attach_turn_panels(views: Sequence[Any], *, thread_key: str, until: datetime
         for i in [*_history_ids(record.manifest), *_recalled_ids(record.manifest)]
         if i not in on_page
     ]
-    links = _Links(on_page=on_page, excerpts=message_excerpts(message_ids=wanted))
+    links = _Links(on_page=on_page, excerpts=message_excerpts(resource_id=resource_id, message_ids=wanted))
     for reply, record in replies.items():
         assistants[reply].turn = turn_view(record, links=links, thread_key=thread_key)
 
@@ -150,7 +150,7 @@ def record_view(record: models.TurnRecord) -> TurnView:
     """A record's `TurnView` for its own admin page: every message linked to its admin page. One query."""
     manifest = record.manifest if isinstance(record.manifest, Mapping) else {}
     ids = [*_history_ids(manifest), *_recalled_ids(manifest), *_ids(record.message_ids)]
-    links = _Links(on_page={}, excerpts=message_excerpts(message_ids=ids))
+    links = _Links(on_page={}, excerpts=message_excerpts(resource_id=record.resource_id, message_ids=ids))
     view = turn_view(record, links=links, thread_key=_record_thread_key(record))
     view.saved = [links.message(i) for i in _ids(record.message_ids)]
     view.own_page = True
@@ -232,7 +232,7 @@ class _Links:
         return MessageRef(
             id=message_id,
             label=f"#{row['sequence']}" if row.get("sequence") else _short(message_id),
-            url=self.url("message", message_id),
+            url=self.url("message", str(row.get("pk") or "")),
             excerpt=_clip(row.get("excerpt") or ""),
             role=str(row.get("role") or ""),
         )

@@ -110,10 +110,15 @@ class MessageDataMixin:
             finally:
                 self._importing = False
 
-    def delete_messages(self, message_ids: Sequence[str]) -> int:
+    def delete_messages(self, message_ids: Sequence[str], *, resource_id: str | None = None) -> int:
+        """Deletes stored messages, their embeddings and the attachment files no other message
+        uses. A message id names a message within its resource: give `resource_id`; without it, each
+        id must be held by one resource only (a ValidationError otherwise)."""
+        from memproc.selectors.messages import message_keys_named
         from memproc.services.messages import messages_delete
 
-        return messages_delete(message_ids=message_ids)
+        keys = message_keys_named(ids=message_ids, resource_id=resource_id)
+        return messages_delete(message_keys=keys)
 
     def recall(
         self,
@@ -216,20 +221,26 @@ class MessageDataMixin:
         return sorted(merged.values(), key=lambda m: (m.created_at is None, m.created_at))
 
     def update_messages(
-        self, messages: Sequence[Message | dict[str, Any]], *, embed: bool | None = None
+        self,
+        messages: Sequence[Message | dict[str, Any]],
+        *,
+        resource_id: str | None = None,
+        embed: bool | None = None,
     ) -> list[Message]:
         """Replaces the content of stored messages: `Message` objects, or dicts with an `id` and new
         `content` (text or parts) or `parts`; a dict's `role` defaults to the stored one. Text and
         token count follow; the old embeddings are deleted and the new text embedded after commit
         (through `memproc.background`) when the messages had embeddings or this Memory uses recall
-        (`embed` decides otherwise). See `messages_update` for what an edit may not change.
+        (`embed` decides otherwise). See `messages_update` for what an edit may not change. As for
+        `delete_messages`, give `resource_id` unless each id is held by one resource only.
         """
+        from memproc.models import message_key
         from memproc.selectors.messages import messages_by_id
         from memproc.services.messages import messages_update
         from memproc.services.recall import EMBEDDABLE_ROLES
 
         items = list(messages)
-        stored = messages_by_id(ids=[_item_id(item) for item in items])
+        stored = messages_by_id(resource_id=resource_id, ids=[_item_id(item) for item in items])
         values = [
             item
             if isinstance(item, Message)
@@ -237,24 +248,25 @@ class MessageDataMixin:
             for item in items
         ]
         with transaction.atomic(using=memproc_db()):
-            updated, unembedded = messages_update(messages=values)
+            updated, unembedded = messages_update(messages=values, resource_id=resource_id)
             wanted = self.uses_semantic_recall if embed is None else embed
-            ids = [
-                m.id
+            keys = [
+                message_key(m.resource_id or "", m.id)
                 for m in updated
-                if m.role in EMBEDDABLE_ROLES and m.text.strip() and (wanted or m.id in unembedded)
+                if m.role in EMBEDDABLE_ROLES and m.text.strip()
             ]
-            if ids and embed is not False:
-                self._embed_stored(ids)
+            keys = [k for k in keys if wanted or k in unembedded]
+            if keys and embed is not False:
+                self._embed_stored(keys)
         return updated
 
-    def _embed_stored(self, message_ids: list[str]) -> None:
+    def _embed_stored(self, message_keys: list[str]) -> None:
         """Embeds stored messages after commit: a `memproc.embed_messages` job (see save_messages for
         why backends given as objects are used in this process instead under Celery)."""
         from memproc.services.recall import messages_embed
 
         def embed_here() -> None:
-            messages_embed(message_ids=message_ids, embedder=self.embedder, vector_store=self.vector_store)
+            messages_embed(message_keys=message_keys, embedder=self.embedder, vector_store=self.vector_store)
 
         backends = {"embedder": self.embedder, "vector_store": self.vector_store}
         if settings.BACKGROUND == "celery" and not all(map(_travels, backends.values())):
@@ -263,7 +275,7 @@ class MessageDataMixin:
         background.enqueue(
             "memproc.embed_messages",
             kwargs={
-                "message_ids": message_ids,
+                "message_ids": message_keys,
                 **{name: spec for name, spec in backends.items() if spec is not None},
             },
             inline=embed_here,
@@ -281,10 +293,14 @@ class _FilteredSearchStore:
         return getattr(self._store, name)
 
     def vectors_search(self, *, vector_store: Any = None, **search: Any) -> Any:
+        from memproc.models import public_message_id
+        from memproc.processors.store import VectorHit
         from memproc.vectors import get_vector_store
         from memproc.vectors.base import search_filtered
 
-        return search_filtered(get_vector_store(vector_store), filter=self._filter, **search)
+        hits = search_filtered(get_vector_store(vector_store), filter=self._filter, **search)
+        # The vector store names messages by their keys; recall speaks the ids of the resource.
+        return [VectorHit(public_message_id(h.message_id), h.thread_id, h.score) for h in hits]
 
 
 def _item_id(item: Any) -> str:

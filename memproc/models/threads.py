@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import models
@@ -46,6 +47,24 @@ def thread_key(resource_id: str, thread_id: str) -> str:
     if THREAD_KEY_SEPARATOR in resource_id:
         raise ValidationError("a resource id cannot hold control characters")
     return f"{resource_id}{THREAD_KEY_SEPARATOR}{thread_id}"
+
+
+def message_key(resource_id: str, message_id: str) -> str:
+    """The stored key of `resource_id`'s message `message_id`. A message id names a message within
+    its resource, as a thread id names a thread: another user's ids can neither clash with the
+    caller's nor be probed by choosing them (a stored id in another resource is simply not there)."""
+    if THREAD_KEY_SEPARATOR in resource_id:
+        raise ValidationError("a resource id cannot hold control characters")
+    return f"{resource_id}{THREAD_KEY_SEPARATOR}{message_id}"
+
+
+def message_keys(resource_id: str, message_ids: Iterable[str]) -> list[str]:
+    return [message_key(resource_id, message_id) for message_id in message_ids]
+
+
+def public_message_id(key: str) -> str:
+    """The message id a caller knows, of a stored key."""
+    return key.partition(THREAD_KEY_SEPARATOR)[2] or key
 
 
 def split_thread_key(key: str) -> tuple[str, str]:
@@ -108,7 +127,10 @@ class Message(models.Model):
         ASSISTANT = "assistant", _("Assistant")
         TOOL = "tool", _("Tool")
 
-    id = models.CharField(primary_key=True, max_length=255)
+    # `id`, the primary key, is the message's key (see `message_key`): the resource id and
+    # `public_id`, the message id callers use, which names a message within its resource.
+    id = models.CharField(primary_key=True, max_length=THREAD_KEY_MAX_LENGTH, editable=False)
+    public_id = models.CharField(_("message id"), max_length=255)
     # No index of its own: the unique (thread, sequence) constraint's index serves every lookup by
     # thread, in order. A second one (with PostgreSQL's `_like` twin) tempted the planner into
     # scanning a whole thread and sorting it whenever statistics lagged behind a bulk load.
@@ -148,3 +170,9 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.role}: {self.text[:60]}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self.public_id:
+            raise ValueError("a message needs its public_id (the id callers use)")
+        self.id = message_key(self.resource_id, self.public_id)
+        super().save(*args, **kwargs)

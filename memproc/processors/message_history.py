@@ -99,7 +99,8 @@ class MessageHistory:
         unknown = [m.id for m in new if m.id in turn.client_ids and m.id not in stored_here]
         if unknown:
             here = (ctx.resource_id or "", ctx.thread_id)
-            for message_id, (resource_id, thread_id) in store.messages_existing(ids=unknown).items():
+            found = store.messages_existing(ids=unknown, resource_id=here[0])
+            for message_id, (resource_id, thread_id) in found.items():
                 same = thread_id == ctx.thread_id and resource_id in (here[0], "")
                 (stored_here if same else elsewhere).add(message_id)
         kept = [

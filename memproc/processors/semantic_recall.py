@@ -128,7 +128,10 @@ class SemanticRecall:
         if not hits:
             return None
         groups = ctx.store.messages_around(
-            message_ids=[h.message_id for h in hits], before=self.before, after=self.after
+            message_ids=[h.message_id for h in hits],
+            resource_id=ctx.resource_id,
+            before=self.before,
+            after=self.after,
         )
         same: list[Message] = []
         other: list[Message] = []

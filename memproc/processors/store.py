@@ -53,16 +53,16 @@ class MemoryStore(Protocol):
         """The newest `limit` messages of the resource's thread, oldest first (`last_sequence`: a hint)."""
         ...
 
-    def messages_existing(self, *, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
-        """Which of `ids` are stored: id -> (resource id, thread id) of its thread. A thread id names
-        a thread within its resource, so both say whether it is this turn's thread."""
+    def messages_existing(self, *, ids: Iterable[str], resource_id: str | None) -> dict[str, tuple[str, str]]:
+        """Which of `resource_id`'s `ids` are stored: id -> (resource id, thread id) of its thread. A
+        message id names a message within its resource, as a thread id names a thread."""
         ...
 
     def messages_around(
-        self, *, message_ids: Sequence[str], before: int, after: int
+        self, *, message_ids: Sequence[str], resource_id: str | None, before: int, after: int
     ) -> dict[str, list[Message]]:
-        """Each message with `before`/`after` neighbours from its own thread, in order, keyed by thread
-        id (recall searches one resource, so a thread id is enough)."""
+        """Each of `resource_id`'s messages with `before`/`after` neighbours from its own thread, in
+        order, keyed by thread id (recall searches one resource, so a thread id is enough)."""
         ...
 
     def query_vector(self, *, text: str, embedder: Any) -> np.ndarray:
@@ -135,19 +135,20 @@ class InMemoryStore:
     ) -> list[Message]:
         return list(self.threads.get(thread_id, [])[-limit:]) if limit else []
 
-    def messages_existing(self, *, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+    def messages_existing(self, *, ids: Iterable[str], resource_id: str | None) -> dict[str, tuple[str, str]]:
         """One resource's threads: a stored message's resource id is the one it was added with, or
-        the asking turn's when it was added without one (`resource_id=None` here stands for that)."""
+        the asking turn's when it was added without one (`resource_id=None` here stands for that).
+        Another resource's message is not there for the asking turn."""
         wanted = set(ids)
         return {
             m.id: (m.resource_id or "", tid)
             for tid, messages in self.threads.items()
             for m in messages
-            if m.id in wanted
+            if m.id in wanted and (not m.resource_id or not resource_id or m.resource_id == resource_id)
         }
 
     def messages_around(
-        self, *, message_ids: Sequence[str], before: int, after: int
+        self, *, message_ids: Sequence[str], resource_id: str | None, before: int, after: int
     ) -> dict[str, list[Message]]:
         wanted = set(message_ids)
         groups: dict[str, list[Message]] = {}

@@ -10,16 +10,17 @@ from django.db.models import Q, QuerySet
 from django.db.models.functions import Substr
 
 from memproc import models
+from memproc.exceptions import ValidationError
 from memproc.messages import Message, message_from_content
-from memproc.models import public_thread_id, split_thread_key
+from memproc.models import message_key, message_keys, public_thread_id, split_thread_key
 from memproc.selectors.filters import metadata_filter
 
-MESSAGE_FIELDS = ("id", "thread_id", "resource_id", "role", "content", "created_at", "sequence")
+MESSAGE_FIELDS = ("public_id", "thread_id", "resource_id", "role", "content", "created_at", "sequence")
 
 
 def message_from_row(row: dict[str, Any]) -> Message:
     return message_from_content(
-        id=row["id"],
+        id=row["public_id"],
         role=row["role"],
         content=row["content"] or {},
         created_at=row["created_at"],
@@ -41,26 +42,27 @@ def messages_recent(*, thread_key: str, limit: int) -> list[Message]:
     return [message_from_row(row) for row in reversed(list(rows))]
 
 
-def messages_existing(*, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
-    """{message id: (resource id, thread id) of its thread} of the ids that are stored."""
-    return {message_id: split_thread_key(key) for message_id, key in messages_existing_rows(ids=ids)}
+def messages_existing(*, resource_id: str, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """{message id: (resource id, thread id) of its thread} of `resource_id`'s ids that are stored."""
+    rows = messages_existing_rows(resource_id=resource_id, ids=ids)
+    return {message_id: split_thread_key(key) for message_id, key in rows}
 
 
-def messages_existing_rows(*, ids: Iterable[str]) -> list[tuple[str, str]]:
-    """(message id, thread key) of the ids that are stored. One query; none without ids."""
-    ids = list(ids)
-    if not ids:
+def messages_existing_rows(*, resource_id: str, ids: Iterable[str]) -> list[tuple[str, str]]:
+    """(message id, thread key) of `resource_id`'s ids that are stored. One query; none without ids."""
+    keys = message_keys(resource_id, ids)
+    if not keys:
         return []
-    return list(models.Message.objects.filter(id__in=ids).values_list("id", "thread_id"))
+    return list(models.Message.objects.filter(id__in=keys).values_list("public_id", "thread_id"))
 
 
-def messages_around(*, message_ids: Sequence[str], before: int, after: int) -> dict[str, list[Message]]:
-    """Each hit with its neighbours from its own thread, grouped by thread in sequence order; messages
-    a guardrail quarantined (`Message.quarantined`) are left out. Two queries: the hits' positions,
-    then every range at once on the thread+sequence index."""
-    if not message_ids:
+def messages_around(*, message_keys: Sequence[str], before: int, after: int) -> dict[str, list[Message]]:
+    """Each hit (by its key, as embeddings name it) with its neighbours from its own thread, grouped
+    by thread in sequence order; messages a guardrail quarantined (`Message.quarantined`) are left
+    out. Two queries: the hits' positions, then every range at once on the thread+sequence index."""
+    if not message_keys:
         return {}
-    hits = models.Message.objects.filter(id__in=list(message_ids)).values_list("thread_id", "sequence")
+    hits = models.Message.objects.filter(id__in=list(message_keys)).values_list("thread_id", "sequence")
     ranges = Q()
     for key, sequence in hits:
         ranges |= Q(thread_id=key, sequence__range=(sequence - before, sequence + after))
@@ -88,24 +90,42 @@ def message_ids_from(*, thread_key: str, message_id: str) -> tuple[int | None, l
     start = message_sequence(thread_key=thread_key, message_id=message_id)
     if start is None:
         return None, []
-    ids = thread_messages(thread_key=thread_key).filter(sequence__gte=start).values_list("pk", flat=True)
-    return start, list(ids)
+    rows = thread_messages(thread_key=thread_key).filter(sequence__gte=start)
+    return start, list(rows.values_list("public_id", flat=True))
 
 
 def thread_messages(*, thread_key: str) -> QuerySet[models.Message]:
     return models.Message.objects.filter(thread_id=thread_key).order_by("sequence")
 
 
-def message_excerpts(*, message_ids: Iterable[str], length: int = 160) -> dict[str, dict[str, Any]]:
-    """`{id: {"thread_id", "role", "sequence", "excerpt"}}` of the messages that still exist: the head
-    of each text, cut in SQL. One query."""
+def message_keys_named(*, ids: Iterable[str], resource_id: str | None = None) -> list[str]:
+    """The keys of the stored messages that the ids callers use name. With `resource_id`, that
+    resource's (no query). Without, the one message each id names in any resource (one query): a
+    ValidationError when several resources hold one of the ids, which then needs its resource."""
+    ids = list(dict.fromkeys(ids))
+    if resource_id is not None:
+        return message_keys(resource_id, ids)
+    rows = list(models.Message.objects.filter(public_id__in=ids).values_list("public_id", "pk"))
+    shared = sorted({i for i, _ in rows if sum(1 for j, _ in rows if j == i) > 1})
+    if shared:
+        raise ValidationError(
+            f"Message ids held by several resources: {', '.join(map(repr, shared))}; name the resource"
+        )
+    return [key for _, key in rows]
+
+
+def message_excerpts(
+    *, resource_id: str, message_ids: Iterable[str], length: int = 160
+) -> dict[str, dict[str, Any]]:
+    """`{id: {"id", "pk", "thread_id", "role", "sequence", "excerpt"}}` of `resource_id`'s messages
+    that still exist: the head of each text, cut in SQL. One query."""
     ids = list(dict.fromkeys(i for i in message_ids if isinstance(i, str) and i))
     if not ids:
         return {}
-    rows = models.Message.objects.filter(pk__in=ids).values(
-        "id", "thread_id", "role", "sequence", excerpt=Substr("text", 1, length)
+    rows = models.Message.objects.filter(pk__in=message_keys(resource_id, ids)).values(
+        "id", "public_id", "thread_id", "role", "sequence", excerpt=Substr("text", 1, length)
     )
-    return {row["id"]: row for row in rows}
+    return {row["public_id"]: {**row, "pk": row["id"], "id": row["public_id"]} for row in rows}
 
 
 def messages_filtered(
@@ -148,16 +168,19 @@ def messages_recent_filtered(
     return [message_from_row(row) for row in reversed(list(rows))]
 
 
-def messages_by_id(*, ids: Iterable[str]) -> dict[str, Message]:
-    """Stored messages by id (ids that are not stored are missing). One query."""
-    rows = models.Message.objects.filter(id__in=list(ids)).values(*MESSAGE_FIELDS)
-    return {row["id"]: message_from_row(row) for row in rows}
+def messages_by_id(*, resource_id: str | None, ids: Iterable[str]) -> dict[str, Message]:
+    """`resource_id`'s stored messages by id (ids that are not stored are missing); without a
+    resource, see `message_keys_named`. One query, two without a resource."""
+    keys = message_keys_named(ids=ids, resource_id=resource_id)
+    rows = models.Message.objects.filter(id__in=keys).values(*MESSAGE_FIELDS)
+    return {row["public_id"]: message_from_row(row) for row in rows}
 
 
 def message_sequence(*, thread_key: str, message_id: str) -> int | None:
     """The position of a message in its thread, or None when the thread holds no such message."""
+    resource_id, _ = split_thread_key(thread_key)
     return (
-        models.Message.objects.filter(pk=message_id, thread_id=thread_key)
+        models.Message.objects.filter(pk=message_key(resource_id, message_id), thread_id=thread_key)
         .values_list("sequence", flat=True)
         .first()
     )

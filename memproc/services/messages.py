@@ -21,11 +21,11 @@ from memproc.exceptions import (
     ValidationError,
 )
 from memproc.messages import FilePart, Message, message_from_content
-from memproc.models import public_thread_id, thread_key
+from memproc.models import message_key, message_keys, public_thread_id, split_thread_key, thread_key
 from memproc.processors.attachments import AttachmentUploader
 from memproc.processors.base import ProcessorContext
 from memproc.processors.tokens import get_token_counter
-from memproc.selectors.messages import messages_existing_rows
+from memproc.selectors.messages import message_keys_named, messages_existing_rows
 from memproc.selectors.threads import thread_owner
 from memproc.services.attachments import (
     DjangoAttachmentStore,
@@ -83,7 +83,8 @@ def messages_insert(
         now = timezone.now()
         rows = [
             models.Message(
-                id=message.id,
+                id=message_key(resource_id, message.id),
+                public_id=message.id,
                 thread_id=key,
                 resource_id=resource_id,
                 role=message.role,
@@ -134,7 +135,7 @@ def messages_save(
         if not thread_exists and thread_owner(thread_key=key) is None:
             thread_ensure(thread_id=thread_id, resource_id=resource_id, agent_id=agent_id)
         if ids:
-            stored = message_ids_check(thread_key=key, messages=messages)
+            stored = message_ids_check(resource_id=resource_id, thread_key=key, messages=messages)
             messages = [m for m in messages if m.id not in stored]
         messages_insert(thread_id=thread_id, resource_id=resource_id, messages=messages, agent_id=agent_id)
     return messages
@@ -142,18 +143,20 @@ def messages_save(
 
 def message_ids_check(
     *,
+    resource_id: str,
     thread_key: str | None,
     messages: Sequence[Message],
     unchanged: Collection[str] = (),
     rows: Iterable[tuple[str, str]] | None = None,
 ) -> set[str]:
-    """The ids of `messages` already stored in the thread `thread_key` (None: a thread not created yet).
-    One query; none without messages, or with the (id, thread key) `rows` of those stored, read
-    already (not with `unchanged`, which needs the stored content).
+    """The ids of `messages` already stored in `resource_id`'s thread `thread_key` (None: a thread not
+    created yet). One query; none without messages, or with the (id, thread key) `rows` of those
+    stored, read already (not with `unchanged`, which needs the stored content).
 
-    An id stored in another thread is a MessageConflict, whoever owns that thread: the error reads
-    the same as a conflict within the caller's own data, and names nothing but the caller's own ids.
-    So is an id in `unchanged` stored here with another role or text (or other tool call ids)."""
+    Ids name messages within their resource: another resource's messages are never looked at, so
+    nothing here tells a caller what others stored. An id stored in another thread of the same
+    resource is a MessageConflict, and so is an id in `unchanged` stored here with another role or
+    text (or other tool call ids)."""
     by_id = {m.id: m for m in messages}
     if not by_id:
         return set()
@@ -161,12 +164,13 @@ def message_ids_check(
     clash: list[str] = []
     found: Iterable[Sequence[Any]]
     if unchanged:
-        columns = ("id", "thread_id", "role", "text", "content")
-        found = models.Message.objects.filter(id__in=list(by_id)).values_list(*columns)
+        columns = ("public_id", "thread_id", "role", "text", "content")
+        keys = message_keys(resource_id, by_id)
+        found = models.Message.objects.filter(id__in=keys).values_list(*columns)
     elif rows is not None:
         found = rows
     else:
-        found = messages_existing_rows(ids=by_id)
+        found = messages_existing_rows(resource_id=resource_id, ids=by_id)
     for row in found:
         message_id, stored_thread = row[0], row[1]
         if stored_thread != thread_key or (
@@ -184,7 +188,7 @@ def message_ids_check(
 
 
 def input_ids_check(
-    *, thread_key: str | None, messages: Sequence[Message], client_ids: Collection[str]
+    *, resource_id: str, thread_key: str | None, messages: Sequence[Message], client_ids: Collection[str]
 ) -> None:
     """A turn's input as a client sends it, checked before the turn runs (the HTTP API does).
 
@@ -197,7 +201,9 @@ def input_ids_check(
         return
     last_answer = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
     new = {m.id for m in messages[last_answer + 1 :]}
-    message_ids_check(thread_key=thread_key, messages=chosen, unchanged=new & set(client_ids))
+    message_ids_check(
+        resource_id=resource_id, thread_key=thread_key, messages=chosen, unchanged=new & set(client_ids)
+    )
 
 
 def _same_message(message: Message, role: str, text: str, content: Any) -> bool:
@@ -216,15 +222,16 @@ def _same_message(message: Message, role: str, text: str, content: Any) -> bool:
 
 
 @transaction.atomic
-def messages_delete(*, message_ids: Sequence[str], thread_key: str | None = None) -> int:
-    """Deletes messages (and their embeddings); attachment files no other message uses go too."""
-    qs = models.Message.objects.filter(id__in=list(message_ids))
+def messages_delete(*, message_keys: Sequence[str], thread_key: str | None = None) -> int:
+    """Deletes messages by their keys (and their embeddings); attachment files no other message
+    uses go too."""
+    qs = models.Message.objects.filter(id__in=list(message_keys))
     if thread_key is not None:
         qs = qs.filter(thread_id=thread_key)
     rows = list(qs.values_list("id", "thread_id", "sequence"))
     ids = [row[0] for row in rows]
     with transaction.atomic(using=memproc_db()):
-        attachments_release(message_ids=ids)
+        attachments_release(message_keys=ids)
         summaries_forget(rows)
         _, by_model = models.Message.objects.filter(id__in=ids).delete()
     return by_model.get(models.Message._meta.label, 0)  # not the embeddings that went with them
@@ -277,10 +284,11 @@ def messages_save_with_files(
 
 @transaction.atomic
 def messages_update(
-    *, messages: Sequence[Message], thread_key: str | None = None
+    *, messages: Sequence[Message], resource_id: str | None = None, thread_key: str | None = None
 ) -> tuple[list[Message], list[str]]:
-    """Replaces the content (parts and metadata) of stored messages; id, role, thread, time and
-    sequence stay. Returns the updated messages and the ids whose embeddings were deleted.
+    """Replaces the content (parts and metadata) of stored messages of `resource_id` (or of the
+    thread `thread_key`; with neither, see `message_keys_named`); id, role, thread, time and
+    sequence stay. Returns the updated messages and the keys of those whose embeddings were deleted.
 
     `text` follows the new parts and `token_count` is counted again (the TOKENIZER setting) when the
     row had one, so neither describes the old content. The old embeddings go in the same transaction;
@@ -296,7 +304,10 @@ def messages_update(
     by_id = {m.id: m for m in messages}
     if len(by_id) != len(messages):
         raise ValidationError("Each message may be updated once per call")
-    rows = {r.pk: r for r in models.Message.objects.select_for_update().filter(id__in=list(by_id))}
+    if resource_id is None and thread_key is not None:
+        resource_id = split_thread_key(thread_key)[0]
+    keys = message_keys_named(ids=by_id, resource_id=resource_id)
+    rows = {r.public_id: r for r in models.Message.objects.select_for_update().filter(id__in=keys)}
     missing = [i for i in by_id if i not in rows or thread_key not in (None, rows[i].thread_id)]
     if missing:
         raise ValidationError(f"No stored message with id {', '.join(map(repr, sorted(missing)))}")
@@ -312,7 +323,7 @@ def messages_update(
         if row.token_count is not None and counter is not None:
             row.token_count = counter.count_message(message)
         saved = message_from_content(
-            id=row.pk,
+            id=row.public_id,
             role=row.role,
             content=row.content,
             created_at=row.created_at,
@@ -324,7 +335,7 @@ def messages_update(
         _attachments_unreferenced(row, before - _attachment_ids(row.content))
         attachments_link(resource_id=row.resource_id, messages=[saved])
     models.Message.objects.bulk_update(list(rows.values()), ["content", "text", "token_count"])
-    embeddings = models.MessageEmbedding.objects.filter(message_id__in=list(rows))
+    embeddings = models.MessageEmbedding.objects.filter(message_id__in=[r.pk for r in rows.values()])
     dropped = sorted(set(embeddings.values_list("message_id", flat=True)))
     if dropped:
         embeddings.delete()
@@ -333,13 +344,13 @@ def messages_update(
 
 def _check_edit(row: models.Message, message: Message) -> None:
     if message.role != row.role:
-        raise ValidationError(f"Message {row.pk!r} is a {row.role} message; its role cannot change")
-    stored = message_from_content(id=row.pk, role=row.role, content=row.content or {})
+        raise ValidationError(f"Message {row.public_id!r} is a {row.role} message; its role cannot change")
+    stored = message_from_content(id=row.public_id, role=row.role, content=row.content or {})
     calls = ([c.tool_call_id for c in m.tool_calls] for m in (stored, message))
     results = ([r.tool_call_id for r in m.tool_results] for m in (stored, message))
     if len({tuple(ids) for ids in calls}) > 1 or len({tuple(ids) for ids in results}) > 1:
         raise ValidationError(
-            f"Message {row.pk!r}: an edit may change text, files and results, not which tool calls "
+            f"Message {row.public_id!r}: an edit may change text, files and results, not which tool calls "
             "and results a message holds"
         )
     for part in message.parts:
@@ -347,7 +358,7 @@ def _check_edit(row: models.Message, message: Message) -> None:
             part.data is not None or str(part.url or "")[:5].lower() == "data:"
         ):
             raise ValidationError(
-                f"Message {row.pk!r}: an edit cannot carry file bytes; save the file with "
+                f"Message {row.public_id!r}: an edit cannot carry file bytes; save the file with "
                 "save_messages and reference its attachment"
             )
     wanted = {parse_uuid(i) for i in _attachment_ids(message.to_content())}
@@ -357,7 +368,7 @@ def _check_edit(row: models.Message, message: Message) -> None:
         ).values_list("pk", flat=True)
     )
     if wanted - known:
-        raise ValidationError(f"Message {row.pk!r} references attachments its resource does not hold")
+        raise ValidationError(f"Message {row.public_id!r} references attachments its resource does not hold")
 
 
 def _attachment_ids(content: Any) -> set[str]:

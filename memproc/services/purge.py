@@ -192,7 +192,7 @@ def _messages_delete_in_batches(expired: QuerySet[models.Message]) -> int:
         ids = list(expired.values_list("id", flat=True)[:EXPIRED_BATCH])
         if not ids:
             return deleted
-        deleted += messages_delete(message_ids=ids)
+        deleted += messages_delete(message_keys=ids)
 
 
 def orphan_attachments_purge(*, before: datetime, dry_run: bool = False) -> int:

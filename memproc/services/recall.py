@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from django.db.models import Q
 
 from memproc import models
 from memproc.conf import settings
 from memproc.embedders import chunk_text, content_hash, embed_checked, get_embedder, vector_problem
 from memproc.messages import FrozenDict, Message
-from memproc.models import public_thread_id
+from memproc.models import message_key, public_thread_id
 from memproc.vectors import EmbeddingRow, get_vector_store
 
 logger = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ _vector_cache: OrderedDict[str, np.ndarray] = OrderedDict()
 
 @dataclass(frozen=True, slots=True)
 class EmbeddingSource:
-    message_id: str
+    message_id: str  # the stored message's key (models.message_key), as its embeddings name it
     thread_id: str
     resource_id: str
     text: str
@@ -43,7 +44,7 @@ def sources_for(messages: Sequence[Message], *, thread_id: str, resource_id: str
     """What to embed of a turn's messages: user and assistant text, never a message a guardrail
     quarantined (recall must not find it)."""
     return [
-        EmbeddingSource(m.id, thread_id, resource_id, m.text)
+        EmbeddingSource(message_key(resource_id, m.id), thread_id, resource_id, m.text)
         for m in messages
         if m.role in EMBEDDABLE_ROLES and m.text.strip() and not _quarantined(m)
     ]
@@ -54,12 +55,16 @@ def _quarantined(message: Message) -> bool:
     return isinstance(flag, dict | FrozenDict) and flag.get("status") in models.QUARANTINE_ACTIVE
 
 
-def messages_embed(*, message_ids: Sequence[str], embedder: Any = None, vector_store: Any = None) -> int:
-    """Embeds stored messages that have no vector from this embedder yet, into `vector_store` (None:
-    the VECTOR_STORE setting). Re-running does nothing."""
+def messages_embed(*, message_keys: Sequence[str], embedder: Any = None, vector_store: Any = None) -> int:
+    """Embeds stored messages (by their keys) that have no vector from this embedder yet, into
+    `vector_store` (None: the VECTOR_STORE setting). Re-running does nothing. A job queued before
+    message ids had keys (migration 0018) names messages by their bare ids; those are found too."""
     embedder = get_embedder(embedder)
+    keys = [k for k in message_keys if models.THREAD_KEY_SEPARATOR in k]
+    bare = [k for k in message_keys if models.THREAD_KEY_SEPARATOR not in k]
     rows = (
-        models.Message.objects.filter(id__in=list(message_ids), role__in=EMBEDDABLE_ROLES, quarantined=False)
+        models.Message.objects.filter(Q(id__in=keys) | Q(public_id__in=bare))
+        .filter(role__in=EMBEDDABLE_ROLES, quarantined=False)
         .exclude(embeddings__model=embedder.id)
         .values_list("id", "thread_id", "resource_id", "text")
     )

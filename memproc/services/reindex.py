@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote, unquote
 
 from django.db import connections, router
 from django.db.models import Q, QuerySet
@@ -37,10 +38,11 @@ class ReindexPosition:
     """The last message a run has finished with; `str()` gives the token a command prints."""
 
     created_at: datetime
-    message_id: str
+    message_id: str  # the message's key (`models.message_key`)
 
     def __str__(self) -> str:
-        return f"{self.created_at.isoformat()}|{self.message_id}"
+        # Percent-encoded: the key's separator is a control character a terminal would not show.
+        return f"{self.created_at.isoformat()}|{quote(self.message_id, safe='')}"
 
     @classmethod
     def parse(cls, token: str) -> ReindexPosition:
@@ -52,7 +54,7 @@ class ReindexPosition:
                 f"Not a reindex position: {token!r} "
                 "(expected '<created_at, ISO 8601 with an offset>|<message id>')"
             )
-        return cls(created_at=created_at, message_id=message_id)
+        return cls(created_at=created_at, message_id=unquote(message_id))
 
 
 @dataclass(frozen=True, slots=True)

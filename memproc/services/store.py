@@ -9,7 +9,7 @@ import numpy as np
 
 from memproc import models
 from memproc.messages import Message
-from memproc.models import thread_key
+from memproc.models import message_keys, public_message_id, thread_key
 from memproc.processors.store import ThreadSummaryValue, VectorHit, WorkingMemoryValue
 from memproc.selectors.messages import messages_around, messages_before, messages_existing, messages_recent
 from memproc.selectors.threads import thread_read, working_memory_get
@@ -74,19 +74,18 @@ class DjangoMemoryStore:
             return messages_before(thread_key=key, before=self.before, limit=limit)
         return messages_recent(thread_key=key, limit=limit)
 
-    def messages_existing(self, *, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+    def messages_existing(self, *, ids: Iterable[str], resource_id: str | None) -> dict[str, tuple[str, str]]:
         return {
             message_id: where
-            for message_id, where in messages_existing(ids=ids).items()
+            for message_id, where in messages_existing(resource_id=resource_id or "", ids=ids).items()
             if message_id not in self.hidden
         }
 
     def messages_around(
-        self, *, message_ids: Sequence[str], before: int, after: int
+        self, *, message_ids: Sequence[str], resource_id: str | None, before: int, after: int
     ) -> dict[str, list[Message]]:
-        around = messages_around(
-            message_ids=[i for i in message_ids if i not in self.hidden], before=before, after=after
-        )
+        keys = message_keys(resource_id or "", [i for i in message_ids if i not in self.hidden])
+        around = messages_around(message_keys=keys, before=before, after=after)
         return {i: [m for m in found if m.id not in self.hidden] for i, found in around.items()}
 
     def vectors_search(
@@ -100,17 +99,7 @@ class DjangoMemoryStore:
         threshold: float | None = None,
         vector_store: Any = None,
     ) -> list[VectorHit]:
-        search = get_vector_store(vector_store).search
-        if not self.hidden:
-            return search(
-                embedder_id=embedder_id,
-                vector=vector,
-                top_k=top_k,
-                thread_id=thread_id,
-                resource_id=resource_id,
-                threshold=threshold,
-            )
-        hits = search(
+        hits = get_vector_store(vector_store).search(
             embedder_id=embedder_id,
             vector=vector,
             top_k=top_k + len(self.hidden),  # hidden ones may take places in the top k
@@ -118,6 +107,8 @@ class DjangoMemoryStore:
             resource_id=resource_id,
             threshold=threshold,
         )
+        # The vector store names messages by their keys; a turn speaks the ids of its resource.
+        hits = [VectorHit(public_message_id(hit.message_id), hit.thread_id, hit.score) for hit in hits]
         return [hit for hit in hits if hit.message_id not in self.hidden][:top_k]
 
     def working_memory_get(

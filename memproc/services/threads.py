@@ -14,7 +14,7 @@ from memproc.exceptions import (
     ValidationError,
 )
 from memproc.messages import new_id
-from memproc.models import thread_key
+from memproc.models import message_key, thread_key
 from memproc.selectors.messages import message_sequence
 from memproc.selectors.threads import thread_get
 from memproc.services.attachments import (
@@ -115,7 +115,7 @@ def thread_update(
 def thread_delete(*, thread: models.Thread) -> None:
     """Deletes a thread, its messages and embeddings, attachment files no other message uses, and
     the answers kept for its turns' Idempotency-Keys (they hold its messages)."""
-    attachments_release(message_ids=list(thread.messages.values_list("id", flat=True)))
+    attachments_release(message_keys=list(thread.messages.values_list("id", flat=True)))
     thread_id, resource_id, agent_id = thread.public_id, thread.resource_id, thread.agent_id
     models.IdempotencyRecord.objects.filter(resource_id=resource_id, thread_id=thread_id).delete()
     thread.delete()
@@ -158,15 +158,17 @@ def thread_clone(
         metadata=metadata,
         agent_id=thread.agent_id,
     )
-    id_map: dict[str, str] = {}
+    id_map: dict[str, str] = {}  # the keys of the copied messages: theirs -> the copies'
     rows = []
     copied_sequences: list[int] = []
     for i, m in enumerate(source.iterator(), start=1):
-        id_map[m.id] = new_id()
+        copy_id = new_id()
+        id_map[m.pk] = message_key(clone.resource_id, copy_id)
         copied_sequences.append(m.sequence)
         rows.append(
             models.Message(
-                id=id_map[m.id],
+                id=id_map[m.pk],
+                public_id=copy_id,
                 thread=clone,
                 resource_id=clone.resource_id,
                 role=m.role,

@@ -10,7 +10,7 @@ from typing import Any
 
 from memproc import background
 from memproc.db import atomic_write, memproc_db
-from memproc.models import thread_key
+from memproc.models import message_keys, thread_key
 from memproc.processors.turn import Turn
 from memproc.services.attachments import attachments_commit, attachments_link
 from memproc.services.compaction.job import compaction_enqueue
@@ -44,7 +44,7 @@ def turn_commit(turn: Turn, *, plan: TurnPlan, record: dict[str, Any] | None = N
             turn.thread_exists = True
             writes.generate_title = bool(plan.generate_title and not turn.thread_title)
         if turn.replaces and writes.messages:
-            messages_delete(message_ids=turn.replaces, thread_key=key)
+            messages_delete(message_keys=message_keys(turn.resource_id, turn.replaces), thread_key=key)
         if writes.messages:
             writes.messages = attachments_commit(staged=turn.attachments, messages=writes.messages)
             messages_insert(

@@ -79,7 +79,8 @@ def turn_messages(
     def add(role: str, parts: list[dict], text: str = "", tokens: int | None = None) -> models.Message:
         seq = start + len(rows)
         row = models.Message(
-            id=f"{prefix}-m{seq}",
+            id=models.message_key(thread.resource_id, f"{prefix}-m{seq}"),
+            public_id=f"{prefix}-m{seq}",
             thread=thread,
             resource_id=thread.resource_id,
             role=role,

@@ -83,7 +83,8 @@ def make_crowded(conversation: Conversation) -> Crowded:
     ]
     rows = [
         models.Message(
-            id=f"msg_01JC{i:02d}X7Y9Z2W4V6T8R0P3N5M7K9",
+            id=models.message_key(RESOURCE, f"msg_01JC{i:02d}X7Y9Z2W4V6T8R0P3N5M7K9"),
+            public_id=f"msg_01JC{i:02d}X7Y9Z2W4V6T8R0P3N5M7K9",
             thread=thread,
             resource_id=RESOURCE,
             role="user" if i % 2 == 0 else "assistant",

@@ -18,7 +18,7 @@ from django.utils import timezone
 from memproc import models
 from memproc.admin import transcript
 from memproc.admin.dashboard import percentile, start_of_today, turn_stats
-from memproc.models import thread_key
+from memproc.models import message_key, thread_key
 from memproc.testing import ScriptedModel
 from tests.admin.turn_data import OLD_THREAD, RESOURCE, THREAD, TURNS, make_turns, reply, travel_agent
 from tests.factories import TripwireLogFactory, UserFactory
@@ -82,7 +82,7 @@ def test_the_panel_shows_history_recall_working_memory_tokens_and_timings(admin_
     assert "this thread" in panel
     assert f'from <a href="{thread_url(OLD_THREAD)}">{OLD_THREAD}</a>' in panel
     other = by_thread[OLD_THREAD]
-    message_page = reverse("admin:memproc_message_change", args=[quote(other["id"])])
+    message_page = reverse("admin:memproc_message_change", args=[quote(message_key(RESOURCE, other["id"]))])
     assert f'href="{message_page}"' in panel
     assert f"{other['score']:.3f}" in panel
     assert "The island ferry it is, then." in panel  # the recalled message's text, read for the panel
@@ -123,7 +123,7 @@ def test_history_on_another_page_links_to_the_message_page(admin_client, turns, 
     monkeypatch.setattr(transcript, "TRANSCRIPT_PAGE_SIZE", 3)
     panel = panel_of(get_ok(admin_client, f"{thread_url()}?transcript_page=3"), turns.last)
     first = turns.last.manifest["history"][0]  # message #3, on page 1
-    assert reverse("admin:memproc_message_change", args=[quote(first)]) in panel
+    assert reverse("admin:memproc_message_change", args=[quote(message_key(RESOURCE, first))]) in panel
 
 
 def test_transcript_queries_do_not_grow_with_turns(admin_client, turns):
@@ -191,7 +191,9 @@ def test_record_page_renders_the_manifest_readably(admin_client, turns):
     assert "The island ferry it is, then." in body
     assert "Is there a ferry we could take?" in body  # the saved input, with the reply
     for message_id in record.manifest["history"]:
-        assert reverse("admin:memproc_message_change", args=[quote(message_id)]) in body
+        assert (
+            reverse("admin:memproc_message_change", args=[quote(message_key(RESOURCE, message_id))]) in body
+        )
     tokens = record.manifest["tokens"]
     assert f"{tokens['total']} of {tokens['limit']} after the token limiter" in body
     assert "Where the time went" in page
@@ -200,7 +202,7 @@ def test_record_page_renders_the_manifest_readably(admin_client, turns):
 
 def test_record_page_survives_deleted_messages_and_an_odd_manifest(admin_client, turns):
     record = turns.last
-    models.Message.objects.filter(pk__in=[r["id"] for r in record.manifest["recalled"]]).delete()
+    models.Message.objects.filter(public_id__in=[r["id"] for r in record.manifest["recalled"]]).delete()
     page = get_ok(admin_client, record_url(record))
     assert page.count("memproc-ref-missing") == 2
     odd = models.TurnRecord.objects.create(

@@ -64,7 +64,7 @@ def test_generate_answers_the_turn_and_saves_it(owner_client, agent, model, user
     assert set(body["messages"][0]) == {"id", "role", "parts", "created_at", "thread_id"}
     assert all(m["thread_id"] == "t-new" for m in body["messages"])
     stored = models.Message.objects.filter(thread__public_id="t-new").order_by("sequence")
-    assert [m.id for m in stored] == [m["id"] for m in body["messages"]]
+    assert [m.public_id for m in stored] == [m["id"] for m in body["messages"]]
     assert models.Thread.objects.get(public_id="t-new").agent_id == "api-test"
 
 
@@ -122,7 +122,9 @@ def test_another_users_thread_id_names_the_callers_own_thread(owner_client, user
     assert response.json()["thread_id"] == other_thread.public_id
     assert response.json()["resource_id"] == str(user.pk)
     assert "their secret" not in str(model.requests[0].messages)
-    assert list(models.Message.objects.filter(thread=other_thread).values_list("id", flat=True)) == ["theirs"]
+    assert list(models.Message.objects.filter(thread=other_thread).values_list("public_id", flat=True)) == [
+        "theirs"
+    ]
     mine = models.Thread.objects.get(public_id=other_thread.public_id, resource_id=str(user.pk))
     assert mine.pk != other_thread.public_id and mine.messages.count() == 2
 

@@ -28,7 +28,7 @@ def export_url(resource_id: str) -> str:
 
 def add_messages(thread, count: int) -> list[str]:
     return [
-        MessageFactory(thread=thread, id=f"{thread.public_id}-m{i}", text=f"m{i}", sequence=i).id
+        MessageFactory(thread=thread, id=f"{thread.public_id}-m{i}", text=f"m{i}", sequence=i).public_id
         for i in range(1, count + 1)
     ]
 

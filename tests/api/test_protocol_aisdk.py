@@ -45,7 +45,7 @@ def frames(response: Any) -> list[Any]:
 
 def stored(thread_id: str) -> list[tuple[str, str, str]]:
     return [
-        (m.id, m.role, m.text)
+        (m.public_id, m.role, m.text)
         for m in models.Message.objects.filter(thread__public_id=thread_id).order_by("sequence")
     ]
 

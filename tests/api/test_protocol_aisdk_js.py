@@ -129,12 +129,12 @@ def test_the_ai_sdks_chat_client_talks_to_the_chat_endpoint(live_server, make_ag
     rows = stored("js-talk")
     assert [r.role for r in rows] == ["user", "assistant"] * 3
     user_ids = [m["id"] for m in talk["messages"] if m["role"] == "user"]
-    assert [r.id for r in rows if r.role == "user"] == user_ids  # UI message ids kept
+    assert [r.public_id for r in rows if r.role == "user"] == user_ids  # UI message ids kept
     last = talk["messages"][-1]
     assert [p["type"] for p in last["parts"]] == ["step-start", "text"]
     assert last["parts"][1]["state"] == "done"
     assert last["metadata"]["thread_id"] == "js-talk"
-    assert last["metadata"]["message_ids"] == [r.id for r in rows[-2:]]
+    assert last["metadata"]["message_ids"] == [r.public_id for r in rows[-2:]]
     assert {f["finishReason"] for f in talk["finishes"]} == {"stop"}
 
     # The agent's tool ran on the server; the client saw its input and output, one step per model call.
@@ -165,7 +165,7 @@ def test_the_ai_sdks_chat_client_talks_to_the_chat_endpoint(live_server, make_ag
     rows = stored("js-regenerate")
     assert [r.role for r in rows] == ["user", "assistant"] * 2
     assert rows[-1].text == texts(again, "assistant")[-1]
-    assert rows[2].id == again["messages"][2]["id"]
+    assert rows[2].public_id == again["messages"][2]["id"]
 
     # A failure mid-answer: an error chunk, useChat's error state, nothing saved.
     failing = results["error"]
@@ -178,6 +178,6 @@ def test_the_ai_sdks_chat_client_talks_to_the_chat_endpoint(live_server, make_ag
     assert reader["snapshots"] >= 3
     assert reader["last"]["role"] == "assistant"
     assert texts({"messages": [reader["last"]]}, "assistant")[0].startswith("Echo: read me")
-    assert [r.id for r in stored("js-reader")][0] == "reader-user-1"
+    assert [r.public_id for r in stored("js-reader")][0] == "reader-user-1"
 
     assert results["resume"] is None  # 204: no stream to resume

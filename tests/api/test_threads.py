@@ -23,7 +23,9 @@ def thread_url(thread_id: str, suffix: str = "") -> str:
 def add_messages(thread, count: int) -> list[str]:
     ids = []
     for i in range(1, count + 1):
-        ids.append(MessageFactory(thread=thread, id=f"{thread.public_id}-m{i}", text=f"m{i}", sequence=i).id)
+        ids.append(
+            MessageFactory(thread=thread, id=f"{thread.public_id}-m{i}", text=f"m{i}", sequence=i).public_id
+        )
     models.Thread.objects.filter(pk=thread.pk).update(last_sequence=count)
     return ids
 

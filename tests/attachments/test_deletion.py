@@ -21,7 +21,7 @@ def two_threads(make_agent, model):
     first = agent.generate(file_message(png(), text="in a"), thread_id="a", resource_id=R)
     second = agent.generate(file_message(png(), text="in b"), thread_id="b", resource_id=R)
     row = Attachment.objects.get()
-    assert row.message_id == first.messages[0].id and len(stored_files()) == 1
+    assert row.message.public_id == first.messages[0].id and len(stored_files()) == 1
     return first.messages[0].id, second.messages[0].id, row
 
 
@@ -38,7 +38,7 @@ def test_a_message_still_referencing_the_file_keeps_it(two_threads, committing):
     with committing():
         Memory().delete_messages([first])
     row.refresh_from_db()
-    assert row.message_id == second  # handed over to the remaining reference
+    assert row.message.public_id == second  # handed over to the remaining reference
     assert stored_files() == [row.file.name]
     with committing():
         Memory().delete_messages([second])
@@ -50,14 +50,14 @@ def test_deleting_a_message_that_is_not_the_rows_owner_keeps_the_file(two_thread
     with committing():
         Memory().delete_messages([second])
     row.refresh_from_db()
-    assert row.message_id == first and stored_files() == [row.file.name]
+    assert row.message.public_id == first and stored_files() == [row.file.name]
 
 
 def test_deleting_a_thread_keeps_files_another_thread_references(two_threads, committing):
     first, second, row = two_threads
     with committing():
         Memory().delete_thread("a")
-    assert Attachment.objects.get().message_id == second and len(stored_files()) == 1
+    assert Attachment.objects.get().message.public_id == second and len(stored_files()) == 1
     with committing():
         Memory().delete_thread("b")
     assert not Attachment.objects.exists() and stored_files() == []

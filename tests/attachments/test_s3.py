@@ -34,8 +34,8 @@ def test_upload_stores_the_object_once_and_the_message_keeps_a_reference(make_ag
     head = s3.head_object(Bucket=s3.bucket, Key=row.file.name)
     assert head["ContentType"] == "image/png" and head["ContentLength"] == len(image)
     assert attachment_read(attachment=row) == image
-    assert row.message_id == first.messages[0].id
-    assert [p["type"] for p in StoredMessage.objects.get(id=row.message_id).content["parts"]] == [
+    assert row.message.public_id == first.messages[0].id
+    assert [p["type"] for p in StoredMessage.objects.get(pk=row.message_id).content["parts"]] == [
         "text",
         "attachment",
     ]

@@ -271,7 +271,7 @@ def test_memory_save_messages_offloads_inline_files(committing):
         memory.save_messages([message], thread_id="t-files", resource_id="r-files")
     stored = StoredMessage.objects.get()
     assert [p["type"] for p in stored.content["parts"]] == ["text", "attachment"]
-    assert Attachment.objects.get().message_id == stored.id
+    assert Attachment.objects.get().message_id == stored.pk
     bad = Message.create("user", (FilePart(data="!!!not base64!!!", media_type="text/plain", name="x.txt"),))
     with pytest.raises(AttachmentError):
         memory.save_messages([bad], thread_id="t-files", resource_id="r-files")

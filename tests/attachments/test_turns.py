@@ -49,7 +49,7 @@ def test_a_data_uri_is_stored_once_and_the_message_keeps_a_reference(make_agent,
     row = Attachment.objects.get()
     assert (row.resource_id, row.content_type, row.size) == (R, "image/png", len(image))
     assert row.sha256 == hashlib.sha256(image).hexdigest()
-    assert row.message_id == result.messages[0].id
+    assert row.message.public_id == result.messages[0].id
     with row.file.open("rb") as handle:
         assert handle.read() == image
     ref = result.messages[0].parts[1]
@@ -417,7 +417,7 @@ def test_a_concurrent_turn_that_stored_the_same_file_first_wins(make_agent, mode
     result = make_agent(input_processors=[writer]).generate(file_message(png()), thread_id=T, resource_id=R)
     assert result.tripwire is None
     row = Attachment.objects.get()
-    assert row.pk == writer.winner.pk and row.message_id == result.messages[0].id
+    assert row.pk == writer.winner.pk and row.message.public_id == result.messages[0].id
     (ref,) = [p for p in stored_parts() if p["type"] == "attachment"]
     assert ref["attachment_id"] == str(row.pk)
     assert stored_files() == [row.file.name]  # this turn's own copy went after commit

@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from memproc import Agent, Memory, background
 from memproc.models import Message as StoredMessage
-from memproc.models import MessageEmbedding, OutboxJob
+from memproc.models import MessageEmbedding, OutboxJob, message_key
 from tests.background.embedders import FlakyEmbedder
 from tests.background.worker_agent import WORKER_AGENT_ID, build_worker_agent
 from tests.factories import UserFactory
@@ -62,7 +62,10 @@ def test_broker_down_the_turn_commits_once_and_its_jobs_wait_in_the_outbox(
     assert [job.task for job in jobs] == ["memproc.embed_messages", "memproc.generate_title"]
     assert all(job.attempts == 1 and job.last_error for job in jobs)
     assert all(job.next_attempt_at > timezone.now() for job in jobs)  # backed off, not hammered
-    assert jobs[0].kwargs == {"message_ids": [m.id for m in result.messages], "agent_id": WORKER_AGENT_ID}
+    assert jobs[0].kwargs == {
+        "message_ids": [message_key(R, m.id) for m in result.messages],
+        "agent_id": WORKER_AGENT_ID,
+    }
     assert elapsed < 10, "a broker outage must not hold the caller for long"
 
 
@@ -115,13 +118,13 @@ def test_when_the_broker_is_back_the_command_sends_the_jobs_and_a_worker_runs_th
         worker = celery_worker()
         ids = {m.id for m in result.messages}
         wait_for(
-            lambda: set(MessageEmbedding.objects.values_list("message_id", flat=True)) >= ids,
+            lambda: set(MessageEmbedding.objects.values_list("message__public_id", flat=True)) >= ids,
             timeout=30,
             worker=worker,
             what="the worker to embed the turn sent from the outbox",
         )
     # Sent again (the delete of a delivered job was lost, say): the idempotent task adds nothing.
-    assert MessageEmbedding.objects.filter(message_id__in=ids).count() == len(ids)
+    assert MessageEmbedding.objects.filter(message__public_id__in=ids).count() == len(ids)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -241,7 +244,7 @@ def test_an_inline_embedding_that_fails_is_parked_and_retried(registered):
     make_due()  # the next turn that runs background work successfully sweeps the due job
     agent.generate("and wasps", thread_id="other", resource_id=R)
     ids = {m.id for m in result.messages}
-    assert ids <= set(MessageEmbedding.objects.values_list("message_id", flat=True))
+    assert ids <= set(MessageEmbedding.objects.values_list("message__public_id", flat=True))
     assert OutboxJob.objects.count() == 0
 
 

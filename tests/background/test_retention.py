@@ -42,8 +42,8 @@ def history(make_agent, model):
         model.add("answer")
         agent.generate(text, thread_id=T, resource_id=R)
     old = timezone.now() - timedelta(days=40)
-    first_turn = list(Message.objects.order_by("sequence").values_list("id", flat=True))[:2]
-    Message.objects.filter(id__in=first_turn).update(created_at=old)
+    first_turn = list(Message.objects.order_by("sequence").values_list("public_id", flat=True))[:2]
+    Message.objects.filter(public_id__in=first_turn).update(created_at=old)
     first_record = min(TurnRecord.objects.all(), key=lambda r: r.started_at)
     TurnRecord.objects.filter(pk=first_record.pk).update(started_at=old)
     for when in (old, timezone.now()):
@@ -169,7 +169,7 @@ def filed(committing):
             thread_id=T,
             resource_id=R,
         )
-    age(Message.objects.filter(pk="old"), 40)
+    age(Message.objects.filter(public_id="old"), 40)
     orphan = attachment_store(resource_id=R, data=b"never sent", name="o.txt", content_type="text/plain")
     fresh = attachment_store(resource_id=R, data=b"just uploaded", name="f.txt", content_type="text/plain")
     unlinked = attachment_store(resource_id=R, data=b"referenced", name="r.txt", content_type="text/plain")
@@ -194,11 +194,11 @@ def test_expired_messages_take_their_embeddings_and_files(filed, settings, commi
         "RETENTION": {"messages_days": 30, "orphan_attachments_days": None},
     }
     held = filed["held"]
-    assert MessageEmbedding.objects.filter(message_id="old").exists()
+    assert MessageEmbedding.objects.filter(message__public_id="old").exists()
     with committing():
         assert expired_purge()["messages"] == 1
-    assert not MessageEmbedding.objects.filter(message_id="old").exists()
-    assert MessageEmbedding.objects.filter(message_id="new").exists()
+    assert not MessageEmbedding.objects.filter(message__public_id="old").exists()
+    assert MessageEmbedding.objects.filter(message__public_id="new").exists()
     assert not Attachment.objects.filter(pk=held.pk).exists()
     assert not held.file.storage.exists(held.file.name)
     assert (
@@ -219,8 +219,8 @@ def test_orphan_attachments_dry_run_then_real_run(filed, settings, committing):
     assert not Attachment.objects.filter(pk=orphan.pk).exists()
     assert not orphan.file.storage.exists(orphan.file.name)
     assert Attachment.objects.filter(pk=fresh.pk).exists()  # younger than 7 days
-    assert Attachment.objects.get(pk=unlinked.pk).message_id == "ref"  # referenced: linked again, kept
-    assert Attachment.objects.get(pk=filed["held"].pk).message_id == "old"
+    assert Attachment.objects.get(pk=unlinked.pk).message.public_id == "ref"  # referenced: linked again, kept
+    assert Attachment.objects.get(pk=filed["held"].pk).message.public_id == "old"
     assert expired_purge()["orphan_attachments"] == 0
 
 
@@ -236,10 +236,10 @@ def test_the_command_dry_run_prints_counts_and_deletes_nothing(filed, settings, 
     assert "Would delete expired data:" in out and "Dry run: nothing was deleted" in out
     assert "1  attachments no message holds (and their files)" in out
     assert "1  messages (with their embeddings and the attachment files only they used)" in out
-    assert Message.objects.filter(pk="old").exists() and Attachment.objects.count() == 4
+    assert Message.objects.filter(public_id="old").exists() and Attachment.objects.count() == 4
     with committing():
         call_command("memproc_purge", "--expired", "--yes")
     out = capsys.readouterr().out
     assert "Deleted expired data:" in out and "Dry run" not in out
-    assert not Message.objects.filter(pk="old").exists()
+    assert not Message.objects.filter(public_id="old").exists()
     assert sorted(Attachment.objects.values_list("name", flat=True)) == ["f.txt", "r.txt"]

@@ -18,7 +18,7 @@ from memproc import Agent, Memory, background
 from memproc import tasks as memproc_tasks
 from memproc.exceptions import ConfigurationError, EmbedderUnavailable
 from memproc.models import Message as StoredMessage
-from memproc.models import MessageEmbedding, Thread
+from memproc.models import MessageEmbedding, Thread, message_key
 from memproc.tasks import (
     TASKS,
     backfill_embeddings_task,
@@ -65,7 +65,7 @@ def saved_turn(make_agent, model, text="I keep bees in the garden", thread_id="t
     agent = make_agent(**agent_kwargs)
     model.add("Bees are lovely")
     agent.generate(text, thread_id=thread_id, resource_id=R)
-    return list(StoredMessage.objects.filter(thread__public_id=thread_id).values_list("id", flat=True))
+    return list(StoredMessage.objects.filter(thread__public_id=thread_id).values_list("public_id", flat=True))
 
 
 # --- names, options and what a turn sends ---------------------------------------------------------
@@ -94,7 +94,7 @@ def test_a_turn_sends_embedding_and_title_tasks_by_wire_name_with_ids_only(make_
 
     assert [name for name, _ in celery_sends.calls] == ["memproc.embed_messages", "memproc.generate_title"]
     assert celery_sends.named("memproc.embed_messages") == [
-        {"message_ids": [m.id for m in result.messages], "agent_id": "titled"}
+        {"message_ids": [message_key(R, m.id) for m in result.messages], "agent_id": "titled"}
     ]
     assert celery_sends.named("memproc.generate_title") == [
         {
@@ -181,7 +181,7 @@ def test_running_the_embed_task_twice_stores_each_vector_once(make_agent, model,
 
     assert first.successful() and first.result == 2
     assert second.successful() and second.result == 0
-    assert sorted(MessageEmbedding.objects.values_list("message_id", flat=True)) == sorted(ids)
+    assert sorted(MessageEmbedding.objects.values_list("message__public_id", flat=True)) == sorted(ids)
 
 
 def test_the_embed_task_uses_the_agents_recall_embedder(make_agent, model, celery_sends, registered):

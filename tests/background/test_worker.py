@@ -18,13 +18,15 @@ TIMEOUT = 20.0
 def embedded_ids(thread_ids: list[str]) -> set[str]:
     return set(
         MessageEmbedding.objects.filter(thread_id__in=thread_ids, model="hash-64").values_list(
-            "message_id", flat=True
+            "message__public_id", flat=True
         )
     )
 
 
 def stored_ids(thread_ids: list[str]) -> set[str]:
-    return set(StoredMessage.objects.filter(thread__public_id__in=thread_ids).values_list("id", flat=True))
+    return set(
+        StoredMessage.objects.filter(thread__public_id__in=thread_ids).values_list("public_id", flat=True)
+    )
 
 
 def test_a_worker_embeds_turns_and_recall_finds_them(

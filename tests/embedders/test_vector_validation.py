@@ -22,9 +22,9 @@ from memproc import Memory
 from memproc.embedders import OpenAIEmbedder, content_hash, vector_problem
 from memproc.exceptions import EmbedderUnavailable
 from memproc.messages import Message
-from memproc.models import MessageEmbedding
+from memproc.models import MessageEmbedding, message_key
 from memproc.services import recall
-from memproc.services.recall import EmbeddingSource, query_embed, sources_embed
+from memproc.services.recall import EmbeddingSource, query_embed, sources_embed, sources_for
 from memproc.testing import HashEmbedder
 from memproc.testing.openai_server import OpenAICompatibleServer
 from memproc.vectors import EmbeddingRow, NumpyVectorStore
@@ -89,7 +89,7 @@ def saved_messages(texts: list[str], *, thread_id: str = "t1") -> list[Message]:
 
 
 def sources(messages: list[Message], *, thread_id: str = "t1") -> list[EmbeddingSource]:
-    return [EmbeddingSource(m.id, thread_id, R, m.text) for m in messages]
+    return sources_for(messages, thread_id=thread_id, resource_id=R)
 
 
 # --- the one check -------------------------------------------------------------------------------
@@ -193,7 +193,7 @@ def test_a_bad_vector_stored_before_the_fix_is_not_reused_for_the_same_text() ->
     embedder = SometimesBad(BAD_VECTORS["nan"])
     embedder.broken = False
     MessageEmbedding.objects.create(
-        message_id=old[0].id,
+        message_id=message_key(R, old[0].id),
         thread_id="t1",
         resource_id=R,
         model=embedder.id,
@@ -203,7 +203,7 @@ def test_a_bad_vector_stored_before_the_fix_is_not_reused_for_the_same_text() ->
     )
     sources_embed(sources=sources(new, thread_id="t2"), embedder=embedder)
     assert embedder.calls == [["the same words"]]  # embedded again, not copied from the poisoned row
-    stored = MessageEmbedding.objects.get(message_id=new[0].id)
+    stored = MessageEmbedding.objects.get(message__public_id=new[0].id)
     assert vector_problem(stored.vector, DIMS) is None
 
 
@@ -212,7 +212,7 @@ def test_a_bad_vector_stored_before_the_fix_is_not_reused_for_the_same_text() ->
 def test_the_store_refuses_a_bad_row_written_directly(kind: str) -> None:
     (message,) = saved_messages(["written by hand"])
     row = EmbeddingRow(
-        message_id=message.id,
+        message_id=message_key(R, message.id),
         thread_id="t1",
         resource_id=R,
         chunk=0,

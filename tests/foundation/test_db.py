@@ -21,6 +21,7 @@ from memproc.vectors.base import EMBEDDING_COLUMNS
 pytestmark = pytest.mark.django_db
 MESSAGE_COLUMNS = (
     "id",
+    "public_id",
     "thread",
     "resource_id",
     "role",
@@ -43,7 +44,8 @@ def message_rows(count: int, *, thread_id: str = "t1", start: int = 0) -> list[d
     now = timezone.now()
     return [
         {
-            "id": f"{thread_id}-m{i}",
+            "id": models.message_key("r1", f"{thread_id}-m{i}"),  # the key, as messages_insert writes it
+            "public_id": f"{thread_id}-m{i}",
             "thread": models.thread_key("r1", thread_id),  # the message's FK holds the thread's key
             "resource_id": "r1",
             "role": "user" if i % 2 == 0 else "assistant",

@@ -85,7 +85,7 @@ def test_thread_ids_become_keys_within_their_resource_and_nothing_is_lost() -> N
     ]
     assert [split_thread_key(k) for k in (a, b)] == [("r1", "a"), ("r2", "b")]
 
-    messages = {m.id: m for m in models.Message.objects.all()}
+    messages = {m.public_id: m for m in models.Message.objects.all()}
     assert {k: (m.thread_id, m.resource_id, m.sequence, m.text) for k, m in messages.items()} == {
         "a-m1": (a, "r1", 1, "a 1"),
         "a-m2": (a, "r1", 2, "a 2"),
@@ -95,12 +95,12 @@ def test_thread_ids_become_keys_within_their_resource_and_nothing_is_lost() -> N
     assert list(
         models.Message.objects.filter(thread__public_id="a", thread__resource_id="r1")
         .order_by("sequence")
-        .values_list("id", flat=True)
+        .values_list("public_id", flat=True)
     ) == ["a-m1", "a-m2"]
     # Embeddings keep the public thread id beside their resource.
     assert sorted(models.MessageEmbedding.objects.values_list("message_id", "thread_id", "resource_id")) == [
-        ("a-m2", "a", "r1"),
-        ("b-m2", "b", "r2"),
+        (models.message_key("r1", "a-m2"), "a", "r1"),
+        (models.message_key("r2", "b-m2"), "b", "r2"),
     ]
 
     [summary] = models.ThreadSummary.objects.all()
@@ -160,4 +160,86 @@ def test_answers_kept_before_the_upgrade_name_their_resource_and_thread() -> Non
         assert records == {"done": ("r1", "t1"), "running": ("", "")}
     finally:
         models.IdempotencyRecord.objects.all().delete()
+        migrate(newest)
+
+
+BEFORE_MESSAGE_KEYS = ("memproc", "0017_thread_id_is_the_key")
+
+
+def _seed_messages_before_keys(apps) -> None:
+    """Two resources' threads with messages (global ids, as stored then), an embedding of each and an
+    attachment linked to one."""
+    Resource = apps.get_model("memproc", "Resource")
+    Thread = apps.get_model("memproc", "Thread")
+    Message = apps.get_model("memproc", "Message")
+    MessageEmbedding = apps.get_model("memproc", "MessageEmbedding")
+    Attachment = apps.get_model("memproc", "Attachment")
+    for resource_id, message_id in (("r1", "m-one"), ("r2", "m-two")):
+        resource = Resource.objects.create(id=resource_id)
+        thread = Thread.objects.create(id=thread_key(resource_id, "t"), public_id="t", resource=resource)
+        message = Message.objects.create(
+            id=message_id,
+            thread=thread,
+            resource_id=resource_id,
+            role="user",
+            content={"parts": [{"type": "text", "text": f"said in {resource_id}"}]},
+            text=f"said in {resource_id}",
+            sequence=1,
+        )
+        MessageEmbedding.objects.create(
+            message=message,
+            thread_id="t",
+            resource_id=resource_id,
+            model="m3",
+            dimensions=3,
+            content_hash=f"h-{resource_id}",
+            vector=np.array([1.0, 0.0, 0.0], dtype=np.float32),
+        )
+    Attachment.objects.create(
+        resource_id="r1", message_id="m-one", name="a.txt", content_type="text/plain", size=1, sha256="x"
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_message_ids_become_keys_within_their_resource_and_links_follow() -> None:
+    newest = latest()
+    try:
+        executor = migrate([BEFORE_MESSAGE_KEYS])
+        _seed_messages_before_keys(executor.loader.project_state([BEFORE_MESSAGE_KEYS]).apps)
+        migrate(newest)
+
+        one, two = models.message_key("r1", "m-one"), models.message_key("r2", "m-two")
+        assert one == "r1\x1fm-one"
+        rows = {m.pk: (m.public_id, m.resource_id, m.text) for m in models.Message.objects.all()}
+        assert rows == {one: ("m-one", "r1", "said in r1"), two: ("m-two", "r2", "said in r2")}
+        assert sorted(models.MessageEmbedding.objects.values_list("message_id", "resource_id")) == [
+            (one, "r1"),
+            (two, "r2"),
+        ]
+        assert list(models.Attachment.objects.values_list("message_id", flat=True)) == [one]
+        # Now another resource may hold a message of the same id.
+        models.Message.objects.create(
+            id=models.message_key("r2", "m-one"),
+            public_id="m-one",
+            thread_id=thread_key("r2", "t"),
+            resource_id="r2",
+            role="assistant",
+            text="r2's own m-one",
+            sequence=2,
+        )
+        assert models.Message.objects.filter(public_id="m-one").count() == 2
+        models.Message.objects.filter(resource_id="r2", public_id="m-one").delete()
+
+        migrate([BEFORE_MESSAGE_KEYS])  # and back: the ids, the embeddings' and attachments' links
+        apps = MigrationExecutor(connection).loader.project_state([BEFORE_MESSAGE_KEYS]).apps
+        Message = apps.get_model("memproc", "Message")
+        assert sorted(Message.objects.values_list("id", "resource_id")) == [("m-one", "r1"), ("m-two", "r2")]
+        Embedding = apps.get_model("memproc", "MessageEmbedding")
+        assert sorted(Embedding.objects.values_list("message_id", flat=True)) == ["m-one", "m-two"]
+        Attachment = apps.get_model("memproc", "Attachment")
+        assert list(Attachment.objects.values_list("message_id", flat=True)) == ["m-one"]
+    finally:
+        models.Attachment.objects.all().delete()
+        models.Thread.objects.all().delete()
+        models.Resource.objects.all().delete()
         migrate(newest)

@@ -8,6 +8,7 @@ from memproc.models import (
     MessageEmbedding,
     Resource,
     Thread,
+    message_key,
     public_thread_id,
     split_thread_key,
     thread_key,
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 def make_message(thread: Thread, seq: int, text: str = "hi") -> Message:
     return Message.objects.create(
-        id=f"{thread.public_id}-m{seq}",
+        public_id=f"{thread.public_id}-m{seq}",
         thread=thread,
         resource_id=thread.resource_id,
         role="user",
@@ -56,7 +57,7 @@ def test_message_sequence_is_unique_per_thread(thread: Thread) -> None:
     other = Thread.objects.create(public_id="t2", resource=thread.resource)
     make_message(other, 1)  # the same sequence in another thread is fine
     with pytest.raises(IntegrityError), transaction.atomic():
-        Message.objects.create(id="dup", thread=thread, resource_id="user-1", role="user", sequence=1)
+        Message.objects.create(public_id="dup", thread=thread, resource_id="user-1", role="user", sequence=1)
 
 
 @pytest.mark.postgres
@@ -81,7 +82,10 @@ def test_postgres_column_is_pgvector_and_orders_by_cosine_distance(thread: Threa
             "SELECT message_id FROM memproc_messageembedding ORDER BY vector <=> %s::vector LIMIT 2",
             ["[1,0,0]"],
         )
-        assert [r[0] for r in cursor.fetchall()] == ["t1-m0", "t1-m2"]
+        assert [r[0] for r in cursor.fetchall()] == [
+            message_key("user-1", "t1-m0"),
+            message_key("user-1", "t1-m2"),
+        ]
 
 
 def test_a_thread_is_named_by_its_id_within_its_resource(thread: Thread) -> None:
@@ -101,7 +105,7 @@ def test_threads_and_messages_query_as_a_django_developer_expects(thread: Thread
     """`id`/`pk` is the primary key, lookups and joins by it work, and the caller's thread id is a
     field with its own name (the renovation issue: `Thread.objects.filter(id=...)` used to fail)."""
     message = Message.objects.create(
-        id="m1", thread=thread, resource_id="user-1", role="user", content={}, sequence=1
+        public_id="m1", thread=thread, resource_id="user-1", role="user", content={}, sequence=1
     )
     assert Thread.objects.get(id=thread.id) == thread
     assert Thread.objects.get(public_id="t1", resource_id="user-1") == thread
@@ -110,6 +114,10 @@ def test_threads_and_messages_query_as_a_django_developer_expects(thread: Thread
     assert list(Message.objects.filter(thread__public_id="t1", thread__resource_id="user-1")) == [message]
     assert list(Thread.objects.filter(id="t1")) == []  # the public id alone names no row
     assert {f.name for f in Thread._meta.fields if f.primary_key} == {"id"}
+    # A message is named as a thread is: the caller's id in `public_id`, the key in `id`.
+    assert message.pk == message.id == message_key("user-1", "m1")
+    assert Message.objects.get(resource_id="user-1", public_id="m1") == message
+    assert {f.name for f in Message._meta.fields if f.primary_key} == {"id"}
 
 
 def test_a_resource_id_with_the_key_separator_is_refused() -> None:

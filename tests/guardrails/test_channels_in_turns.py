@@ -32,7 +32,7 @@ def prompt_text(model) -> str:
 
 
 def stored_message(message_id: str) -> StoredMessage:
-    return StoredMessage.objects.get(pk=message_id)
+    return StoredMessage.objects.get(public_id=message_id)
 
 
 # --- recall and history: withheld from the prompt, never a blocked turn ----------------------------
@@ -108,7 +108,7 @@ def test_a_warned_injection_is_saved_quarantined_and_never_loaded_or_recalled_ag
     flag = row.content["metadata"]["quarantine"]
     assert flag["status"] == "flagged" and flag["channel"] == "input" and flag["spans"]
     assert not MessageEmbedding.objects.filter(message_id=row.pk).exists()  # recall can never find it
-    assert MessageEmbedding.objects.filter(message_id=first.messages[1].id).exists()
+    assert MessageEmbedding.objects.filter(message__public_id=first.messages[1].id).exists()
 
     agent.generate("hello again", thread_id="t1", resource_id=R)
     assert POISON not in prompt_text(model)  # history skips it

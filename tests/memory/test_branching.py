@@ -8,7 +8,15 @@ import pytest
 from memproc import Memory
 from memproc.exceptions import ValidationError
 from memproc.messages import AttachmentRef, Message, TextPart, ToolCallPart, ToolResultPart
-from memproc.models import Attachment, MessageEmbedding, OutboxJob, Thread, WorkingMemoryRevision, thread_key
+from memproc.models import (
+    Attachment,
+    MessageEmbedding,
+    OutboxJob,
+    Thread,
+    WorkingMemoryRevision,
+    message_key,
+    thread_key,
+)
 from memproc.models import Message as MessageRow
 from memproc.services.attachments import attachment_store
 
@@ -56,10 +64,10 @@ def test_a_branch_holds_the_messages_up_to_and_including_the_one_named(recall_me
     assert stored_texts("trip-b") == ["I want to plan a trip to Lisbon", "Lisbon in spring is lovely"]
     rows = list(MessageRow.objects.filter(thread__public_id="trip-b").order_by("sequence"))
     assert [r.sequence for r in rows] == [1, 2]
-    assert {r.pk for r in rows}.isdisjoint(m.id for m in conversation)  # new, unique ids
+    assert {r.public_id for r in rows}.isdisjoint(m.id for m in conversation)  # new, unique ids
     assert [r.created_at for r in rows] == [
         m.created_at
-        for m in MessageRow.objects.filter(pk__in=[conversation[0].id, conversation[1].id]).order_by(
+        for m in MessageRow.objects.filter(public_id__in=[conversation[0].id, conversation[1].id]).order_by(
             "sequence"
         )
     ]
@@ -162,18 +170,20 @@ def test_an_id_taken_only_by_another_resource_is_free_for_the_clone(recall_memor
 def test_an_edit_changes_content_and_text_and_reembeds_after_commit(recall_memory, conversation, committing):
     target = conversation[1]
     old_vectors = set(
-        MessageEmbedding.objects.filter(message_id=target.id).values_list("content_hash", flat=True)
+        MessageEmbedding.objects.filter(message__public_id=target.id).values_list("content_hash", flat=True)
     )
     with committing():
         [updated] = recall_memory.update_messages([{"id": target.id, "content": "Porto in autumn is lovely"}])
-        assert not MessageEmbedding.objects.filter(message_id=target.id).exists()  # gone before commit
+        assert not MessageEmbedding.objects.filter(
+            message__public_id=target.id
+        ).exists()  # gone before commit
     assert updated.text == "Porto in autumn is lovely" and updated.role == "assistant"
-    row = MessageRow.objects.get(pk=target.id)
+    row = MessageRow.objects.get(public_id=target.id)
     assert row.text == "Porto in autumn is lovely"
     assert row.content == {"parts": [{"type": "text", "text": "Porto in autumn is lovely"}]}
     assert row.sequence == 2  # the place in the thread stays
     new_vectors = set(
-        MessageEmbedding.objects.filter(message_id=target.id).values_list("content_hash", flat=True)
+        MessageEmbedding.objects.filter(message__public_id=target.id).values_list("content_hash", flat=True)
     )
     assert new_vectors and new_vectors != old_vectors
     found = recall_memory.recall(
@@ -197,7 +207,7 @@ def test_an_edit_under_celery_is_an_outbox_job_sent_after_commit(
     assert OutboxJob.objects.filter(task="memproc.embed_messages").count() == 1 and sent == []
     for callback in callbacks:
         callback()
-    assert sent == [("memproc.embed_messages", {"message_ids": [conversation[2].id]})]
+    assert sent == [("memproc.embed_messages", {"message_ids": [message_key(R, conversation[2].id)]})]
 
 
 def test_without_recall_or_embeddings_nothing_is_embedded(committing):
@@ -208,7 +218,7 @@ def test_without_recall_or_embeddings_nothing_is_embedded(committing):
         )
         memory.update_messages([{"id": "plain-1", "content": "hello again"}])
     assert not MessageEmbedding.objects.exists()
-    assert MessageRow.objects.get(pk="plain-1").text == "hello again"
+    assert MessageRow.objects.get(public_id="plain-1").text == "hello again"
 
 
 def test_a_token_count_is_counted_again(committing):
@@ -219,9 +229,9 @@ def test_a_token_count_is_counted_again(committing):
             thread_id="tc",
             resource_id=R,
         )
-    assert MessageRow.objects.get(pk="tc-1").token_count == 1
+    assert MessageRow.objects.get(public_id="tc-1").token_count == 1
     memory.update_messages([{"id": "tc-1", "content": "a much longer message than the one before it"}])
-    assert MessageRow.objects.get(pk="tc-1").token_count > 5
+    assert MessageRow.objects.get(public_id="tc-1").token_count > 5
 
 
 @pytest.mark.parametrize(
@@ -254,10 +264,10 @@ def test_refused_edits_change_nothing(committing, change, error):
             thread_id="tools",
             resource_id=R,
         )
-    before = dict(MessageRow.objects.values_list("pk", "content"))
+    before = dict(MessageRow.objects.values_list("public_id", "content"))
     with pytest.raises(ValidationError, match=error):
         memory.update_messages(change if isinstance(change, list) else [change])
-    assert dict(MessageRow.objects.values_list("pk", "content")) == before
+    assert dict(MessageRow.objects.values_list("public_id", "content")) == before
 
 
 def test_a_tool_message_may_change_its_text_keeping_its_calls(committing):
@@ -270,7 +280,7 @@ def test_a_tool_message_may_change_its_text_keeping_its_calls(committing):
             resource_id=R,
         )
     memory.update_messages([Message.create("assistant", (TextPart("looking it up"), call), id="tool-a")])
-    assert MessageRow.objects.get(pk="tool-a").text == "looking it up"
+    assert MessageRow.objects.get(public_id="tool-a").text == "looking it up"
 
 
 def test_a_dropped_attachment_is_released_and_a_new_one_linked(committing, settings):
@@ -283,11 +293,11 @@ def test_a_dropped_attachment_is_released_and_a_new_one_linked(committing, setti
         memory.save_messages(
             [Message.create("user", (TextPart("see"), ref), id="with-file")], thread_id="f", resource_id=R
         )
-    assert Attachment.objects.get(pk=kept.pk).message_id == "with-file"
+    assert Attachment.objects.get(pk=kept.pk).message.public_id == "with-file"
     swapped = AttachmentRef(str(new.pk), "b.txt", "text/plain", 11)
     with committing():
         memory.update_messages(
             [Message.create("user", (TextPart("see this instead"), swapped), id="with-file")]
         )
     assert not Attachment.objects.filter(pk=kept.pk).exists() and not storage.exists(kept_name)
-    assert Attachment.objects.get(pk=new.pk).message_id == "with-file"
+    assert Attachment.objects.get(pk=new.pk).message.public_id == "with-file"

@@ -17,7 +17,7 @@ from memproc.exceptions import ConfigurationError
 from memproc.llm.types import ModelResponse, ToolCall
 from memproc.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from memproc.models import Message as StoredMessage
-from memproc.models import SummaryRevision, ThreadSummary, thread_key
+from memproc.models import SummaryRevision, ThreadSummary, message_key, thread_key
 from memproc.processors.compaction import (
     SUMMARY_MESSAGE_ID,
     CompactionOptions,
@@ -119,7 +119,7 @@ def test_covered_messages_are_not_loaded_twice(make_agent):
     # A per-call window larger than what is left uncovered: covered messages still stay out.
     result = agent.generate("and now?", thread_id=T, resource_id=R, memory_options={"last_messages": 40})
     body = [m for m in result.prompt if m.role != "system"]
-    stored = dict(StoredMessage.objects.filter(thread__public_id=T).values_list("id", "sequence"))
+    stored = dict(StoredMessage.objects.filter(thread__public_id=T).values_list("public_id", "sequence"))
     loaded = [stored[m.id] for m in body if m.id in stored]
     assert loaded and min(loaded) == covered + 1  # everything after the summary, nothing it covers
     assert len({m.id for m in body}) == len(body)
@@ -654,7 +654,7 @@ def test_quarantined_messages_never_reach_the_summary():
             thread_id=T,
             resource_id=R,
         )
-    assert StoredMessage.objects.get(pk=flagged.id).quarantined
+    assert StoredMessage.objects.get(public_id=flagged.id).quarantined
     [revision] = thread_compact(thread_key=K, through_sequence=32, trigger_tokens=300, keep_tokens=1000)
     assert revision.covered_sequence == 32 and "Ada Lovelace" in revision.text
     assert "swordfish" not in revision.text
@@ -677,9 +677,9 @@ def test_deleting_a_covered_message_drops_the_summary_that_repeats_it():
         thread_id=K, version=1, text=summary.text, covered_sequence=2, source="code"
     )
 
-    messages_delete(message_ids=[saved[4].id])  # after what the summary covers: it stays
+    messages_delete(message_keys=[message_key(R, saved[4].id)])  # after what the summary covers: it stays
     assert ThreadSummary.objects.filter(thread__public_id=T).exists()
-    messages_delete(message_ids=[saved[1].id])  # covered: it goes, with its revisions
+    messages_delete(message_keys=[message_key(R, saved[1].id)])  # covered: it goes, with its revisions
     assert not ThreadSummary.objects.filter(thread__public_id=T).exists()
     assert not SummaryRevision.objects.filter(thread__public_id=T).exists()
 
@@ -698,9 +698,9 @@ def test_quarantining_a_covered_message_drops_the_summary_that_may_repeat_it():
     ThreadSummary.objects.create(thread_id=K, text="fact number 1 ...", covered_sequence=2, token_count=5)
     SummaryRevision.objects.create(thread_id=K, version=1, text="fact number 1 ...", covered_sequence=2)
 
-    message_quarantine_review(message=StoredMessage.objects.get(pk=saved[4].id), status="confirmed")
+    message_quarantine_review(message=StoredMessage.objects.get(public_id=saved[4].id), status="confirmed")
     assert ThreadSummary.objects.filter(thread_id=K).exists()  # after what it covers: it stays
-    message_quarantine_review(message=StoredMessage.objects.get(pk=saved[1].id), status="confirmed")
+    message_quarantine_review(message=StoredMessage.objects.get(public_id=saved[1].id), status="confirmed")
     assert not ThreadSummary.objects.filter(thread_id=K).exists()
     assert not SummaryRevision.objects.filter(thread_id=K).exists()
     revisions = thread_compact(thread_key=K, through_sequence=6, trigger_tokens=1, keep_tokens=1000)

@@ -180,8 +180,10 @@ def test_embeddings_are_rebuilt_after_the_import(stored, committing):
         report = resource_import(document=document)
         assert not MessageEmbedding.objects.filter(resource_id=R).exists()  # after commit, not before
     assert report.embedding_jobs == 1
-    embedded = set(MessageEmbedding.objects.filter(resource_id=R).values_list("message_id", flat=True))
-    assert embedded == set(MessageRow.objects.filter(resource_id=R).values_list("id", flat=True))
+    embedded = set(
+        MessageEmbedding.objects.filter(resource_id=R).values_list("message__public_id", flat=True)
+    )
+    assert embedded == set(MessageRow.objects.filter(resource_id=R).values_list("public_id", flat=True))
     found = stored.recall(thread_id="recipes", resource_id=R, query="a soup with leeks", last_messages=0)
     assert "A soup with leeks" in [m.text for m in found]
 
@@ -203,7 +205,7 @@ def test_a_json_import_uses_files_still_in_the_storage(stored):
     Attachment.objects.all().delete()  # the row goes; the file stays in the storage
     report = resource_import(document=document)
     assert report.created["attachments"] == 1 and report.missing_files == []
-    assert Attachment.objects.get().message_id == "with-file"
+    assert Attachment.objects.get().message.public_id == "with-file"
 
 
 def test_a_file_named_by_the_document_is_used_only_if_its_bytes_match(stored):
@@ -238,7 +240,7 @@ def test_an_existing_resource_keeps_its_working_memory(stored):
 
 def test_new_messages_join_an_existing_thread(stored, committing):
     document = stored.export(resource_id=R)
-    MessageRow.objects.filter(pk="with-file").delete()
+    MessageRow.objects.filter(public_id="with-file").delete()
     report = resource_import(document=document)
     assert report.created["messages"] == 1
     with committing():
@@ -249,14 +251,12 @@ def test_new_messages_join_an_existing_thread(stored, committing):
 def test_conflicts_are_listed_and_nothing_is_imported(stored):
     document = stored.export(resource_id=R)
     resource_purge(resource_id=R)
-    Memory().create_thread(resource_id="intruder", thread_id="plans")  # its own "plans": no conflict
+    Memory().create_thread(resource_id=R, thread_id="elsewhere")  # a thread the document does not hold
     taken = document["threads"][1]["messages"][0]["id"]
-    MessageRow.objects.create(
-        id=taken, thread_id=thread_key("intruder", "plans"), resource_id="intruder", sequence=1
-    )
-    MessageRow.objects.create(
-        id="squatter", thread_id=thread_key("intruder", "plans"), resource_id="intruder", sequence=2
-    )
+    for sequence, message_id in enumerate((taken, "squatter"), start=1):
+        MessageRow.objects.create(
+            public_id=message_id, thread_id=thread_key(R, "elsewhere"), resource_id=R, sequence=sequence
+        )
     document["threads"][0]["messages"][0]["id"] = "squatter"
     with pytest.raises(ImportConflict) as caught:
         resource_import(document=document)
@@ -264,14 +264,30 @@ def test_conflicts_are_listed_and_nothing_is_imported(stored):
         "message 'squatter' is stored in another thread here",
         f"message {taken!r} is stored in another thread here",
     ]
-    assert not Resource.objects.filter(pk=R).exists()
+    assert list(Thread.objects.filter(resource_id=R).values_list("public_id", flat=True)) == ["elsewhere"]
     assert not Thread.objects.filter(public_id="recipes").exists()
+
+
+def test_another_resources_messages_of_the_same_ids_are_no_conflict(stored):
+    """Message ids are per resource: an intruder holding the exported ids blocks nothing, learns
+    nothing, and keeps its own messages."""
+    document = stored.export(resource_id=R)
+    resource_purge(resource_id=R)
+    Memory().create_thread(resource_id="intruder", thread_id="plans")
+    taken = document["threads"][1]["messages"][0]["id"]
+    MessageRow.objects.create(
+        public_id=taken, thread_id=thread_key("intruder", "plans"), resource_id="intruder", sequence=1
+    )
+    report = resource_import(document=document, embed=False)
+    assert report.created["messages"] == sum(len(t["messages"]) for t in document["threads"])
+    holders = MessageRow.objects.filter(public_id=taken).values_list("resource_id", flat=True)
+    assert sorted(holders) == sorted(["intruder", R])
 
 
 def test_a_message_stored_with_other_text_is_a_conflict(stored):
     document = stored.export(resource_id=R)
     first = document["threads"][0]["messages"][0]["id"]
-    MessageRow.objects.filter(pk=first).update(text="edited since")
+    MessageRow.objects.filter(public_id=first).update(text="edited since")
     with pytest.raises(ImportConflict, match="another role or text"):
         resource_import(document=document)
 
@@ -348,9 +364,9 @@ def test_the_import_command_lists_conflicts(stored, tmp_path, capsys):
     target.write_text(json.dumps(document))
     resource_purge(resource_id=R)
     taken = document["threads"][1]["messages"][0]["id"]
-    Memory().create_thread(resource_id="intruder", thread_id="recipes")
+    Memory().create_thread(resource_id=R, thread_id="elsewhere")
     MessageRow.objects.create(
-        id=taken, thread_id=thread_key("intruder", "recipes"), resource_id="intruder", sequence=1
+        public_id=taken, thread_id=thread_key(R, "elsewhere"), resource_id=R, sequence=1
     )
     with pytest.raises(CommandError, match="1 conflict"):
         call_command("memproc_import", str(target))

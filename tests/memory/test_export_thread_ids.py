@@ -15,7 +15,6 @@ from memproc.exceptions import ValidationError
 from memproc.models import (
     THREAD_KEY_SEPARATOR,
     Message,
-    Resource,
     Thread,
     ThreadSummary,
     TripwireLog,
@@ -24,7 +23,7 @@ from memproc.models import (
     thread_key,
 )
 from memproc.selectors.threads import threads_named
-from memproc.services.export import ImportConflict, resource_export_chunks, resource_import
+from memproc.services.export import resource_export_chunks, resource_import
 from memproc.services.purge import resource_purge
 from tests.factories import TripwireLogFactory
 
@@ -119,15 +118,15 @@ def test_importing_into_a_resource_that_holds_the_thread_id_keeps_its_thread(sha
     assert Thread.objects.filter(public_id=SHARED).count() == 3
 
 
-def test_a_message_of_the_same_id_in_another_resources_thread_is_still_a_conflict(shared):
+def test_a_message_of_the_same_id_in_another_resources_thread_is_no_conflict(shared):
+    """Message ids are per resource, as thread ids are (migration 0018): another resource's id is free."""
     document = shared.export(resource_id=GAMMA)
     resource_purge(resource_id=GAMMA)
     alphas = Message.objects.filter(thread_id=thread_key(ALPHA, SHARED)).order_by("sequence")
-    document["threads"][0]["messages"][0]["id"] = alphas[0].pk
-    with pytest.raises(ImportConflict) as caught:
-        resource_import(document=document)
-    assert caught.value.conflicts == [f"message {alphas[0].pk!r} is stored in another thread here"]
-    assert not Resource.objects.filter(pk=GAMMA).exists()
+    document["threads"][0]["messages"][0]["id"] = alphas[0].public_id
+    resource_import(document=document, embed=False)
+    holders = Message.objects.filter(public_id=alphas[0].public_id).values_list("resource_id", flat=True)
+    assert sorted(holders) == sorted([ALPHA, GAMMA])
 
 
 def test_a_stored_key_in_place_of_a_thread_id_is_refused(shared):
@@ -262,7 +261,7 @@ def test_a_document_from_before_thread_keys_imports_beside_other_resources_threa
     key = thread_key(LEGACY, SHARED)
     thread = Memory().get_thread(SHARED, resource_id=LEGACY)
     assert (thread.pk, thread.public_id, thread.title, thread.last_sequence) == (key, SHARED, "Password", 2)
-    assert list(Message.objects.filter(thread_id=key).values_list("id", flat=True)) == [
+    assert list(Message.objects.filter(thread_id=key).values_list("public_id", flat=True)) == [
         "legacy-1",
         "legacy-2",
     ]

@@ -70,7 +70,7 @@ def test_id_stored_in_another_thread_gets_a_fresh_id(make_agent, model):
     agent.generate([{"id": stolen, "role": "user", "content": "mine"}, "more"], thread_id=T, resource_id=R)
     mine = StoredMessage.objects.filter(thread__public_id=T, text="mine").get()
     assert mine.id != stolen
-    assert StoredMessage.objects.get(id=stolen).text == "elsewhere"
+    assert StoredMessage.objects.get(public_id=stolen).text == "elsewhere"
 
 
 def test_working_memory_tool_calls_are_never_saved(make_agent, model):
@@ -150,7 +150,7 @@ def test_window_is_full_after_messages_were_deleted(make_agent, model):
         model.add(f"a{i}")
         agent.generate(f"u{i}", thread_id=T, resource_id=R)
     agent.memory.delete_messages(
-        list(StoredMessage.objects.filter(text__in=["a3", "u2"]).values_list("id", flat=True))
+        list(StoredMessage.objects.filter(text__in=["a3", "u2"]).values_list("public_id", flat=True))
     )
     model.add("a4")
     agent.generate("u4", thread_id=T, resource_id=R)

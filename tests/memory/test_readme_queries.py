@@ -26,10 +26,13 @@ def test_the_readme_queries_run_and_find_the_rows() -> None:
     memory.create_thread(resource_id="user-42", thread_id="support-1")
     memory.create_thread(resource_id="user-7", thread_id="support-1")  # the same id, another user
     memory.save_messages(
-        [Message.create("user", "hello"), Message.create("assistant", "hi")],
+        [Message.create("user", "hello"), Message.create("assistant", "hi", id="m7")],
         thread_id="support-1",
         resource_id="user-42",
         embed=False,
+    )
+    memory.save_messages(  # the same message id, another user: theirs
+        [Message.create("user", "not this one", id="m7")], thread_id="support-1", resource_id="user-7"
     )
     memory.update_working_memory("# Notes\n- likes tea", thread_id="support-1", resource_id="user-42")
     TripwireLogFactory(status=TripwireLog.Status.PENDING)
@@ -39,5 +42,6 @@ def test_the_readme_queries_run_and_find_the_rows() -> None:
     assert found["thread"].resource_id == "user-42"
     assert [m.text for m in found["history"]] == ["hello", "hi"]
     assert found["recent"].count() == 2
+    assert (found["message"].public_id, found["message"].text) == ("m7", "hi")
     assert "likes tea" in found["notes"]
     assert found["pending"].count() == 1

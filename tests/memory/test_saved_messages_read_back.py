@@ -98,7 +98,9 @@ def shape(value: Any) -> Any:
 
 
 def stored_times(thread_id: str) -> dict[str, datetime]:
-    rows = StoredMessage.objects.filter(thread=thread_key(R, thread_id)).values_list("id", "created_at")
+    rows = StoredMessage.objects.filter(thread=thread_key(R, thread_id)).values_list(
+        "public_id", "created_at"
+    )
     return dict(rows)
 
 
@@ -115,7 +117,9 @@ def every_read(thread_id: str, ids: list[str]) -> dict[str, list[Message]]:
         ),
         "messages_recent": messages_recent(thread_key=key, limit=last),
         "thread_read": thread_read(thread_key=key, history=last)[2] or [],
-        "messages_by_id": sorted(messages_by_id(ids=ids).values(), key=lambda m: m.sequence or 0),
+        "messages_by_id": sorted(
+            messages_by_id(resource_id=R, ids=ids).values(), key=lambda m: m.sequence or 0
+        ),
     }
     return {name: [m for m in read if m.id in wanted] for name, read in reads.items()}
 
@@ -184,7 +188,7 @@ def test_a_turns_messages_with_tool_calls_read_back_as_the_turn_returned_them(ma
         assert [m.text for m in read] == ["Weather in Oslo?", "", "", "Cold."], name
     for m in saved:
         assert_utc(m.created_at)
-        assert m.created_at == StoredMessage.objects.get(id=m.id).created_at
+        assert m.created_at == StoredMessage.objects.get(public_id=m.id).created_at
     assert [m.created_at for m in saved] == sorted(m.created_at for m in saved)
 
 
@@ -325,7 +329,7 @@ def test_many_messages_saved_at_once_and_over_many_turns_all_read_back(make_agen
     assert len(stored) == 1200
     everything = Memory(last_messages=1200).recall(thread_id="t1", resource_id=R)
     assert [(m.id, m.text, m.sequence, m.created_at) for m in everything] == [
-        (row.id, row.text, row.sequence, row.created_at) for row in stored
+        (row.public_id, row.text, row.sequence, row.created_at) for row in stored
     ]
     assert [m.metadata for m in everything[:600]] == [{"i": i} for i in range(600)]
     assert [m.text for m in model.requests[-1].messages if m.role != "system"] == [

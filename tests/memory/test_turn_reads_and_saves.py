@@ -74,7 +74,7 @@ def test_thread_read_without_history_gives_the_owner_and_no_messages(django_asse
 
 def test_a_window_with_a_deleted_message_reaches_past_the_gap():
     ids = _thread_with(Memory(), 8)
-    StoredMessage.objects.filter(id=ids[6]).delete()
+    StoredMessage.objects.filter(public_id=ids[6]).delete()
     expected = [ids[3], ids[4], ids[5], ids[7]]
     owner, _, recent, _ = thread_read(thread_key=KEY, history=4)
     assert owner == (R, "", 8) and _ids(recent) == expected
@@ -115,7 +115,9 @@ def test_a_turn_with_a_longer_echo_than_its_window_reads_again(make_agent, model
     agent = make_agent(memory=Memory(last_messages=1))
     model.add("a0", "a1")
     agent.generate([{"id": "u0", "role": "user", "content": "u0"}], thread_id=T, resource_id=R)
-    stored = list(StoredMessage.objects.filter(thread=KEY).order_by("sequence").values_list("id", "text"))
+    stored = list(
+        StoredMessage.objects.filter(thread=KEY).order_by("sequence").values_list("public_id", "text")
+    )
     echo = [{"id": i, "role": "user" if t == "u0" else "assistant", "content": t} for i, t in stored]
     agent.generate([*echo, {"id": "u1", "role": "user", "content": "u1"}], thread_id=T, resource_id=R)
     assert list(StoredMessage.objects.filter(thread=KEY).values_list("text", flat=True)) == [
@@ -184,7 +186,7 @@ def test_save_messages_skips_stored_ids_within_a_bound_of_queries(django_assert_
         )
     assert [m.id for m in saved] == [new.id]  # the stored one is skipped
     assert list(
-        StoredMessage.objects.filter(thread=KEY).order_by("sequence").values_list("id", "sequence")
+        StoredMessage.objects.filter(thread=KEY).order_by("sequence").values_list("public_id", "sequence")
     ) == [
         (ids[0], 1),
         (ids[1], 2),

@@ -42,7 +42,7 @@ def stored_ids(thread_id: str) -> list[str]:
     return list(
         StoredMessage.objects.filter(thread__public_id=thread_id)
         .order_by("sequence")
-        .values_list("id", flat=True)
+        .values_list("public_id", flat=True)
     )
 
 

@@ -42,9 +42,9 @@ class RecordingStore(InMemoryStore):
         self.calls.append(("messages_recent", kwargs))
         return super().messages_recent(**kwargs)
 
-    def messages_existing(self, *, ids: Any) -> dict[str, tuple[str, str]]:
-        self.calls.append(("messages_existing", {"ids": list(ids)}))
-        return super().messages_existing(ids=ids)
+    def messages_existing(self, *, ids: Any, resource_id: str | None) -> dict[str, tuple[str, str]]:
+        self.calls.append(("messages_existing", {"ids": list(ids), "resource_id": resource_id}))
+        return super().messages_existing(ids=ids, resource_id=resource_id)
 
     def thread_summary(self, **kwargs: Any) -> ThreadSummaryValue | None:
         self.calls.append(("thread_summary", kwargs))
@@ -312,7 +312,7 @@ def test_a_resent_id_stored_in_this_thread_outside_the_window_is_dropped():
     ctx = input_ctx(store, [resent, new], client_ids={"m3", "client-next"})
     result = MessageHistory(2).process_input(ctx)
     assert ids(result) == ["m8", "m9", "client-next"]
-    assert store.called("messages_existing") == [{"ids": ["m3", "client-next"]}]
+    assert store.called("messages_existing") == [{"ids": ["m3", "client-next"], "resource_id": R}]
 
 
 def test_a_resent_id_stored_without_a_resource_counts_as_this_threads():
@@ -322,12 +322,14 @@ def test_a_resent_id_stored_without_a_resource_counts_as_this_threads():
     assert ids(MessageHistory(2).process_input(ctx)) == ["m4", "m5", "new"]
 
 
-def test_an_id_stored_under_another_resource_gets_a_fresh_id():
+def test_an_id_stored_under_another_resource_is_free_in_this_one():
+    """Ids name messages within their resource: another resource's "x0" neither clashes nor shows."""
     thread = [*stored(1, resource_id="someone-else", prefix="x"), *stored(4)]
-    ctx = input_ctx(store_with(thread), [new_user("hello", id="x0")], client_ids={"x0"})
+    store = store_with(thread)
+    ctx = input_ctx(store, [new_user("hello", id="x0")], client_ids={"x0"})
     result = MessageHistory(2).process_input(ctx)
-    assert ids(result)[:2] == ["m2", "m3"]
-    assert result[2].id != "x0" and result[2].text == "hello"
+    assert ids(result) == ["m2", "m3", "x0"] and result[2].text == "hello"
+    assert store.called("messages_existing") == [{"ids": ["x0"], "resource_id": R}]
 
 
 def test_an_id_stored_in_another_thread_gets_a_fresh_id_even_with_no_window():
@@ -436,8 +438,8 @@ class StoreWithoutSummaries:
     def messages_recent(self, **kwargs: Any) -> list[Message]:
         return self.inner.messages_recent(**kwargs)
 
-    def messages_existing(self, *, ids: Any) -> dict[str, tuple[str, str]]:
-        return self.inner.messages_existing(ids=ids)
+    def messages_existing(self, *, ids: Any, resource_id: str | None) -> dict[str, tuple[str, str]]:
+        return self.inner.messages_existing(ids=ids, resource_id=resource_id)
 
 
 def test_a_store_without_summaries_is_a_store_with_none():

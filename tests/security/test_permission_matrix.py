@@ -439,12 +439,12 @@ def test_naming_the_victims_thread_id_alone_reaches_only_ones_own_thread(world: 
     """Without the victim's resource, their thread id names a thread of the caller's own: the turn runs
     there, sees nothing of the victim's, and the victim's thread is unchanged (no oracle, no squatting)."""
     victim = models.Thread.objects.get(public_id=VICTIM_THREAD, resource_id=world.victim_resource)
-    before = list(victim.messages.values_list("id", "text"))
+    before = list(victim.messages.values_list("public_id", "text"))
     body = {k: v for k, v in turn_body(world).items() if k != "resource_id"}
     url = reverse("memproc:agent-generate", kwargs={"id": AGENT})
     response = client_for(world, "other_user").post(url, body, format="json")
     status, content = response.status_code, response.content
     assert status == 200, content[:300]
     assert not any(canary in content.decode(errors="replace") for canary in CANARIES)
-    assert list(victim.messages.values_list("id", "text")) == before
+    assert list(victim.messages.values_list("public_id", "text")) == before
     assert models.Thread.objects.filter(public_id=VICTIM_THREAD).count() == 2

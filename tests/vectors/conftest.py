@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from memproc.models import Message, Resource, Thread
+from memproc.models import Message, Resource, Thread, message_key
 from memproc.vectors import VectorStore, get_vector_store
 
 
@@ -22,7 +22,8 @@ def make_messages(db) -> Callable[..., list[Message]]:
         sequences[thread_id] = start + count
         return Message.objects.bulk_create(
             Message(
-                id=f"{thread_id}-m{start + i:05d}",
+                id=message_key(resource_id, f"{thread_id}-m{start + i:05d}"),
+                public_id=f"{thread_id}-m{start + i:05d}",
                 thread=thread,
                 resource_id=resource_id,
                 role="user",

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from memproc.models import public_message_id
 from memproc.processors.store import VectorHit
 from memproc.vectors import EmbeddingRow
 
@@ -56,7 +57,8 @@ class InMemoryStore:
         return sorted(best.values(), key=lambda hit: -hit.score)[:top_k]
 
     def message_ids(self) -> set[str]:
-        return {message_id for message_id, _, _ in self.rows}
+        """The ids (as callers know them) of the messages it holds vectors of; rows carry keys."""
+        return {public_message_id(message_id) for message_id, _, _ in self.rows}
 
 
 class SharedStore(InMemoryStore):

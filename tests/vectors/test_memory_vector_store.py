@@ -19,7 +19,7 @@ from django.test import TestCase
 from memproc import Memory, tasks
 from memproc.agents import register, unregister
 from memproc.messages import Message
-from memproc.models import MessageEmbedding
+from memproc.models import MessageEmbedding, message_key
 from memproc.processors.turn import TurnWrites
 from memproc.services.recall import messages_embed, sources_embed, sources_for
 from memproc.testing import HashEmbedder
@@ -96,14 +96,14 @@ def test_save_messages_writes_to_the_memorys_store_by_dotted_path() -> None:
 
 def test_without_a_store_the_settings_store_is_written_as_before() -> None:
     saved = save(Memory(semantic_recall=True), TEXTS)
-    assert set(MessageEmbedding.objects.values_list("message_id", flat=True)) == {m.id for m in saved}
+    assert set(MessageEmbedding.objects.values_list("message__public_id", flat=True)) == {m.id for m in saved}
 
 
 def test_with_celery_a_dotted_path_store_travels_in_the_task(celery_sends: Sent) -> None:
     memory = Memory(semantic_recall=True, vector_store=SHARED)
     saved = save(memory, TEXTS)
     (kwargs,) = celery_sends.named("memproc.embed_messages")
-    assert kwargs == {"message_ids": [m.id for m in saved], "vector_store": SHARED}
+    assert kwargs == {"message_ids": [message_key(R, m.id) for m in saved], "vector_store": SHARED}
     assert not SharedStore().rows  # the worker's job
 
     tasks.TASKS["memproc.embed_messages"](**kwargs)  # what the worker runs
@@ -126,9 +126,9 @@ def test_with_celery_an_embedder_object_is_used_in_this_process_too(celery_sends
     embedder = HashEmbedder(dimensions=16)
     saved = save(Memory(semantic_recall=True, embedder=embedder), TEXTS)
     assert celery_sends.calls == []
-    assert set(MessageEmbedding.objects.filter(model="hash-16").values_list("message_id", flat=True)) == {
-        m.id for m in saved
-    }
+    assert set(
+        MessageEmbedding.objects.filter(model="hash-16").values_list("message__public_id", flat=True)
+    ) == {m.id for m in saved}
 
 
 def test_bulk_import_defers_the_index_of_the_memorys_store() -> None:
@@ -153,7 +153,7 @@ def test_sources_embed_and_messages_embed_take_a_store() -> None:
         sources=sources_for(saved[:1], thread_id="t1", resource_id=R), embedder=None, vector_store=store
     )
     assert store.message_ids() == {saved[0].id}
-    assert messages_embed(message_ids=[saved[1].id], vector_store=SHARED) == 1
+    assert messages_embed(message_keys=[message_key(R, saved[1].id)], vector_store=SHARED) == 1
     assert SharedStore().message_ids() == {saved[1].id}
     assert MessageEmbedding.objects.count() == 0
 
@@ -198,7 +198,7 @@ def test_with_celery_a_turns_task_embeds_into_its_agents_store(make_agent, model
     model.add("Lovely")
     result = agent.generate(TEXTS[0], thread_id="t1", resource_id=R)
     (kwargs,) = celery_sends.named("memproc.embed_messages")
-    assert kwargs == {"message_ids": [m.id for m in result.messages], "agent_id": "own-store"}
+    assert kwargs == {"message_ids": [message_key(R, m.id) for m in result.messages], "agent_id": "own-store"}
 
     tasks.TASKS["memproc.embed_messages"](**kwargs)  # the worker finds the agent, and its store
 

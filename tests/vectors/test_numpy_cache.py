@@ -10,7 +10,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from memproc.models import Message, MessageEmbedding, Thread, thread_key
+from memproc.models import Message, MessageEmbedding, Thread, message_key, thread_key
 from memproc.vectors import NumpyVectorStore
 from tests.vectors.helpers import MODEL, exact_ranking, random_vectors, rows_for, unit
 
@@ -192,7 +192,7 @@ def test_committed_rows_stay_cached_and_a_rolled_back_transaction_does_not(
     assert ids(search(numpy_store)) == ids(exact_ranking_hits(rows))
     with pytest.raises(RuntimeError), transaction.atomic():
         ghost = Message.objects.create(
-            id="ghost",
+            public_id="ghost",
             thread_id=thread_key("r1", "t1"),
             resource_id="r1",
             role="user",
@@ -200,7 +200,7 @@ def test_committed_rows_stay_cached_and_a_rolled_back_transaction_does_not(
             sequence=99,
         )
         numpy_store.store(rows_for([ghost], [NEAR]))
-        assert search(numpy_store)[0].message_id == "ghost"
+        assert search(numpy_store)[0].message_id == message_key("r1", "ghost")
         raise RuntimeError("roll back")
     [late] = make_messages("t1", 1)
     numpy_store.store(rows_for([late], [unit([0, 1, 0, 0, 0, 0, 0, 0])]))

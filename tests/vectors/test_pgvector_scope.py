@@ -9,6 +9,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from memproc.models import public_message_id
 from memproc.vectors import PgvectorStore, pgvector_search
 from memproc.vectors.base import SearchFilter
 from tests.vectors.helpers import clustered, rows_for
@@ -63,7 +64,7 @@ def test_a_small_scope_is_counted_on_every_search(loaded) -> None:
             lambda: store.search(embedder_id=M, vector=vectors[301], top_k=3, resource_id="r2")
         )
         assert "scope_rows" in sql
-        assert hits[0].message_id.startswith("few-")
+        assert public_message_id(hits[0].message_id).startswith("few-")
 
 
 def test_a_filtered_search_is_always_counted(loaded) -> None:
@@ -109,9 +110,9 @@ def test_a_scope_that_shrank_is_still_answered(loaded) -> None:
     store.search(embedder_id=M, vector=vectors[7], top_k=5, thread_id="big")
     from memproc.models import MessageEmbedding
 
-    MessageEmbedding.objects.filter(thread_id__endswith="big").exclude(message_id="big-m00007").delete()
+    MessageEmbedding.objects.filter(thread_id__endswith="big").exclude(message__public_id="big-m00007").delete()
     sql, hits = search_sql_of(
         lambda: store.search(embedder_id=M, vector=vectors[7], top_k=5, thread_id="big")
     )
     assert "scope_rows" not in sql  # the memo still says large: the index and the tail answer
-    assert [h.message_id for h in hits] == ["big-m00007"]
+    assert [public_message_id(h.message_id) for h in hits] == ["big-m00007"]

@@ -68,7 +68,7 @@ def _asdict(row):
 
 
 def _messages(rows):
-    return Message.objects.filter(id__in=[r.message_id for r in rows]).order_by("id")
+    return Message.objects.filter(pk__in=[r.message_id for r in rows]).order_by("pk")
 
 
 @pytest.mark.parametrize(

@@ -358,7 +358,8 @@ class ChatView(ChatViewMixin, views.APIView):
         saves the turn, so a failed or blocked turn leaves them); otherwise it is a repeat, a 400."""
         ids = [m["id"] for m in ui_part if m.get("role") == "user"]
         here = (thread.resource_id, thread.public_id)
-        stored = [i for i, where in messages_existing(ids=ids).items() if where == here]
+        found = messages_existing(resource_id=thread.resource_id, ids=ids)
+        stored = [i for i, where in found.items() if where == here]
         if not stored:
             return None
         first = next(i for i in ids if i in stored)

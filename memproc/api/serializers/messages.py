@@ -159,11 +159,16 @@ def _good_message_id(value: Any) -> bool:
 class MessageSerializer(serializers.Serializer):
     """A stored message row or a `memproc.messages.Message`, rendered alike."""
 
-    id = serializers.CharField()
+    id = serializers.SerializerMethodField()
     role = serializers.ChoiceField(choices=models.Message.Role.choices)
     parts = serializers.SerializerMethodField()
     created_at = serializers.DateTimeField(allow_null=True)
     thread_id = serializers.SerializerMethodField()
+
+    @extend_schema_field({"type": "string"})
+    def get_id(self, message: Any) -> str:
+        """A row's key names its resource too; the API speaks the message id."""
+        return message.id if isinstance(message, Message) else message.public_id
 
     @extend_schema_field({"type": "string", "nullable": True})
     def get_thread_id(self, message: Any) -> str | None:

@@ -95,6 +95,7 @@ class TurnRequest:
         """409 for a client-chosen id that is stored with other content or in another thread."""
         if self.given.client_ids:
             input_ids_check(
+                resource_id=self.resource_id,
                 thread_key=self.thread_key,
                 messages=self.given.messages,
                 client_ids=self.given.client_ids,

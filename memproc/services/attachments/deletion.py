@@ -12,20 +12,21 @@ from memproc import models
 from memproc.services.attachments.files import attachment_delete
 
 
-def attachments_release(*, message_ids: Sequence[str]) -> int:
-    """Deletes the attachments of messages about to be deleted, unless another message references them.
+def attachments_release(*, message_keys: Sequence[str]) -> int:
+    """Deletes the attachments of messages about to be deleted (by their keys), unless another message
+    references them.
 
     A deduplicated file may be referenced by several messages of its resource; the reference lives in
     the message's content JSON, so other references are found with a text match on the id.
     Files are removed from storage after the transaction commits, never before.
     """
-    if not message_ids:
+    if not message_keys:
         return 0
     released = 0
-    for attachment in models.Attachment.objects.filter(message_id__in=list(message_ids)):
+    for attachment in models.Attachment.objects.filter(message_id__in=list(message_keys)):
         still_used = (
             models.Message.objects.filter(resource_id=attachment.resource_id)
-            .exclude(id__in=list(message_ids))
+            .exclude(id__in=list(message_keys))
             .annotate(content_text=Cast("content", TextField()))
             .filter(content_text__contains=str(attachment.id))
             .values_list("id", flat=True)

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from memproc import models
 from memproc.messages import AttachmentRef, FilePart, Message
+from memproc.models import message_key
 from memproc.processors.attachment_types import StagedAttachment
 from memproc.services.attachments.files import (
     attachment_storage,
@@ -56,7 +57,7 @@ def attachments_link(*, resource_id: str, messages: Sequence[Message]) -> int:
     for message_id, ids in by_message.items():
         linked += models.Attachment.objects.filter(
             pk__in=ids, resource_id=resource_id, message__isnull=True
-        ).update(message_id=message_id)
+        ).update(message_id=message_key(resource_id, message_id))
     return linked
 
 

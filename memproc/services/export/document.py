@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from memproc import logs, models
-from memproc.models import public_thread_id
+from memproc.models import public_message_id, public_thread_id
 from memproc.selectors.export import resource_rows
 from memproc.services.attachments import attachment_url
 
@@ -170,7 +170,7 @@ def _thread(t: models.Thread) -> dict[str, Any]:
 
 def _message(m: models.Message) -> dict[str, Any]:
     return {
-        "id": m.pk,
+        "id": m.public_id,
         "role": m.role,
         "content": m.content,
         "text": m.text,
@@ -239,7 +239,7 @@ def _tripwire(r: models.TripwireLog, users: Callable[[Any], str | None]) -> dict
 def _attachment(a: models.Attachment, url_for: UrlFor) -> dict[str, Any]:
     return {
         "id": str(a.pk),
-        "message_id": a.message_id,
+        "message_id": public_message_id(a.message_id) if a.message_id else None,
         "name": a.name,
         "content_type": a.content_type,
         "size": a.size,

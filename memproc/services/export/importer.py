@@ -160,7 +160,7 @@ class _Import:
 
     def new_messages(self) -> list[models.Message]:
         messages = self.rows.messages
-        for message_id, times in Counter(m.pk for m in messages).items():
+        for message_id, times in Counter(m.public_id for m in messages).items():
             if times > 1:
                 self.conflicts.append(f"message {message_id!r} is in the document {times} times")
         for (key, sequence), times in Counter((m.thread_id, m.sequence) for m in messages).items():
@@ -180,9 +180,11 @@ class _Import:
             if found is None:
                 new.append(message)
             elif found[0] != message.thread_id:
-                self.conflicts.append(f"message {message.pk!r} is stored in another thread here")
+                self.conflicts.append(f"message {message.public_id!r} is stored in another thread here")
             elif (found[1], found[2]) != (message.role, message.text):
-                self.conflicts.append(f"message {message.pk!r} is stored here with another role or text")
+                self.conflicts.append(
+                    f"message {message.public_id!r} is stored here with another role or text"
+                )
         taken = set(
             models.Message.objects.filter(
                 thread_id__in={m.thread_id for m in new}, sequence__in={m.sequence for m in new}
@@ -191,7 +193,7 @@ class _Import:
         for message in new:
             if (message.thread_id, message.sequence) in taken:
                 self.conflicts.append(
-                    f"message {message.pk!r}: its place (sequence {message.sequence}) in thread "
+                    f"message {message.public_id!r}: its place (sequence {message.sequence}) in thread "
                     f"{public_thread_id(message.thread_id)!r} is taken by another message here"
                 )
         return new

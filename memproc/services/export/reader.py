@@ -18,7 +18,7 @@ from django.utils.dateparse import parse_datetime
 from memproc import models
 from memproc.exceptions import AttachmentError, ValidationError
 from memproc.messages import UNSTORABLE, Message, has_unstorable_text, message_from_content, part_errors
-from memproc.models import THREAD_KEY_SEPARATOR, thread_key
+from memproc.models import THREAD_KEY_SEPARATOR, message_key, thread_key
 from memproc.processors.attachment_checks import inline_files_check
 from memproc.services.attachments import attachment_body_limit
 from memproc.services.export.document import FORMAT, VERSION
@@ -142,7 +142,8 @@ def _message(data: Mapping[str, Any], where: str, thread: models.Thread) -> mode
     value = _message_check(data, where, role, content)
     token_count = _integer(data, "token_count", where, optional=True)
     return models.Message(
-        id=value.id,
+        id=message_key(thread.resource_id, value.id),
+        public_id=value.id,
         thread_id=thread.pk,
         resource_id=thread.resource_id,
         role=role,
@@ -251,7 +252,7 @@ def _attachment(data: Mapping[str, Any], where: str, resource_id: str) -> models
     return models.Attachment(
         id=_uuid(data, "id", where),
         resource_id=resource_id,
-        message_id=message_id,
+        message_id=message_key(resource_id, message_id) if message_id else None,
         name=_text(data, "name", where)[:255],
         content_type=_text(data, "content_type", where)[:255],
         size=_integer(data, "size", where, high=SEQUENCE_MAX),

@@ -5,6 +5,8 @@ from tests.api.conftest import (  # noqa: F401 - fixtures, found by pytest under
     agent,
     make_agent,
     model,
+    other_resource,
+    other_thread,
     other_user,
     owner_client,
     resource,

@@ -23,7 +23,7 @@ def test_a_superusers_thread_id_alone_is_their_own_thread(agent, model, thread):
     )
     assert response.status_code == 200, response.content
     assert response.json()["resource_id"] == str(superuser.pk)
-    assert list(thread.messages.values_list("id", flat=True)) == ["theirs"]  # untouched
+    assert list(thread.messages.values_list("public_id", flat=True)) == ["theirs"]  # untouched
     assert "the owner's words" not in str(model.requests[0].messages)
     assert models.Thread.objects.filter(public_id=thread.public_id).count() == 2
 
