@@ -195,9 +195,7 @@ def _in_threads(calls: list[Call]) -> list[Any]:
     ]
     try:
         for future in as_completed(futures):
-            error = future.exception()
-            if error is not None:
-                raise error
+            future.result()  # the first to fail raises here
         return [future.result() for future in futures]
     finally:
         for future in futures:
