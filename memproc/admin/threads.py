@@ -27,6 +27,7 @@ from memproc.admin.common import (
     admin_url,
     changelist_url,
 )
+from memproc.admin.thread_archive import ArchivedFilter, ThreadArchiveActionsMixin
 from memproc.admin.transcript import transcript_context
 from memproc.admin.working_memory import (
     WorkingMemoryAdminMixin,
@@ -183,12 +184,19 @@ class ResourceAdmin(KeySafePagesMixin, WorkingMemoryAdminMixin, admin.ModelAdmin
 
 
 @admin.register(models.Thread)
-class ThreadAdmin(KeySafePagesMixin, ThreadKeyPkMixin, WorkingMemoryAdminMixin, admin.ModelAdmin):
+class ThreadAdmin(
+    KeySafePagesMixin,
+    ThreadKeyPkMixin,
+    ThreadArchiveActionsMixin,
+    WorkingMemoryAdminMixin,
+    admin.ModelAdmin,
+):
     form = ThreadForm
     working_memory_scope = "thread"
     # Five columns that fit beside the navigation and the filters at 1280 px.
     list_display = ("display_title", "owner", "message_count", "last_activity", "tripwire_count")
-    list_filter = ("agent_id", "created_at", "updated_at", HasTripwiresFilter)
+    list_filter = ("agent_id", ArchivedFilter, "created_at", "updated_at", HasTripwiresFilter)
+    actions = ("archive_threads", "unarchive_threads")
     search_fields = ("public_id", "title", "resource__id", "messages__text")
     search_help_text = _("Thread id, title, resource id, or text of any message.")
     raw_id_fields = ("resource",)
@@ -199,6 +207,7 @@ class ThreadAdmin(KeySafePagesMixin, ThreadKeyPkMixin, WorkingMemoryAdminMixin, 
         "agent_id",
         "created_at",
         "updated_at",
+        "archived_at",
         "message_count",
         "last_activity",
         "tripwire_count",
@@ -216,7 +225,7 @@ class ThreadAdmin(KeySafePagesMixin, ThreadKeyPkMixin, WorkingMemoryAdminMixin, 
                     "title",
                     "metadata",
                     ("message_count", "last_activity", "tripwire_count"),
-                    ("created_at", "updated_at"),
+                    ("created_at", "updated_at", "archived_at"),
                 )
             },
         ),

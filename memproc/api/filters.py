@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import django_filters
 from django import forms
+from django.db.models import QuerySet
 
 from memproc import models
 
@@ -20,7 +23,23 @@ class NoEmptyValuesForm(forms.Form):
         return cleaned
 
 
+ARCHIVED_CHOICES = [
+    ("false", "Threads that are not archived (the default)"),
+    ("true", "Archived threads only"),
+    ("all", "Every thread"),
+]
+
+
 class ThreadFilter(django_filters.FilterSet):
+    """Narrows the thread list. Without `archived`, archived threads are left out: the list is what a
+    chat UI shows, and an archived conversation is one its user put away."""
+
+    archived = django_filters.ChoiceFilter(
+        choices=ARCHIVED_CHOICES,
+        method="filter_archived",
+        empty_label=None,
+        help_text="`false` (default): threads that are not archived; `true`: archived ones; `all`: both.",
+    )
     resource_id = django_filters.CharFilter(
         field_name="resource_id", help_text="Only this resource's threads."
     )
@@ -30,7 +49,19 @@ class ThreadFilter(django_filters.FilterSet):
 
     class Meta:
         model = models.Thread
-        fields = ["resource_id", "agent"]
+        form = NoEmptyValuesForm
+        fields = ["archived", "resource_id", "agent"]
+
+    def __init__(self, data: Any = None, *args: Any, **kwargs: Any) -> None:
+        if data is not None and "archived" not in data:
+            data = data.copy()
+            data["archived"] = "false"
+        super().__init__(data, *args, **kwargs)
+
+    def filter_archived(self, queryset: QuerySet[Any], name: str, value: str) -> QuerySet[Any]:
+        if value == "all":
+            return queryset
+        return queryset.filter(archived_at__isnull=value == "false")
 
 
 class TripwireFilter(django_filters.FilterSet):

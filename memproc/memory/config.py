@@ -17,7 +17,13 @@ from memproc.processors.message_history import MessageHistory
 from memproc.processors.semantic_recall import SemanticRecall
 from memproc.processors.working_memory import WorkingMemory
 
-RECALL_DEFAULTS = {"top_k": 4, "message_range": 1, "scope": "resource", "threshold": None}
+RECALL_DEFAULTS = {
+    "top_k": 4,
+    "message_range": 1,
+    "scope": "resource",
+    "threshold": None,
+    "include_archived": False,
+}
 WORKING_MEMORY_DEFAULTS = {"scope": "resource", "template": None, "schema": None, "max_tokens": None}
 COMPACTION_DEFAULTS = {"trigger_tokens": 6000, "keep_tokens": 2000, "model": None}
 CALL_OPTIONS = frozenset({"read_only", "last_messages", "semantic_recall", "working_memory"})

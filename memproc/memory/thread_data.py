@@ -76,6 +76,20 @@ class ThreadDataMixin:
 
         return thread_update(thread=self._thread(thread_id, resource_id), title=title, metadata=metadata)
 
+    def archive_thread(self, thread_id: str, *, resource_id: str | None = None) -> Any:
+        """Archives a thread (idempotent): it leaves the HTTP API's default thread list and other
+        threads' semantic recall (unless `semantic_recall={"include_archived": True}`); its messages
+        stay, and a turn on it still runs, recalls its own messages and leaves it archived."""
+        from memproc.services.threads import thread_archive
+
+        return thread_archive(thread=self._thread(thread_id, resource_id))
+
+    def unarchive_thread(self, thread_id: str, *, resource_id: str | None = None) -> Any:
+        """Brings an archived thread back (idempotent)."""
+        from memproc.services.threads import thread_unarchive
+
+        return thread_unarchive(thread=self._thread(thread_id, resource_id))
+
     def delete_thread(self, thread_id: str, *, resource_id: str | None = None) -> None:
         from memproc.services.threads import thread_delete
 

@@ -93,6 +93,9 @@ class Thread(models.Model):
     last_sequence = models.BigIntegerField(default=0, editable=False)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # Set while the thread is archived: left out of the API's thread list by default and out of other
+    # threads' semantic recall unless the agent asks for it; its own turns still run and recall.
+    archived_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["-updated_at"]
@@ -104,6 +107,12 @@ class Thread(models.Model):
         indexes = [
             models.Index(fields=["resource", "-updated_at"], name="memproc_thread_res_upd"),
             models.Index(fields=["created_at"], name="memproc_thread_created"),
+            # Recall's look-up of a resource's archived threads holds only them.
+            models.Index(
+                fields=["resource"],
+                condition=Q(archived_at__isnull=False),
+                name="memproc_thread_archived",
+            ),
         ]
 
     def __str__(self) -> str:

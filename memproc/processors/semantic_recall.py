@@ -22,13 +22,20 @@ CROSS_THREAD_HEADER = (
 )
 
 
+# How many more hits a search fetches when archived threads' hits will be dropped from it.
+ARCHIVED_OVERFETCH = 4
+
+
 class SemanticRecall:
     """Input: embeds the last new user message, searches the scope (the resource's threads, or this
     thread) for the `top_k` most similar stored messages, and loads each hit with `message_range`
     neighbours from the hit's own thread. Messages already in the prompt are dropped; this thread's
     hits join the history in time order; other threads' hits go into one system message marked as
     remembered from another conversation. Any failure (embedder, vector store) is logged and the turn
-    goes on without recall.
+    goes on without recall. Archived threads other than this one are left out unless
+    `include_archived`: their hits are dropped after a search that fetches `ARCHIVED_OVERFETCH` times
+    as many, so a resource whose archived threads hold most of the close matches may get fewer than
+    `top_k` hits. A turn in an archived thread recalls its own messages as usual.
 
     Output: asks the turn to embed the user and assistant messages of its input and responses after
     the save commits (one batched embedder call), except those a guardrail quarantined; it never
@@ -47,6 +54,7 @@ class SemanticRecall:
         message_range: int | dict[str, int] = 1,
         scope: str = "resource",
         threshold: float | None = None,
+        include_archived: bool = False,
     ) -> None:
         if top_k < 1:
             raise ConfigurationError("SemanticRecall(top_k=...) must be >= 1")
@@ -65,6 +73,7 @@ class SemanticRecall:
         self.top_k = top_k
         self.scope = scope
         self.threshold = threshold
+        self.include_archived = bool(include_archived)
 
     @property
     def embedder(self) -> Any:
@@ -115,15 +124,16 @@ class SemanticRecall:
             else {"thread_id": ctx.thread_id, "resource_id": ctx.resource_id}
         )
         present = {m.id for m in ctx.messages}
+        archived = self.archived_threads(ctx)
         hits = ctx.store.vectors_search(
             embedder_id=embedder.id,
             vector=vector,
-            top_k=self.top_k + len(present),
+            top_k=(self.top_k + len(present)) * (ARCHIVED_OVERFETCH if archived else 1),
             threshold=self.threshold,
             vector_store=self.vector_store,
             **scope_filter,
         )
-        hits = [h for h in hits if h.message_id not in present][: self.top_k]
+        hits = [h for h in hits if h.message_id not in present and h.thread_id not in archived][: self.top_k]
         ctx.state["scores"] = {h.message_id: round(h.score, 4) for h in hits}  # neighbours have none
         if not hits:
             return None
@@ -139,6 +149,15 @@ class SemanticRecall:
             fresh = [m for m in messages if m.id not in present]
             (same if thread_id == ctx.thread_id else other).extend(fresh)
         return same, other
+
+    def archived_threads(self, ctx: ProcessorContext) -> frozenset[str]:
+        """The resource's archived threads whose messages this turn leaves out: none in thread scope,
+        with `include_archived`, or from a store that knows no archiving (`threads_archived` is
+        optional in the store protocol). The turn's own thread is never left out."""
+        lookup = getattr(ctx.store, "threads_archived", None)
+        if self.scope != "resource" or self.include_archived or lookup is None:
+            return frozenset()
+        return frozenset(lookup(resource_id=ctx.resource_id)) - {ctx.thread_id}
 
     def process_output_result(self, ctx: ProcessorContext) -> list[Message] | None:
         if ctx.turn is not None:

@@ -81,6 +81,11 @@ class MemoryStore(Protocol):
         vector_store: Any = None,
     ) -> list[VectorHit]: ...
 
+    def threads_archived(self, *, resource_id: str | None) -> Iterable[str]:
+        """The ids of the resource's archived threads, which recall leaves out unless the agent
+        includes them. Optional: SemanticRecall treats a store without it as one with none."""
+        ...
+
     def working_memory_get(
         self, *, scope: str, key: str, resource_id: str | None = None
     ) -> WorkingMemoryValue:
@@ -106,7 +111,7 @@ class InMemoryStore:
 
     `add(thread_id, messages, embedder=...)` stores messages (and their vectors when an embedder is
     given); `working_memory[(scope, key)]` holds working-memory text; `summaries[thread_id]` a
-    thread's summary.
+    thread's summary; `archived` the ids of archived threads.
     """
 
     threads: dict[str, list[Message]] = field(default_factory=dict)
@@ -114,6 +119,7 @@ class InMemoryStore:
     working_memory: dict[tuple[str, str], str] = field(default_factory=dict)
     metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
     summaries: dict[str, ThreadSummaryValue] = field(default_factory=dict)
+    archived: set[str] = field(default_factory=set)
     attachments: Any = None
 
     def add(self, thread_id: str, messages: Sequence[Message], *, embedder: Any = None) -> None:
@@ -188,6 +194,9 @@ class InMemoryStore:
             if threshold is None or score >= threshold:
                 hits.append(VectorHit(message_id=message_id, thread_id=tid, score=score))
         return sorted(hits, key=lambda h: -h.score)[:top_k]
+
+    def threads_archived(self, *, resource_id: str | None) -> Iterable[str]:
+        return set(self.archived)
 
     def working_memory_get(
         self, *, scope: str, key: str, resource_id: str | None = None

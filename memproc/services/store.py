@@ -12,7 +12,7 @@ from memproc.messages import Message
 from memproc.models import message_keys, public_message_id, thread_key
 from memproc.processors.store import ThreadSummaryValue, VectorHit, WorkingMemoryValue
 from memproc.selectors.messages import messages_around, messages_before, messages_existing, messages_recent
-from memproc.selectors.threads import thread_read, working_memory_get
+from memproc.selectors.threads import thread_read, threads_archived, working_memory_get
 from memproc.services.attachments.files import DjangoAttachmentStore
 from memproc.services.compaction.summary import summary_value, thread_summary_get
 from memproc.services.recall import query_embed
@@ -110,6 +110,9 @@ class DjangoMemoryStore:
         # The vector store names messages by their keys; a turn speaks the ids of its resource.
         hits = [VectorHit(public_message_id(hit.message_id), hit.thread_id, hit.score) for hit in hits]
         return [hit for hit in hits if hit.message_id not in self.hidden][:top_k]
+
+    def threads_archived(self, *, resource_id: str | None) -> Iterable[str]:
+        return threads_archived(resource_id=resource_id or "")
 
     def working_memory_get(
         self, *, scope: str, key: str, resource_id: str | None = None

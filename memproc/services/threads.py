@@ -1,4 +1,4 @@
-"""Writes of threads: create, rename, delete, clone and branch. Each service owns its transaction;
+"""Writes of threads: create, rename, archive, delete, clone and branch. Each service owns its transaction;
 messages are written in memproc.services.messages."""
 
 from __future__ import annotations
@@ -108,6 +108,25 @@ def thread_update(
         fields.append("metadata")
     thread.updated_at = timezone.now()
     thread.save(update_fields=fields)
+    return thread
+
+
+def thread_archive(*, thread: models.Thread) -> models.Thread:
+    """Archives a thread: it leaves the API's default thread list and other threads' recall, and
+    keeps its messages; its own turns still run. Idempotent: an archived thread keeps the time it was
+    first archived. `updated_at` is untouched, so unarchiving puts it back where it was."""
+    if thread.archived_at is None:
+        now = timezone.now()
+        rows = models.Thread.objects.filter(pk=thread.pk, archived_at__isnull=True).update(archived_at=now)
+        # Archived meanwhile by another request: that request's time stands.
+        thread.archived_at = now if rows else models.Thread.objects.get(pk=thread.pk).archived_at
+    return thread
+
+
+def thread_unarchive(*, thread: models.Thread) -> models.Thread:
+    """Brings an archived thread back (idempotent)."""
+    models.Thread.objects.filter(pk=thread.pk).exclude(archived_at=None).update(archived_at=None)
+    thread.archived_at = None
     return thread
 
 

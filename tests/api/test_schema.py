@@ -21,6 +21,8 @@ ENDPOINTS = {
     "threads/{id}/messages/": {"get"},
     "threads/{id}/clone/": {"post"},
     "threads/{id}/branch/": {"post"},
+    "threads/{id}/archive/": {"post"},
+    "threads/{id}/unarchive/": {"post"},
     "resources/{id}/export/": {"get"},
     "threads/{id}/working-memory/": {"get", "put"},
     "resources/{id}/working-memory/": {"get", "put"},

@@ -13,7 +13,16 @@ from tests.factories import MessageFactory, ResourceFactory, ThreadFactory
 
 pytestmark = pytest.mark.django_db
 
-THREAD_FIELDS = {"id", "resource_id", "title", "agent_id", "metadata", "created_at", "updated_at"}
+THREAD_FIELDS = {
+    "id",
+    "resource_id",
+    "title",
+    "agent_id",
+    "metadata",
+    "created_at",
+    "updated_at",
+    "archived_at",
+}
 
 
 def thread_url(thread_id: str, suffix: str = "") -> str:

@@ -162,6 +162,8 @@ MATRIX: dict[tuple[str, str], tuple[Rule, Call]] = {
             kwargs=thread_kwargs, query=victims, body=lambda w: {"message_id": "victim-m1", "id": "branched"}
         ),
     ),
+    ("thread-archive", "POST"): (WRITE, Call(kwargs=thread_kwargs, query=victims)),
+    ("thread-unarchive", "POST"): (WRITE, Call(kwargs=thread_kwargs, query=victims)),
     ("resource-export", "GET"): (READ, Call(kwargs=lambda w: {"id": w.victim_resource}, streams=True)),
     ("thread-messages", "GET"): (READ, Call(kwargs=thread_kwargs, query=victims)),
     ("thread-turns", "GET"): (READ, Call(kwargs=thread_kwargs, query=victims)),

@@ -16,7 +16,16 @@ class ThreadSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = models.Thread
-        fields = ["id", "resource_id", "title", "agent_id", "metadata", "created_at", "updated_at"]
+        fields = [
+            "id",
+            "resource_id",
+            "title",
+            "agent_id",
+            "metadata",
+            "created_at",
+            "updated_at",
+            "archived_at",
+        ]
         read_only_fields = fields
 
 

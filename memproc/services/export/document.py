@@ -165,6 +165,7 @@ def _thread(t: models.Thread) -> dict[str, Any]:
         "last_sequence": t.last_sequence,
         "created_at": iso(t.created_at),
         "updated_at": iso(t.updated_at),
+        "archived_at": iso(t.archived_at),
     }
 
 

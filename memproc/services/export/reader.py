@@ -117,6 +117,8 @@ def _thread(data: Mapping[str, Any], where: str, resource_id: str) -> models.Thr
         last_sequence=_integer(data, "last_sequence", where, high=SEQUENCE_MAX),
         created_at=_time(data, "created_at", where),
         updated_at=_time(data, "updated_at", where),
+        # Optional: documents written before threads could be archived have none.
+        archived_at=_time(data, "archived_at", where, optional=True),
     )
 
 
