@@ -50,18 +50,26 @@ class ThreadDataMixin:
         cursor: str | None = None,
         order_by: str = "-updated_at",
         metadata: dict[str, Any] | None = None,
+        archived: bool | None = None,
     ) -> list[Any]:
         """A resource's threads, most recently active first (`order_by`: "updated_at" or
         "created_at", "-" for newest first; the id breaks ties, so the order is stable).
 
         `metadata` keeps threads whose metadata holds each key with that value (a string, number,
-        boolean or None). With `limit`, one page: the returned list's `next_cursor` (None on the last
-        page) passed back as `cursor` gives the next, in the same `order_by`.
+        boolean or None). `archived` True keeps archived threads only, False the others; None (the
+        default, unlike the HTTP list's) every thread. With `limit`, one page: the returned list's
+        `next_cursor` (None on the last page) passed back as `cursor` gives the next, in the same
+        `order_by`.
         """
         from memproc.selectors.threads import threads_page
 
         return threads_page(
-            resource_ids=[resource_id], limit=limit, cursor=cursor, order_by=order_by, metadata=metadata
+            resource_ids=[resource_id],
+            limit=limit,
+            cursor=cursor,
+            order_by=order_by,
+            metadata=metadata,
+            archived=archived,
         )
 
     def update_thread(

@@ -140,8 +140,10 @@ def threads_page(
     cursor: str | None = None,
     order_by: str = "-updated_at",
     metadata: Mapping[str, Any] | None = None,
+    archived: bool | None = None,
 ) -> ThreadList:
-    """A page of threads in a stable order (`order_by`, then id), narrowed by thread metadata.
+    """A page of threads in a stable order (`order_by`, then id), narrowed by thread metadata and,
+    with `archived` True or False, to archived threads or to the others.
 
     `cursor` is the `next_cursor` of the previous page (opaque; it remembers the order it was made
     for). Keyset paging: one query per page whatever the page's depth, on the (resource, updated_at)
@@ -153,6 +155,8 @@ def threads_page(
         raise ValidationError("limit must be a positive integer or None")
     field = order_by.lstrip("-")
     qs = metadata_filter(threads_for_resources(resource_ids=resource_ids), metadata)
+    if archived is not None:
+        qs = qs.filter(archived_at__isnull=not archived)
     if cursor:
         value, last_id = _thread_cursor_decode(cursor, order_by)
         past = Q(**{f"{field}__{'lt' if order_by.startswith('-') else 'gt'}": value})

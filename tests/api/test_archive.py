@@ -125,3 +125,15 @@ def test_the_schema_describes_archiving(api_client):
     assert set(archived["schema"]["enum"]) == {"all", "false", "true"}
     assert "archived_at" in document["components"]["schemas"]["Thread"]["properties"]
     assert models.Thread._meta.get_field("archived_at").null
+
+
+@pytest.mark.parametrize("body", ["511", "[]", '"archive"'])
+def test_a_body_that_is_not_a_json_object_is_a_400(owner_client, thread, body):
+    response = owner_client.post(archive_url(thread.public_id), body, content_type="application/json")
+    assert response.status_code == 400
+    thread.refresh_from_db()
+    assert thread.archived_at is None
+
+
+def test_an_empty_object_is_accepted(owner_client, thread):
+    assert owner_client.post(archive_url(thread.public_id), {}, format="json").status_code == 200

@@ -184,3 +184,16 @@ def test_a_document_without_archived_at_imports_threads_not_archived(committing)
     with committing():
         resource_import(document=document, files={})
     assert memory.get_thread("t1", resource_id=R).archived_at is None
+
+
+def test_list_threads_narrows_by_archived_when_asked():
+    memory = Memory()
+    for thread_id in ("a", "b", "c"):
+        memory.create_thread(resource_id=R, thread_id=thread_id)
+    memory.archive_thread("b", resource_id=R)
+    assert sorted(t.public_id for t in memory.list_threads(resource_id=R)) == ["a", "b", "c"]
+    assert [t.public_id for t in memory.list_threads(resource_id=R, archived=True)] == ["b"]
+    assert sorted(t.public_id for t in memory.list_threads(resource_id=R, archived=False)) == ["a", "c"]
+    page = memory.list_threads(resource_id=R, archived=False, limit=1)
+    rest = memory.list_threads(resource_id=R, archived=False, limit=1, cursor=page.next_cursor)
+    assert sorted(t.public_id for t in [*page, *rest]) == ["a", "c"] and rest.next_cursor is None

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
-from rest_framework import generics
+from rest_framework import generics, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -32,7 +32,10 @@ class ThreadArchiveBaseView(MemprocViewMixin, generics.GenericAPIView):
         return self.thread_object()
 
     def post(self, request: Request, id: str) -> Response:
-        thread = type(self).write(thread=self.get_object())
+        thread = self.get_object()
+        # Nothing is read from the body, but one that is not a JSON object is a 400, as elsewhere.
+        serializers.Serializer(data=request.data).is_valid(raise_exception=True)
+        thread = type(self).write(thread=thread)
         return Response(ThreadSerializer(thread).data)
 
 
@@ -54,7 +57,7 @@ class ThreadArchiveView(ThreadArchiveBaseView):
         ),
         parameters=THREAD,
         request=NO_BODY,
-        responses={200: ThreadSerializer, **errors(404)},
+        responses={200: ThreadSerializer, **errors(400, 404)},
     )
     def post(self, request: Request, id: str) -> Response:
         return super().post(request, id)
@@ -69,7 +72,7 @@ class ThreadUnarchiveView(ThreadArchiveBaseView):
         description="Clears `archived_at` (a thread that is not archived is answered unchanged).",
         parameters=THREAD,
         request=NO_BODY,
-        responses={200: ThreadSerializer, **errors(404)},
+        responses={200: ThreadSerializer, **errors(400, 404)},
     )
     def post(self, request: Request, id: str) -> Response:
         return super().post(request, id)
