@@ -119,8 +119,8 @@ class InMemoryStore:
     working_memory: dict[tuple[str, str], str] = field(default_factory=dict)
     metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
     summaries: dict[str, ThreadSummaryValue] = field(default_factory=dict)
-    archived: set[str] = field(default_factory=set)
     attachments: Any = None
+    archived: set[str] = field(default_factory=set)  # last: positional construction stays as it was
 
     def add(self, thread_id: str, messages: Sequence[Message], *, embedder: Any = None) -> None:
         stored = self.threads.setdefault(thread_id, [])

@@ -197,3 +197,36 @@ def test_list_threads_narrows_by_archived_when_asked():
     page = memory.list_threads(resource_id=R, archived=False, limit=1)
     rest = memory.list_threads(resource_id=R, archived=False, limit=1, cursor=page.next_cursor)
     assert sorted(t.public_id for t in [*page, *rest]) == ["a", "c"] and rest.next_cursor is None
+
+
+def test_the_processor_leaves_archived_threads_out_on_any_store():
+    """No database: the in-memory store names its archived threads as the Django one does."""
+    from memproc.messages import Message
+    from memproc.processors.base import ProcessorContext
+    from memproc.processors.store import InMemoryStore
+    from memproc.testing import HashEmbedder
+
+    embedder = HashEmbedder(dimensions=32)
+    store = InMemoryStore()
+    store.add("old", [Message.create("user", TOPICS[0]).replace(resource_id=R)], embedder=embedder)
+    store.add("here", [Message.create("user", TOPICS[1]).replace(resource_id=R)], embedder=embedder)
+
+    def recalled(recall: SemanticRecall, thread_id: str) -> list[str]:
+        ctx = ProcessorContext(
+            processor_id=recall.id,
+            messages=(Message.create("user", QUESTION),),
+            thread_id=thread_id,
+            resource_id=R,
+            store=store,
+        )
+        same, other = recall.recall(ctx, QUESTION) or ([], [])
+        return [m.text for m in [*same, *other]]
+
+    recall = SemanticRecall(embedder=embedder, top_k=1, message_range=0)
+    assert recalled(recall, "new") == [TOPICS[0]]
+    store.archived.add("old")
+    assert recalled(recall, "new") == [TOPICS[1]]
+    assert recalled(recall, "old") == [TOPICS[0]]  # its own thread
+    assert recalled(
+        SemanticRecall(embedder=embedder, top_k=1, message_range=0, include_archived=True), "new"
+    ) == [TOPICS[0]]
