@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -22,11 +23,19 @@ class ValidationError(MemprocError, ValueError):
 
 
 class MessageConflict(ValidationError):
-    """A message id that is already stored with other content or in another thread (whose, it never
-    says), or that a concurrent request saved first. Nothing of the request was saved; the API
-    answers 409."""
+    """A message id that is already stored with other content or in another thread of its resource
+    (message ids are per resource, so never another owner's), or that a concurrent request saved
+    first. Nothing of the request was saved; the API answers 409."""
 
     code = "message_conflict"
+
+    @classmethod
+    def in_use(cls, ids: Iterable[str]) -> MessageConflict:
+        """The one wording for ids in use, whether the API's check or a turn's history finds them."""
+        return cls(
+            f"Message ids already in use: {', '.join(sorted(ids))}; nothing was saved. A stored message "
+            "may be sent again only unchanged and in its own thread; a new message needs a new id."
+        )
 
 
 class ThreadOwnershipError(MemprocError, PermissionError):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memproc.exceptions import ConfigurationError
-from memproc.messages import Message, new_id
+from memproc.exceptions import ConfigurationError, MessageConflict
+from memproc.messages import Message
 from memproc.processors.base import ProcessorContext
 from memproc.processors.compaction import CompactionDue, CompactionOptions, fold_due, summary_message
 from memproc.processors.conversation import echoed_prefix
@@ -23,7 +23,8 @@ class MessageHistory:
     none on a new thread; one more when the caller sent message ids). A client that echoes the
     conversation back is not duplicated: input ids already stored in this thread are dropped from the
     input (the stored copy wins, rule 11), and so are leading input messages without ids that repeat
-    the thread's newest messages (rule 17). An id stored in another thread gets a fresh id. What it
+    the thread's newest messages (rule 17). An id the caller chose that is stored in another thread of
+    its resource is a MessageConflict, as the API's 409 says before the turn. What it
     loads is marked as memory, so the conversation object orders it and keeps tool pairs whole.
 
     With `history_tokens`, the window is also a token budget (counted with `counter`, default the
@@ -103,8 +104,10 @@ class MessageHistory:
             for message_id, (resource_id, thread_id) in found.items():
                 same = thread_id == ctx.thread_id and resource_id in (here[0], "")
                 (stored_here if same else elsewhere).add(message_id)
+        if elsewhere:  # the API's policy (its check answers 409 before the turn): one for both
+            raise MessageConflict.in_use(elsewhere)
         kept = [
-            m.replace(id=new_id()) if m.id in elsewhere else m
+            m
             for m in ctx.messages
             if m.id in ctx.loaded_ids or (m.id not in stored_here and m.id not in echoed)
         ]

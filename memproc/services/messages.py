@@ -180,10 +180,7 @@ def message_ids_check(
         else:
             here.add(message_id)
     if clash:
-        raise MessageConflict(
-            f"Message ids already in use: {', '.join(sorted(clash))}; nothing was saved. A stored message "
-            "may be sent again only unchanged and in its own thread; a new message needs a new id."
-        )
+        raise MessageConflict.in_use(clash)
     return here
 
 

@@ -7,6 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from memproc import Memory
+from memproc.exceptions import MessageConflict
 from memproc.llm.types import ModelResponse, ToolCall
 from memproc.models import Message as StoredMessage
 from memproc.services.recall import clear_vector_cache
@@ -62,15 +63,30 @@ def test_echoed_copy_with_changed_text_loses_to_the_stored_copy(make_agent, mode
     assert "tampered" not in prompt_texts(model) and "original" in prompt_texts(model)
 
 
-def test_id_stored_in_another_thread_gets_a_fresh_id(make_agent, model):
+def test_an_id_stored_in_another_of_ones_threads_is_a_conflict_and_nothing_is_saved(make_agent, model):
+    """The API answers 409 before the turn; a Python turn raises the same MessageConflict."""
     agent = make_agent()
     model.add("a", "b")
     other = agent.generate("elsewhere", thread_id="other", resource_id=R)
-    stolen = other.messages[0].id
-    agent.generate([{"id": stolen, "role": "user", "content": "mine"}, "more"], thread_id=T, resource_id=R)
-    mine = StoredMessage.objects.filter(thread__public_id=T, text="mine").get()
-    assert mine.id != stolen
-    assert StoredMessage.objects.get(public_id=stolen).text == "elsewhere"
+    reused = other.messages[0].id
+    with pytest.raises(MessageConflict, match=reused):
+        agent.generate(
+            [{"id": reused, "role": "user", "content": "mine"}, "more"], thread_id=T, resource_id=R
+        )
+    assert model.calls == 1  # the model was never asked
+    assert not StoredMessage.objects.filter(thread__public_id=T).exists()
+    assert StoredMessage.objects.get(resource_id=R, public_id=reused).text == "elsewhere"
+
+
+def test_an_id_another_resource_stored_is_free(make_agent, model):
+    agent = make_agent()
+    model.add("a", "b")
+    theirs = agent.generate("elsewhere", thread_id="other", resource_id="someone-else")
+    taken = theirs.messages[0].id
+    agent.generate([{"id": taken, "role": "user", "content": "mine"}], thread_id=T, resource_id=R)
+    mine = StoredMessage.objects.get(thread__public_id=T, role="user")
+    assert (mine.public_id, mine.text) == (taken, "mine")
+    assert StoredMessage.objects.get(resource_id="someone-else", public_id=taken).text == "elsewhere"
 
 
 def test_working_memory_tool_calls_are_never_saved(make_agent, model):

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from memproc.exceptions import ConfigurationError
+from memproc.exceptions import ConfigurationError, MessageConflict
 from memproc.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from memproc.processors.base import ProcessorContext
 from memproc.processors.compaction import SUMMARY_MESSAGE_ID, CompactionOptions
@@ -332,15 +332,17 @@ def test_an_id_stored_under_another_resource_is_free_in_this_one():
     assert store.called("messages_existing") == [{"ids": ["x0"], "resource_id": R}]
 
 
-def test_an_id_stored_in_another_thread_gets_a_fresh_id_even_with_no_window():
+@pytest.mark.parametrize("window", [0, 2])
+def test_an_id_stored_in_another_thread_of_the_resource_is_a_conflict(window):
+    """One policy with the API (its 409): the caller's own id, used in another of its threads."""
     store = store_with(stored(3))
     store.add("other-thread", [Message.create("user", "elsewhere", id="x1", resource_id=R)])
-    ctx = input_ctx(store, [new_user("hello", id="x1")], client_ids={"x1"})
-    result = MessageHistory(0).process_input(ctx)
-    assert result is not None and len(result) == 1
-    assert result[0].id != "x1" and result[0].text == "hello"
-    assert isinstance(result[0].id, str) and len(result[0].id) >= 16  # a fresh id, not a missing one
-    assert ctx.turn.info.as_dict() == {"history": []}
+    ctx = input_ctx(
+        store, [new_user("hello", id="x1"), new_user("and more", id="x2")], client_ids={"x1", "x2"}
+    )
+    with pytest.raises(MessageConflict, match=r"already in use: x1;") as raised:
+        MessageHistory(window).process_input(ctx)
+    assert "x2" not in str(raised.value)
 
 
 def test_ids_the_caller_did_not_choose_are_never_looked_up():
