@@ -46,6 +46,11 @@ MEMORY_IDS = frozenset({"message-history", "semantic-recall", "working-memory"})
 
 Call = tuple[Callable[..., Any], ProcessorContext, tuple[Any, ...]]
 
+# One pool for every Parallel group of the process, not one per group or per turn: threads are
+# started once, and ASYNC_THREADS bounds the judges running at once across all turns. It is not
+# memproc.turns.aio's executor on purpose: a turn may itself run in one of that pool's threads, and a
+# group waiting there on members queued behind it in the same bounded pool could wait forever.
+# It holds threads, never results; nothing reads it but `pool()`.
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
