@@ -8,6 +8,7 @@ write goes through a service (thread deletes, working-memory edits, tripwire rev
 from memproc.admin import (  # noqa: F401
     attachments,
     embeddings,
+    forgetting,
     messages,
     outbox,
     summaries,

@@ -120,6 +120,30 @@ class MessageDataMixin:
         keys = message_keys_named(ids=message_ids, resource_id=resource_id)
         return messages_delete(message_keys=keys)
 
+    def forget(
+        self,
+        *,
+        resource_id: str,
+        message_ids: Sequence[str] | None = None,
+        thread_id: str | None = None,
+        cascade: bool = True,
+        actor: Any = None,
+    ) -> Any:
+        """Forgets messages, a thread or (with neither) the whole resource, and with `cascade` what
+        was derived from them: embeddings, summaries, the working-memory changes their turns wrote
+        (or, when a later change built on one, holds it for an operator), unused files, kept answers,
+        ids in turn records. Returns the ForgetReceipt, which `manage.py memproc_forget --verify`
+        checks; see memproc.services.forget."""
+        from memproc.services.forget import forget
+
+        return forget(
+            resource_id=resource_id,
+            message_ids=message_ids,
+            thread_id=thread_id,
+            cascade=cascade,
+            actor=actor,
+        )
+
     def recall(
         self,
         *,

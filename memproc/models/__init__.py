@@ -2,8 +2,8 @@
 
 Import from here (`from memproc.models import Thread`); the modules are `threads` (resources,
 threads, the thread key, messages), `working_memory` (its revisions), `embeddings`, `review`
-(tripwire logs, turn records), `files` (attachments), `outbox`, `idempotency` and `summaries`
-(thread summaries and their revisions).
+(tripwire logs, turn records), `files` (attachments), `forgetting` (forget receipts), `outbox`,
+`idempotency` and `summaries` (thread summaries and their revisions).
 """
 
 # USER_LINK: memproc's links to users (who edited, who reviewed) carry no database constraint and are
@@ -13,6 +13,7 @@ threads, the thread key, messages), `working_memory` (its revisions), `embedding
 
 from memproc.models.embeddings import MessageEmbedding
 from memproc.models.files import Attachment, attachment_upload_to
+from memproc.models.forgetting import ForgetReceipt
 from memproc.models.idempotency import IdempotencyRecord
 from memproc.models.outbox import OutboxJob
 from memproc.models.review import TripwireLog, TurnRecord
@@ -38,6 +39,7 @@ __all__ = [
     "THREAD_KEY_MAX_LENGTH",
     "THREAD_KEY_SEPARATOR",
     "Attachment",
+    "ForgetReceipt",
     "IdempotencyRecord",
     "Message",
     "MessageEmbedding",

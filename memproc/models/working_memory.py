@@ -22,6 +22,7 @@ class WorkingMemoryRevision(models.Model):
         API = "api", _("API")
         ADMIN = "admin", _("Admin")
         CODE = "code", _("Code")
+        FORGET = "forget", _("Forget")
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     scope = models.CharField(max_length=16, choices=Scope.choices)
@@ -42,6 +43,11 @@ class WorkingMemoryRevision(models.Model):
         related_name="memproc_working_memory_revisions",
     )
     thread_id = models.CharField(max_length=THREAD_KEY_MAX_LENGTH, blank=True, default="")  # a key
+    # Lineage: the turn that made the change and the keys of the messages it saved, so forgetting a
+    # message can take back what the model wrote from it (memproc.services.forget). Empty for
+    # changes made outside a turn, and for revisions written before lineage was recorded.
+    turn_id = models.UUIDField(null=True, blank=True, editable=False)
+    message_ids = models.JSONField(default=list, blank=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

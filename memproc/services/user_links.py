@@ -21,6 +21,7 @@ USER_LINKS = (
     (models.WorkingMemoryRevision, "actor"),
     (models.SummaryRevision, "actor"),
     (models.TripwireLog, "reviewed_by"),
+    (models.ForgetReceipt, "actor"),
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
@@ -46,6 +47,8 @@ def working_memory_update(
     agent_id: str = "",
     max_tokens: int | None = None,
     expected: tuple[str, int] | None = None,
+    turn_id: Any = None,
+    message_ids: Sequence[str] = (),
 ) -> tuple[str, int]:
     """Applies an update safely across processes and records a revision. Returns (text, version).
     `key` is the thread's key (scope "thread", see `models.thread_key`) or the resource id;
@@ -55,6 +58,8 @@ def working_memory_update(
     Each attempt reads the current value and version, computes the next value, and writes it only if
     the version is unchanged (compare-and-swap); a concurrent writer makes it re-read and re-merge.
     `expected`, the (text, version) the caller read (a turn, at its start), stands for the first read.
+    `turn_id` and `message_ids` (message keys) are the revision's lineage: the turn that made the
+    change and the messages it saved.
     """
     model = _model_for(scope)
     alias = memproc_db()
@@ -92,6 +97,8 @@ def working_memory_update(
                     source=source,
                     actor=actor if getattr(actor, "is_authenticated", False) else None,
                     thread_id=thread_key or (key if scope == "thread" else ""),
+                    turn_id=turn_id,
+                    message_ids=list(message_ids),
                 )
                 send_after_commit(
                     working_memory_updated,
@@ -119,6 +126,8 @@ REVISION_FIELDS = (
     "source",
     "actor",
     "thread_id",
+    "turn_id",
+    "message_ids",
     "created_at",
 )
 

@@ -6,6 +6,7 @@ writes, from the turn's write buffer (`Turn.writes`), including the work it sche
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from memproc import background
@@ -26,10 +27,15 @@ from memproc.turns.records import turn_record_alone, turn_record_insert
 __all__ = ["blocked_save", "turn_commit"]
 
 
-def turn_commit(turn: Turn, *, plan: TurnPlan, record: dict[str, Any] | None = None) -> None:
+def turn_commit(
+    turn: Turn, *, plan: TurnPlan, record: dict[str, Any] | None = None, turn_id: uuid.UUID | None = None
+) -> None:
     """Rule 9: the turn's messages, working-memory changes and record are saved together or not at
     all; embeddings, titles and a due compaction fold are enqueued in the same transaction and run
-    after commit. A turn that saves nothing writes its record alone."""
+    after commit. A turn that saves nothing writes its record alone.
+
+    Each working-memory revision names the turn (`turn_id`, its record's id) and the messages it saved:
+    the lineage that lets forgetting a message take back what the model wrote from it."""
     writes = turn.writes
     if not (writes.messages or writes.working_memory):
         if record is not None:
@@ -58,6 +64,7 @@ def turn_commit(turn: Turn, *, plan: TurnPlan, record: dict[str, Any] | None = N
         if record is not None:
             turn_record_insert(**record)
         memory_now: tuple[str, int] | None = None  # the value the previous change left
+        lineage = message_keys(turn.resource_id, [m.id for m in writes.messages])
         for wm in writes.working_memory:
             memory_now = working_memory_update(
                 scope=wm.scope,
@@ -71,6 +78,8 @@ def turn_commit(turn: Turn, *, plan: TurnPlan, record: dict[str, Any] | None = N
                 resource_id=turn.resource_id,
                 agent_id=plan.agent_id,
                 expected=wm.expected or memory_now,
+                turn_id=turn_id,
+                message_ids=lineage,
             )
         if writes.embed:
             _enqueue_embedding(turn, agent_id=plan.agent_id)

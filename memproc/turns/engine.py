@@ -258,7 +258,7 @@ class TurnEngine(ModelLoop):
         )
         with telemetry.span("memproc.save", parent=self.span) as save_span:
             save_span.set_attribute("memproc.save.messages", len(turn.writes.messages))
-            turn_commit(turn, plan=self.plan, record=record)
+            turn_commit(turn, plan=self.plan, record=record, turn_id=self.record_id)
         saved = turn.writes.messages or savable(
             [*self.conversation.new_input, *responses], internal_tools=turn.internal_tool_names
         )

@@ -56,6 +56,7 @@ def sample_objects(data: Crowded) -> dict[str, list[Any]]:
         "messageembedding": [models.MessageEmbedding.objects.filter(message__thread=thread).first().pk],
         "turnrecord": [data.turn_record.pk, data.turns.last.pk],
         "outboxjob": [data.outbox_job.pk],
+        "forgetreceipt": [data.forget_receipt.pk],
         "threadsummary": [thread.pk],
         "summaryrevision": [models.SummaryRevision.objects.filter(thread=thread).first().pk],
     }

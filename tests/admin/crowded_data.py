@@ -66,6 +66,7 @@ class Crowded:
     attachment: models.Attachment
     turn_record: models.TurnRecord  # long agent id, blocked, linked to `tripwire`
     outbox_job: models.OutboxJob
+    forget_receipt: models.ForgetReceipt  # held for review, long resource and thread ids
 
 
 def make_crowded(conversation: Conversation) -> Crowded:
@@ -191,6 +192,16 @@ def make_crowded(conversation: Conversation) -> Crowded:
         attempts=5,
         last_error=LAST_ERROR,
     )
+    forget_receipt = models.ForgetReceipt.objects.create(
+        resource_id=RESOURCE,
+        scope=models.ForgetReceipt.Scope.THREAD,
+        thread_id=THREAD,
+        salt="0" * 16,
+        status=models.ForgetReceipt.Status.REVIEW,
+        counts={"messages": 214, "working_memory_reverted": 0, "turn_records": 31, "tripwire_logs": 2},
+        held=[{"scope": "resource", "key": RESOURCE, "from_version": 3}],
+        actor=reviewer,
+    )
     return Crowded(
         conversation=conversation,
         turns=make_turns(),
@@ -201,4 +212,5 @@ def make_crowded(conversation: Conversation) -> Crowded:
         attachment=attachment,
         turn_record=records[2],
         outbox_job=outbox_job,
+        forget_receipt=forget_receipt,
     )

@@ -194,6 +194,8 @@ def _revision(r: models.WorkingMemoryRevision, users: Callable[[Any], str | None
         "source": r.source,
         "actor": users(r.actor_id),
         "thread_id": public_thread_id(r.thread_id),
+        "turn_id": str(r.turn_id) if r.turn_id else None,
+        "message_ids": [public_message_id(k) for k in r.message_ids or []],
         "created_at": iso(r.created_at),
     }
 

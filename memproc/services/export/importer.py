@@ -21,6 +21,7 @@ from memproc.models import public_thread_id
 from memproc.processors.attachment_types import CheckedFile
 from memproc.services.attachments.files import attachment_storage, file_delete, file_save
 from memproc.services.export.reader import Rows, document_rows
+from memproc.services.forget.imports import forgotten_rows_drop
 from memproc.services.recall import EMBEDDABLE_ROLES
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class ImportReport:
     missing_files: list[str] = field(default_factory=list)
     unknown_users: list[str] = field(default_factory=list)
     embedding_jobs: int = 0
+    forgotten: int = 0  # messages left out: a forget receipt of the resource names them
 
 
 def resource_import(
@@ -68,6 +70,9 @@ def resource_import(
     taken, an attachment id of another resource, a file the resource already holds as another
     attachment).
 
+    Messages, threads and resources forgotten since the export (memproc.services.forget) are
+    left out, with what came from them; `forgotten` counts the messages.
+
     Attachment bytes come from `files` (attachment id -> bytes, see `archive_read`) and must match
     their sha256; without them, the file named in the document is used if this site's storage has
     it; otherwise the attachment is skipped and reported. Files written for an import that fails
@@ -78,7 +83,9 @@ def resource_import(
     saved_files: list[str] = []
     try:
         with transaction.atomic(using=memproc_db()):
+            forgotten = forgotten_rows_drop(rows)
             report = _Import(rows).run(files=files, saved_files=saved_files, embed=embed)
+            report.forgotten = forgotten
     except BaseException:
         storage = attachment_storage()
         for name in saved_files:

@@ -18,7 +18,7 @@ from django.utils.dateparse import parse_datetime
 from memproc import models
 from memproc.exceptions import AttachmentError, ValidationError
 from memproc.messages import UNSTORABLE, Message, has_unstorable_text, message_from_content, part_errors
-from memproc.models import THREAD_KEY_SEPARATOR, message_key, thread_key
+from memproc.models import THREAD_KEY_SEPARATOR, message_key, message_keys, thread_key
 from memproc.processors.attachment_checks import inline_files_check
 from memproc.services.attachments import attachment_body_limit
 from memproc.services.export.document import FORMAT, VERSION
@@ -202,8 +202,18 @@ def _revision(data: Mapping[str, Any], where: str, resource_id: str) -> models.W
         version=_integer(data, "version", where),
         source=_choice(data, "source", where, Revision.Source.choices),
         thread_id=thread_key(resource_id, _thread_ref(data, "thread_id", where)),
+        turn_id=_uuid(data, "turn_id", where) if data.get("turn_id") else None,
+        message_ids=message_keys(resource_id, _ids(data, "message_ids", where)),
         created_at=_time(data, "created_at", where),
     )
+
+
+def _ids(data: Mapping[str, Any], name: str, where: str) -> list[str]:
+    """A list of message ids; absent in documents written before lineage was recorded."""
+    value = data.get(name, [])
+    if not isinstance(value, list) or not all(isinstance(i, str) and i for i in value):
+        raise ValidationError(f"{where}.{name}: expected a list of message ids")
+    return value
 
 
 def _turn(data: Mapping[str, Any], where: str) -> models.TurnRecord:

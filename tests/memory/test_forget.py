@@ -1,0 +1,323 @@
+"""Memory.forget (issue 39 item 1): messages, a thread or a resource go with everything derived from
+them, by lineage; a receipt without the text lets `memproc_forget --verify` prove it afterwards."""
+
+from __future__ import annotations
+
+import pytest
+from django.apps import apps
+from django.core.management import CommandError, call_command
+from django.db import models as django_models
+from django.db.models import TextField
+from django.db.models.functions import Cast
+
+from memproc import Memory
+from memproc.embedders import get_embedder
+from memproc.exceptions import ValidationError
+from memproc.llm.types import ModelResponse, ToolCall
+from memproc.messages import FilePart, Message, TextPart
+from memproc.models import (
+    Attachment,
+    ForgetReceipt,
+    MessageEmbedding,
+    Resource,
+    Thread,
+    ThreadSummary,
+    TripwireLog,
+    TurnRecord,
+    WorkingMemoryRevision,
+    message_key,
+    thread_key,
+)
+from memproc.models import Message as StoredMessage
+from memproc.processors.working_memory import DEFAULT_TEMPLATE
+from memproc.services.forget.verify import verify
+from memproc.services.forget.working_memory import held_resolve
+from memproc.vectors import get_vector_store
+from tests.attachments.conftest import png, stored_files
+
+pytestmark = pytest.mark.django_db
+R, T = "user-1", "t1"
+SECRET = "my locker code is azure falcon ninety seven"
+FACT = DEFAULT_TEMPLATE.replace(
+    "- **First Name**:", "- **First Name**: Ada (locker code is azure falcon ninety seven)"
+)
+LATER = FACT.replace("- **Last Name**:", "- **Last Name**: Lovelace")
+COMPACTION = {"trigger_tokens": 40, "keep_tokens": 150, "model": "extractive"}
+
+
+@pytest.fixture(autouse=True)
+def files(settings, tmp_path):
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "memproc_attachments": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": tmp_path / "attachments", "base_url": "/media/attachments/"},
+        },
+    }
+
+
+def update(memory: str) -> ModelResponse:
+    return ModelResponse(tool_calls=[ToolCall("wm1", "updateWorkingMemory", {"memory": memory})])
+
+
+def memory(**extra) -> Memory:
+    return Memory(**{"last_messages": 10, "working_memory": True, "semantic_recall": True, **extra})
+
+
+def where_text(fragment: str) -> list[str]:
+    """Every row of every memproc table whose text columns hold `fragment` (SQL LIKE, any case)."""
+    found = []
+    for model in apps.get_app_config("memproc").get_models():
+        for field in model._meta.concrete_fields:
+            if isinstance(field, django_models.CharField | django_models.TextField | django_models.JSONField):
+                rows = model.objects.annotate(as_text=Cast(field.attname, TextField())).filter(
+                    as_text__icontains=fragment
+                )
+                found += [
+                    f"{model._meta.db_table}.{field.attname}={pk}" for pk in rows.values_list("pk", flat=True)
+                ]
+    return found
+
+
+def forget(**kwargs):
+    """Memory.forget, with its after-commit work (file deletion) run as a real commit would."""
+    from django.test import TestCase
+
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        return Memory().forget(**kwargs)
+
+
+def secret_turn(agent, model, *, thread_id: str = T) -> str:
+    """A user turn that sends the secret with a file; the model writes it into working memory."""
+    model.add(update(FACT), "Noted, Ada.")
+    result = agent.generate(
+        Message.create(
+            "user", [TextPart(SECRET), FilePart(data=png(), media_type="image/png", name="locker.png")]
+        ),
+        thread_id=thread_id,
+        resource_id=R,
+    )
+    return result.messages[0].id
+
+
+def test_a_forgotten_message_is_found_nowhere_afterwards(make_agent, model):
+    agent = make_agent(memory=memory(last_messages=4, compaction=COMPACTION))
+    secret_id = secret_turn(agent, model)
+    for i in range(12):  # enough for the compaction fold to cover the first turn
+        model.add("Noted.")
+        agent.generate(f"Tell me about topic number {i}, please.", thread_id=T, resource_id=R)
+    # It reached working memory, a summary, an embedding and an attachment.
+    assert "azure falcon" in Resource.objects.get(pk=R).working_memory
+    assert "azure falcon" in ThreadSummary.objects.get(thread_id=thread_key(R, T)).text
+    assert MessageEmbedding.objects.filter(message_id=message_key(R, secret_id)).exists()
+    assert Attachment.objects.count() == 1 and stored_files()
+    assert where_text("azure falcon")
+    stored = StoredMessage.objects.filter(thread_id=thread_key(R, T)).count()
+
+    receipt = forget(resource_id=R, message_ids=[secret_id])
+
+    assert receipt.status == ForgetReceipt.Status.DONE
+    assert where_text("azure falcon") == []
+    assert where_text(secret_id) == []  # nor its id, in turn records or anywhere else
+    assert stored_files() == [] and Attachment.objects.count() == 0
+    hits = get_vector_store().search(
+        embedder_id=get_embedder().id, vector=get_embedder().embed([SECRET])[0], top_k=50, resource_id=R
+    )
+    assert hits and message_key(R, secret_id) not in {h.message_id for h in hits}
+    # The rest of the thread stays, and the working memory is what it was before that turn.
+    assert StoredMessage.objects.filter(thread_id=thread_key(R, T)).count() == stored - 1
+    assert Resource.objects.get(pk=R).working_memory == ""
+    assert list(WorkingMemoryRevision.objects.values_list("source", "old", "new")) == [("forget", "", "")]
+    assert verify(resource_id=R) == []
+    call_command("memproc_forget", R, "--verify")
+    assert ForgetReceipt.objects.get().verified_at is not None
+    # The next turn's prompt holds none of it.
+    model.add("Hello again.")
+    agent.generate("What do you know about me?", thread_id=T, resource_id=R)
+    assert "azure falcon" not in "\n".join(m.text for m in model.requests[-1].messages)
+
+
+def test_the_receipt_holds_no_forgotten_text(make_agent, model):
+    agent = make_agent(memory=memory())
+    secret_id = secret_turn(agent, model)
+    receipt = forget(resource_id=R, message_ids=[secret_id])
+    stored = str(ForgetReceipt.objects.filter(pk=receipt.pk).values().get())
+    assert "azure" not in stored and "falcon" not in stored
+    assert receipt.fingerprints and receipt.counts["messages"] == 1
+
+
+def test_lineage_names_the_turn_and_the_messages_it_saved(make_agent, model):
+    agent = make_agent(memory=memory())
+    secret_id = secret_turn(agent, model)
+    revision = WorkingMemoryRevision.objects.get()
+    record = TurnRecord.objects.get()
+    assert revision.turn_id == record.pk
+    assert set(revision.message_ids) == {message_key(R, i) for i in record.message_ids}
+    assert message_key(R, secret_id) in revision.message_ids
+
+
+def test_without_cascade_the_derived_fact_stays_and_verify_says_where(make_agent, model):
+    agent = make_agent(memory=memory())
+    secret_id = secret_turn(agent, model)
+    forget(resource_id=R, message_ids=[secret_id], cascade=False)
+    assert not StoredMessage.objects.filter(public_id=secret_id).exists()
+    assert "azure falcon" in Resource.objects.get(pk=R).working_memory
+    findings = verify(resource_id=R)
+    assert {f.where.split()[0] for f in findings} >= {"memproc_resource", "memproc_workingmemoryrevision"}
+    with pytest.raises(CommandError, match="still hold forgotten data"):
+        call_command("memproc_forget", R, "--verify")
+    assert ForgetReceipt.objects.get().verified_at is None
+
+
+def test_a_change_a_later_turn_built_on_is_held_for_review(make_agent, model):
+    agent = make_agent(memory=memory())
+    secret_id = secret_turn(agent, model)
+    model.add(update(LATER), "Noted, Lovelace.")
+    agent.generate("My last name is Lovelace.", thread_id=T, resource_id=R)
+
+    receipt = forget(resource_id=R, message_ids=[secret_id])
+
+    assert receipt.status == ForgetReceipt.Status.REVIEW
+    assert receipt.held == [{"scope": "resource", "key": R, "from_version": 1}]
+    assert Resource.objects.get(pk=R).working_memory == LATER  # nothing is guessed
+    assert any("held for review" in f.detail for f in verify(resource_id=R))
+
+    assert held_resolve(held=receipt.held, keep_current=False) == 1
+    assert Resource.objects.get(pk=R).working_memory == ""
+    assert where_text("azure falcon") == []
+    ForgetReceipt.objects.filter(pk=receipt.pk).update(held=[], status=ForgetReceipt.Status.DONE)
+    assert verify(resource_id=R) == []
+
+
+def test_keeping_the_corrected_value_drops_the_revisions_that_held_the_fact(make_agent, model):
+    agent = make_agent(memory=memory())
+    secret_id = secret_turn(agent, model)
+    model.add(update(LATER), "Noted.")
+    agent.generate("My last name is Lovelace.", thread_id=T, resource_id=R)
+    receipt = forget(resource_id=R, message_ids=[secret_id])
+    corrected = LATER.replace(" (locker code is azure falcon ninety seven)", "")
+    memory().update_working_memory(corrected, resource_id=R, replace=True)
+
+    assert held_resolve(held=receipt.held, keep_current=True) == 1
+    assert Resource.objects.get(pk=R).working_memory == corrected
+    assert where_text("azure falcon") == []
+
+
+def test_forgetting_a_thread_takes_back_what_its_turns_wrote(make_agent, model):
+    agent = make_agent(memory=memory())
+    secret_turn(agent, model, thread_id="private")
+    model.add("Fine.")
+    agent.generate("Another thread, another topic.", thread_id="kept", resource_id=R)
+    TripwireLog.objects.create(
+        processor_id="p", phase="input", reason="r", thread_id="private", resource_id=R
+    )
+
+    receipt = forget(resource_id=R, thread_id="private")
+
+    assert not Thread.objects.filter(public_id="private").exists()
+    assert Thread.objects.filter(public_id="kept").exists()
+    assert Resource.objects.get(pk=R).working_memory == ""
+    assert not TurnRecord.objects.filter(thread_id="private").exists()
+    assert TurnRecord.objects.filter(thread_id="kept").exists()
+    assert not TripwireLog.objects.exists()
+    assert where_text("azure falcon") == [] and stored_files() == []
+    assert receipt.scope == "thread" and verify(resource_id=R) == []
+
+
+def test_forgetting_a_resource_leaves_only_its_receipt(make_agent, model):
+    agent = make_agent(memory=memory())
+    secret_turn(agent, model)
+    other = make_agent(memory=memory())
+    model.add("Hi.")
+    other.generate("Someone else's conversation about falcons.", thread_id=T, resource_id="user-2")
+
+    receipt = forget(resource_id=R)
+
+    assert receipt.scope == "resource" and receipt.counts["messages"] == 2
+    assert not StoredMessage.objects.filter(resource_id=R).exists()
+    assert StoredMessage.objects.filter(resource_id="user-2").count() == 2
+    assert where_text("azure falcon") == [] and stored_files() == []
+    assert verify(resource_id=R) == []
+
+
+def test_another_resource_keeps_its_message_of_the_same_id(make_agent, model):
+    agent = make_agent(memory=memory())
+    model.add("One.", "Two.")
+    agent.generate(Message.create("user", "mine", id="same"), thread_id=T, resource_id=R)
+    agent.generate(Message.create("user", "theirs", id="same"), thread_id=T, resource_id="user-2")
+    forget(resource_id=R, message_ids=["same"])
+    assert list(StoredMessage.objects.filter(public_id="same").values_list("resource_id", flat=True)) == [
+        "user-2"
+    ]
+
+
+def test_unknown_ids_forget_nothing(make_agent, model):
+    agent = make_agent(memory=memory())
+    secret_id = secret_turn(agent, model)
+    with pytest.raises(ValidationError, match="no-such"):
+        forget(resource_id=R, message_ids=[secret_id, "no-such"])
+    with pytest.raises(ValidationError, match="thread"):
+        forget(resource_id=R, thread_id="no-such")
+    with pytest.raises(ValidationError):
+        forget(resource_id=R, message_ids=[secret_id], thread_id=T)
+    with pytest.raises(ValidationError):
+        forget(resource_id="", message_ids=[secret_id])
+    assert StoredMessage.objects.filter(public_id=secret_id).exists()
+    assert not ForgetReceipt.objects.exists()
+
+
+def test_the_command_forgets_only_with_yes(make_agent, model, capsys):
+    agent = make_agent(memory=memory())
+    secret_id = secret_turn(agent, model)
+    call_command("memproc_forget", R, "--message", secret_id)
+    assert StoredMessage.objects.filter(public_id=secret_id).exists()
+    call_command("memproc_forget", R, "--message", secret_id, "--yes")
+    assert not StoredMessage.objects.filter(public_id=secret_id).exists()
+    assert "receipt" in capsys.readouterr().out
+    with pytest.raises(CommandError, match="No stored message"):
+        call_command("memproc_forget", R, "--message", secret_id, "--yes")
+    with pytest.raises(CommandError, match="No forget"):
+        call_command("memproc_forget", "user-9", "--verify")
+    with pytest.raises(CommandError, match="Say what"):
+        call_command("memproc_forget", R)
+
+
+def test_an_export_taken_before_a_forget_does_not_bring_it_back(make_agent, model):
+    from memproc.services.export import resource_export, resource_import
+
+    agent = make_agent(memory=memory())
+    secret_id = secret_turn(agent, model)
+    model.add("Fine.")
+    agent.generate("Something else entirely.", thread_id="kept", resource_id=R)
+    document = resource_export(resource_id=R)
+    revision = next(r for r in document["working_memory_revisions"] if r["source"] == "model")
+    assert secret_id in revision["message_ids"] and revision["turn_id"]
+    forget(resource_id=R, message_ids=[secret_id])
+    forget(resource_id=R, thread_id="kept")
+
+    report = resource_import(document=document, embed=False)
+
+    assert report.forgotten == 1 + 2  # the message, and the forgotten thread's two
+    assert not StoredMessage.objects.filter(public_id=secret_id).exists()
+    assert not Thread.objects.filter(public_id="kept").exists()
+    assert where_text("azure falcon") == []
+    assert verify(resource_id=R) == []
+    forget(resource_id=R)
+    with pytest.raises(ValidationError, match="was forgotten"):
+        resource_import(document=document, embed=False)
+
+
+def test_verify_finds_a_file_left_in_storage(make_agent, model):
+    from django.core.files.base import ContentFile
+    from django.core.files.storage import storages
+
+    agent = make_agent(memory=memory())
+    secret_id = secret_turn(agent, model)
+    name = Attachment.objects.get().file.name
+    forget(resource_id=R, message_ids=[secret_id])
+    assert verify(resource_id=R) == []
+    storages["memproc_attachments"].save(name, ContentFile(png()))  # a delete that did not happen
+
+    findings = verify(resource_id=R)
+
+    assert [f.where for f in findings] == ["storage"] and name.rsplit("/", 1)[0] in findings[0].detail
