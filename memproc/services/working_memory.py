@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
@@ -11,6 +12,7 @@ from memproc.db import memproc_db
 from memproc.exceptions import MemprocError, ValidationError
 from memproc.models import public_thread_id, split_thread_key
 from memproc.processors.working_memory import check_size
+from memproc.processors.working_memory_fields import field_set, keep_pinned
 from memproc.processors.working_memory_values import (  # noqa: F401  (re-exported)
     compute_next,
     deep_merge,
@@ -46,6 +48,8 @@ def working_memory_update(
     agent_id: str = "",
     max_tokens: int | None = None,
     expected: tuple[str, int] | None = None,
+    field: str | None = None,
+    pinned: Sequence[str] = (),
 ) -> tuple[str, int]:
     """Applies an update safely across processes and records a revision. Returns (text, version).
     `key` is the thread's key (scope "thread", see `models.thread_key`) or the resource id;
@@ -55,6 +59,9 @@ def working_memory_update(
     Each attempt reads the current value and version, computes the next value, and writes it only if
     the version is unchanged (compare-and-swap); a concurrent writer makes it re-read and re-merge.
     `expected`, the (text, version) the caller read (a turn, at its start), stands for the first read.
+    With `field`, `value` is that one field's new value (`field_set`: a correction in the memory
+    view), applied to the value each attempt reads. `pinned` names fields whose values the update
+    keeps (`keep_pinned`: the model's updates, with the pins its turn read).
     """
     model = _model_for(scope)
     alias = memproc_db()
@@ -71,9 +78,15 @@ def working_memory_update(
             raise ValidationError(f"No {scope} with id {shown!r}")
         current, version = row[0], int(row[1])
         # Refusals (template guard, schema) are raised here, before anything is written.
-        new = compute_next(
-            current=current, value=value, template=template, schema=schema, mode=mode, replace=replace
-        )
+        if field is not None:
+            new = field_set(
+                current=current, name=field, value=value, mode=mode, template=template, schema=schema
+            )
+        else:
+            new = compute_next(
+                current=current, value=value, template=template, schema=schema, mode=mode, replace=replace
+            )
+        new, _ = keep_pinned(current=current, new=new, pinned=pinned, mode=mode, template=template)
         if new == current:
             return current, version
         check_size(new, max_tokens=max_tokens)

@@ -71,6 +71,7 @@ def turn_commit(turn: Turn, *, plan: TurnPlan, record: dict[str, Any] | None = N
                 resource_id=turn.resource_id,
                 agent_id=plan.agent_id,
                 expected=wm.expected or memory_now,
+                pinned=wm.pinned,
             )
         if writes.embed:
             _enqueue_embedding(turn, agent_id=plan.agent_id)
