@@ -53,17 +53,20 @@ class MemoryViewBase(MemprocViewMixin, views.APIView):
     """Resolves the resource once per request and renders the whole view."""
 
     def resource(self) -> str:
+        """The resource named by `?resource_id=` (else the caller's own) if the caller may use it, else
+        404. The caller's own resource need not be stored yet (the template's fields show, empty)."""
         request: Request = self.request
-        resource_id = request.query_params.get("resource_id")
+        own = default_resource(request)
+        resource_id = request.query_params.get("resource_id", own)
         if resource_id is None:
-            resource_id = default_resource(request)
-            if resource_id is None:
-                raise serializers.ValidationError(
-                    {"resource_id": ["Name the resource whose memory to show."]}
-                )
+            raise serializers.ValidationError({"resource_id": ["Name the resource whose memory to show."]})
         self.require_resource(resource_id)
-        if self.allowed_resources() is None and not models.Resource.objects.filter(pk=resource_id).exists():
-            raise NotFound()  # staff who reach every resource see stored ones only
+        if (
+            self.allowed_resources() is None
+            and resource_id != own
+            and not models.Resource.objects.filter(pk=resource_id).exists()
+        ):
+            raise NotFound()  # staff who reach every resource see others' stored ones only
         return resource_id
 
     def config(self) -> WorkingMemoryConfig:
