@@ -103,7 +103,7 @@ def test_a_user_without_memory_sees_the_template_fields(owner_client):
 def test_a_correction_is_a_user_revision_and_reaches_the_next_prompt(
     owner_client, remembered, agent, model, user
 ):
-    response = owner_client.patch(
+    response = owner_client.put(
         field_url("First Name") + f"?agent={AGENT}", {"value": "Adeline"}, format="json"
     )
     assert response.status_code == 200, response.content
@@ -118,14 +118,14 @@ def test_a_correction_is_a_user_revision_and_reaches_the_next_prompt(
 
 def test_bad_values_are_400_and_unknown_fields_404(owner_client, schema_agent):
     url = field_url("age") + "?agent=memory-view-schema"
-    response = owner_client.patch(url, {"value": "old"}, format="json")
+    response = owner_client.put(url, {"value": "old"}, format="json")
     assert response.status_code == 400 and "value" in response.json()
-    assert owner_client.patch(url, {}, format="json").status_code == 400
-    assert owner_client.patch(url, ["x"], format="json").status_code == 400
-    assert owner_client.patch(url, {"value": 36}, format="json").json()["working_memory"] == {"age": 36}
-    assert owner_client.patch(field_url("First Name"), {"value": 3}, format="json").status_code == 400
-    assert owner_client.patch(field_url("First Name"), {"value": "a\x00b"}, format="json").status_code == 400
-    assert owner_client.patch(field_url("Nope"), {"value": "x"}, format="json").status_code == 404
+    assert owner_client.put(url, {}, format="json").status_code == 400
+    assert owner_client.put(url, ["x"], format="json").status_code == 400
+    assert owner_client.put(url, {"value": 36}, format="json").json()["working_memory"] == {"age": 36}
+    assert owner_client.put(field_url("First Name"), {"value": 3}, format="json").status_code == 400
+    assert owner_client.put(field_url("First Name"), {"value": "a\x00b"}, format="json").status_code == 400
+    assert owner_client.put(field_url("Nope"), {"value": "x"}, format="json").status_code == 404
     assert owner_client.post(field_url("Nope", "pin")).status_code == 404
     assert owner_client.get(MEMORY, {"agent": "no-such-agent"}).status_code == 400
     assert not models.WorkingMemoryRevision.objects.exclude(new__contains="36").exists()
@@ -183,7 +183,7 @@ def test_another_resource_is_404_and_shows_nothing(owner_client, other_client, r
     ):
         assert client.get(MEMORY, query).status_code == 404
     url = f"?resource_id={mine}"
-    assert other_client.patch(field_url("First Name") + url, {"value": "x"}, format="json").status_code == 404
+    assert other_client.put(field_url("First Name") + url, {"value": "x"}, format="json").status_code == 404
     assert other_client.post(field_url("First Name", "pin") + url).status_code == 404
     assert other_client.post(message_url(remembered, "exclude") + url).status_code == 404
     # Another resource's message id, named in one's own resource, is not there.
@@ -201,14 +201,14 @@ def test_staff_need_the_admins_permission(staff, remembered, user):
     staff = type(staff).objects.get(pk=staff.pk)
     assert client_for(staff).get(MEMORY, mine).status_code == 200
     url = field_url("First Name") + f"?resource_id={user.pk}"
-    assert client_for(staff).patch(url, {"value": "x"}, format="json").status_code == 404
+    assert client_for(staff).put(url, {"value": "x"}, format="json").status_code == 404
     staff.user_permissions.add(Permission.objects.get(codename="change_thread"))
     staff = type(staff).objects.get(pk=staff.pk)
-    assert client_for(staff).patch(url, {"value": "x"}, format="json").status_code == 200
+    assert client_for(staff).put(url, {"value": "x"}, format="json").status_code == 200
     assert client_for(staff).get(MEMORY, {"resource_id": "never-stored"}).status_code == 404
 
 
 def test_unauthenticated_callers_are_refused(api_client, remembered):
     assert api_client.get(MEMORY).status_code in (401, 403)
-    assert api_client.patch(field_url("First Name"), {"value": "x"}, format="json").status_code in (401, 403)
+    assert api_client.put(field_url("First Name"), {"value": "x"}, format="json").status_code in (401, 403)
     assert api_client.post(message_url(remembered, "exclude")).status_code in (401, 403)

@@ -32,7 +32,7 @@ ENDPOINTS = {
     "attachments/{id}/": {"get"},
     "attachments/{id}/download/": {"get"},
     "memory/": {"get"},
-    "memory/fields/{name}/": {"patch"},
+    "memory/fields/{name}/": {"put"},
     "memory/fields/{name}/pin/": {"post"},
     "memory/fields/{name}/unpin/": {"post"},
     "memory/messages/{id}/exclude/": {"post"},

@@ -179,7 +179,7 @@ MATRIX: dict[tuple[str, str], tuple[Rule, Call]] = {
     ),
     # The end-user memory view: the victim's resource named by `?resource_id=`.
     ("memory", "GET"): (READ, Call(query=victims)),
-    ("memory-field", "PATCH"): (
+    ("memory-field", "PUT"): (
         WRITE,
         Call(kwargs=lambda w: {"name": "First Name"}, query=victims, body=lambda w: {"value": "x"}),
     ),

@@ -47,6 +47,8 @@ FIELD = OpenApiParameter("name", str, OpenApiParameter.PATH, description="The fi
 MESSAGE = OpenApiParameter("id", str, OpenApiParameter.PATH, description="The message id.")
 NO_BODY = {"application/json": {"type": "object", "description": "Nothing is needed; send `{}` or no body."}}
 TAGS = ["memory view"]
+# A value the field's template or schema refuses: the memory's state decides, as for a 409.
+VALUE_REFUSED = "Not a value for this field: "
 
 
 class MemoryViewBase(MemprocViewMixin, views.APIView):
@@ -133,7 +135,7 @@ class MemoryFieldView(MemoryViewBase):
         request=MemoryFieldUpdateSerializer,
         responses={200: MemoryViewSerializer, **errors(400, 404, 409, 413)},
     )
-    def patch(self, request: Request, name: str) -> Response:
+    def put(self, request: Request, name: str) -> Response:
         resource_id, config = self.resource(), self.config()
         serializer = MemoryFieldUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -152,7 +154,7 @@ class MemoryFieldView(MemoryViewBase):
                 max_tokens=config.max_tokens,
             )
         except MemprocValidationError as exc:
-            raise serializers.ValidationError({"value": [str(exc)]}) from exc
+            raise serializers.ValidationError({"value": [VALUE_REFUSED + str(exc)]}) from exc
         return self.render(resource_id, config)
 
 

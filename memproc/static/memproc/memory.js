@@ -191,7 +191,7 @@
     }
 
     correct(name, value) {
-      return this.write("PATCH", "fields/" + encodeURIComponent(name) + "/", { value });
+      return this.write("PUT", "fields/" + encodeURIComponent(name) + "/", { value });
     }
 
     pin(name, pinned) {
