@@ -272,5 +272,12 @@ def test_a_document_from_before_thread_keys_imports_beside_other_resources_threa
     assert TripwireLog.objects.get(resource_id=LEGACY).thread_id == SHARED
     assert Memory().get_summary(thread_id=SHARED, resource_id=LEGACY).text == "The user lost a password."
     # Written again, the document gains what later versions of the format added as optional fields.
-    current = {**document, "threads": [{**t, "archived_at": None} for t in document["threads"]]}
+    current = {
+        **document,
+        "resource": {**document["resource"], "pinned_fields": []},
+        "threads": [
+            {**t, "archived_at": None, "messages": [{**m, "recall_excluded": False} for m in t["messages"]]}
+            for t in document["threads"]
+        ],
+    }
     assert stable(Memory().export(resource_id=LEGACY)) == stable(current)

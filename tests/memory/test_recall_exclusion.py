@@ -4,6 +4,8 @@ thread's history keeps them. On SQLite (NumPy search) and PostgreSQL (pgvector):
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from memproc import Memory, models
@@ -57,3 +59,23 @@ def test_excluding_is_idempotent_and_including_embeds_again(committing):
     assert models.MessageEmbedding.objects.filter(message__public_id=colour.id).exists()
     with pytest.raises(models.Message.DoesNotExist):
         message_recall_exclude(resource_id="someone-else", message_id=colour.id, excluded=True)
+
+
+def test_pins_and_exclusions_travel_with_the_export(committing):
+    from memproc.services.export import resource_import
+    from memproc.services.memory_view import resource_field_pin
+
+    memory = Memory(semantic_recall=True)
+    colour, other = seed(memory, committing, thread_id="old", texts=[TOPICS[0], TOPICS[3]])
+    message_recall_exclude(resource_id=R, message_id=colour.id, excluded=True)
+    resource_field_pin(resource_id=R, name="Location", pinned=True)
+    document = json.loads(json.dumps(memory.export(resource_id=R)))
+    models.Resource.objects.filter(pk=R).delete()
+    with committing():
+        resource_import(document=document)
+    assert models.Resource.objects.get(pk=R).pinned_fields == ["Location"]
+    assert list(models.Message.objects.filter(recall_excluded=True).values_list("public_id", flat=True)) == [
+        colour.id
+    ]
+    # Embeddings are rebuilt for the others only.
+    assert list(models.MessageEmbedding.objects.values_list("message__public_id", flat=True)) == [other.id]
