@@ -23,16 +23,18 @@ MAX_PINNED_FIELDS = 200
 
 def resource_field_pin(*, resource_id: str, name: str, pinned: bool) -> tuple[str, ...]:
     """Pins (or unpins) field `name` of the resource's working memory; returns the pinned names.
-    The model's updates keep a pinned field's value. Idempotent; creates the resource row if the
-    user has none yet (a field of the template can be pinned before anything is remembered)."""
+    The model's updates keep a pinned field's value. Idempotent; pinning creates the resource row if
+    the user has none yet (a field of the template can be pinned before anything is remembered)."""
     if not name or len(name) > 255:
         raise ValidationError("A field name is 1 to 255 characters")
     alias = memproc_db()
     with transaction.atomic(using=alias):
-        models.Resource.objects.using(alias).bulk_create(
-            [models.Resource(pk=resource_id)], ignore_conflicts=True
-        )
-        resource = models.Resource.objects.using(alias).select_for_update().get(pk=resource_id)
+        if pinned:
+            rows = [models.Resource(pk=resource_id)]
+            models.Resource.objects.using(alias).bulk_create(rows, ignore_conflicts=True)
+        resource = models.Resource.objects.using(alias).select_for_update().filter(pk=resource_id).first()
+        if resource is None:
+            return ()  # nothing stored, nothing pinned
         names = list(pinned_names(resource.pinned_fields))
         if pinned and name not in names:
             if len(names) >= MAX_PINNED_FIELDS:

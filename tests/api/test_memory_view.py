@@ -212,3 +212,10 @@ def test_unauthenticated_callers_are_refused(api_client, remembered):
     assert api_client.get(MEMORY).status_code in (401, 403)
     assert api_client.put(field_url("First Name"), {"value": "x"}, format="json").status_code in (401, 403)
     assert api_client.post(message_url(remembered, "exclude")).status_code in (401, 403)
+
+
+def test_unpinning_before_anything_is_stored_stores_nothing(owner_client, user):
+    response = owner_client.post(field_url("First Name", "unpin"))
+    assert response.status_code == 200 and response.json()["pinned"] == []
+    assert not models.Resource.objects.filter(pk=str(user.pk)).exists()
+    assert owner_client.post(field_url("First Name", "pin")).json()["pinned"] == ["First Name"]
