@@ -91,7 +91,7 @@
       border: 1px solid #e3b96b; color: #6b4a00; }
     .empty-list { color: #889; font-style: italic; border: 0; }
     button { font: inherit; font-size: .85em; cursor: pointer; }
-    button[aria-pressed="true"] { background: var(--accent); color: #fff; border: 1px solid var(--accent); }
+    button.on { background: var(--accent); color: #fff; border: 1px solid var(--accent); }
     button:disabled { cursor: default; opacity: .6; }
   `;
 
@@ -238,7 +238,7 @@
       const actions = item.appendChild(el("span", "actions"));
       const edit = actions.appendChild(button("Edit", "edit", "Edit " + field.name));
       const pin = actions.appendChild(button(field.pinned ? "Unpin" : "Pin", "pin", (field.pinned ? "Unpin " : "Pin ") + field.name));
-      pin.setAttribute("aria-pressed", field.pinned ? "true" : "false");
+      if (field.pinned) pin.classList.add("on"); // its label says what it does (no aria-pressed as well)
       pin.addEventListener("click", () => this.pin(field.name, !field.pinned));
       edit.addEventListener("click", () => this.editField(item, field, mode, edit));
       return item;
@@ -288,7 +288,7 @@
           "exclude",
           (recall.recall_excluded ? "Include in recall: " : "Exclude from recall: ") + excerpt.slice(0, 60)
         ));
-        toggle.setAttribute("aria-pressed", recall.recall_excluded ? "true" : "false");
+        if (recall.recall_excluded) toggle.classList.add("on");
         toggle.addEventListener("click", () => this.exclude(recall.message_id, !recall.recall_excluded));
       }
       return item;
