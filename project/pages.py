@@ -1,4 +1,5 @@
-"""The demo site's own pages: the landing page, the chat page and the `<memproc-chat>` component page.
+"""The demo site's own pages: the landing page, the chat page, the `<memproc-chat>` component page and
+the memory page (`<memproc-memory>` beside the chat).
 
 `/` is the chat for a signed-in user and, for anyone else, the landing page that says why the chat
 needs a login, which login the demo created, and what the demo shows (also at `/about/`).
@@ -122,8 +123,20 @@ def widget(request):
     return render(request, "widget.html", {"agents": cards, "agent": agent, "current": current})
 
 
+@ensure_csrf_cookie
+@login_required
+def memory(request):
+    """`<memproc-memory>` (memproc/static/memproc/memory.js) beside `<memproc-chat>`: what the agent
+    remembers about the signed-in user, `?agent=<id>`."""
+    cards = agent_cards()
+    agent = chosen_agent(cards, request.GET.get("agent"))
+    current = next((card for card in cards if card["id"] == agent), None)
+    return render(request, "memory.html", {"agents": cards, "agent": agent, "current": current})
+
+
 urlpatterns = [
     path("", home, name="chat"),
     path("about/", landing, name="about"),
     path("widget/", widget, name="widget"),
+    path("memory/", memory, name="memory"),
 ]

@@ -35,6 +35,7 @@ from memproc.admin.working_memory import (
     working_memory_scope_in_use,
 )
 from memproc.db import memproc_db
+from memproc.selectors.threads import pinned_names
 from memproc.services.purge import resource_purge
 from memproc.services.threads import thread_delete, thread_update
 
@@ -122,14 +123,19 @@ class ResourceAdmin(KeySafePagesMixin, WorkingMemoryAdminMixin, admin.ModelAdmin
     )
     search_fields = ("id",)
     list_per_page = 50
-    readonly_fields = ("id", "threads_link", "created_at", "updated_at", "revisions_link")
+    readonly_fields = ("id", "threads_link", "pinned", "created_at", "updated_at", "revisions_link")
     fieldsets = (
-        (None, {"fields": ("id", "threads_link", "metadata", "created_at", "updated_at")}),
+        (None, {"fields": ("id", "threads_link", "metadata", "pinned", "created_at", "updated_at")}),
         WorkingMemoryAdminMixin.working_memory_fieldset,
     )
 
     class Media:
         css = ADMIN_MEDIA_CSS
+
+    @admin.display(description=_("Pinned fields"))
+    def pinned(self, obj: models.Resource) -> str:
+        """Working-memory fields the user pinned in the memory view: the model's updates keep them."""
+        return ", ".join(pinned_names(obj.pinned_fields)) or "—"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[models.Resource]:
         threads = models.Thread.objects.filter(resource_id=OuterRef("pk"))

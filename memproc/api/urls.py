@@ -16,6 +16,14 @@ from memproc.api.views import (
     ThreadViewSet,
     TripwireViewSet,
 )
+from memproc.api.views.memory import (
+    MemoryFieldPin,
+    MemoryFieldUnpin,
+    MemoryFieldView,
+    MemoryMessageExclude,
+    MemoryMessageInclude,
+    MemoryView,
+)
 
 router = SimpleRouter()
 router.register("agents", AgentViewSet, basename="agent")
@@ -30,6 +38,13 @@ urlpatterns = [
         ResourceWorkingMemoryView.as_view(),
         name="resource-working-memory",
     ),
+    # The end-user memory view (<memproc-memory>). A field name is any text without "/".
+    path("memory/", MemoryView.as_view(), name="memory"),
+    path("memory/fields/<str:name>/", MemoryFieldView.as_view(), name="memory-field"),
+    path("memory/fields/<str:name>/pin/", MemoryFieldPin.as_view(), name="memory-field-pin"),
+    path("memory/fields/<str:name>/unpin/", MemoryFieldUnpin.as_view(), name="memory-field-unpin"),
+    path("memory/messages/<str:id>/exclude/", MemoryMessageExclude.as_view(), name="memory-message-exclude"),
+    path("memory/messages/<str:id>/include/", MemoryMessageInclude.as_view(), name="memory-message-include"),
     # The clients' protocols (memproc.api.protocols): the AI SDK's useChat, and OpenAI's Chat Completions
     # (`base_url=".../v1"`; the SDKs call these paths without a trailing slash).
     path("agents/<str:id>/chat/", ChatView.as_view(), name="agent-chat"),

@@ -103,6 +103,8 @@ class TurnRecord(models.Model):
             models.Index(fields=["agent_id", "-started_at"], name="memproc_turn_agent"),
             models.Index(fields=["status", "-started_at"], name="memproc_turn_status"),
             models.Index(fields=["-started_at"], name="memproc_turn_started"),
+            # The memory view's recent recalls of one resource.
+            models.Index(fields=["resource_id", "-started_at"], name="memproc_turn_resource"),
         ]
 
     def __str__(self) -> str:

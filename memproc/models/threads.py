@@ -22,6 +22,9 @@ class Resource(models.Model):
     working_memory = models.TextField(blank=True, default="")
     working_memory_version = models.PositiveIntegerField(default=0, editable=False)
     metadata = models.JSONField(default=dict, blank=True)
+    # Names of working-memory fields the user asserted in the memory view: the model's update tool
+    # keeps their values (memproc.processors.working_memory_fields).
+    pinned_fields = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -162,6 +165,9 @@ class Message(models.Model):
         output_field=models.BooleanField(),
         db_persist=True,
     )
+    # The user asked (memory view) that semantic recall never bring this message back; history still
+    # shows it. Recall skips it in its SQL, and it holds no embeddings while excluded.
+    recall_excluded = models.BooleanField(default=False, db_default=False, editable=False)
 
     class Meta:
         ordering = ["thread", "sequence"]
@@ -174,6 +180,12 @@ class Message(models.Model):
             # The admin's queue of flagged messages: a partial index holds only them.
             models.Index(
                 fields=["-created_at"], condition=Q(quarantined=True), name="memproc_msg_quarantined"
+            ),
+            # The memory view's list of a resource's excluded messages: a partial index holds only them.
+            models.Index(
+                fields=["resource_id", "-created_at"],
+                condition=Q(recall_excluded=True),
+                name="memproc_msg_recall_excluded",
             ),
         ]
 

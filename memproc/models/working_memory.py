@@ -22,6 +22,7 @@ class WorkingMemoryRevision(models.Model):
         API = "api", _("API")
         ADMIN = "admin", _("Admin")
         CODE = "code", _("Code")
+        USER = "user", _("User (memory view)")
         FORGET = "forget", _("Forget")
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)

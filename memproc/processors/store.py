@@ -31,6 +31,7 @@ class VectorHit:
 class WorkingMemoryValue:
     text: str
     version: int
+    pinned: tuple[str, ...] = ()  # fields the user pinned (resource scope): the model cannot change them
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +112,8 @@ class InMemoryStore:
 
     `add(thread_id, messages, embedder=...)` stores messages (and their vectors when an embedder is
     given); `working_memory[(scope, key)]` holds working-memory text; `summaries[thread_id]` a
-    thread's summary; `archived` the ids of archived threads.
+    thread's summary; `archived` the ids of archived threads; `recall_excluded` the ids of messages
+    recall leaves out (as `Message.recall_excluded`); `pinned[resource id]` its pinned fields.
     """
 
     threads: dict[str, list[Message]] = field(default_factory=dict)
@@ -121,6 +123,8 @@ class InMemoryStore:
     summaries: dict[str, ThreadSummaryValue] = field(default_factory=dict)
     attachments: Any = None
     archived: set[str] = field(default_factory=set)  # last: positional construction stays as it was
+    recall_excluded: set[str] = field(default_factory=set)
+    pinned: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def add(self, thread_id: str, messages: Sequence[Message], *, embedder: Any = None) -> None:
         stored = self.threads.setdefault(thread_id, [])
@@ -156,15 +160,16 @@ class InMemoryStore:
     def messages_around(
         self, *, message_ids: Sequence[str], resource_id: str | None, before: int, after: int
     ) -> dict[str, list[Message]]:
-        wanted = set(message_ids)
+        wanted = set(message_ids) - self.recall_excluded
         groups: dict[str, list[Message]] = {}
         for tid, messages in self.threads.items():
             keep: set[int] = set()
             for i, message in enumerate(messages):
                 if message.id in wanted:
                     keep.update(range(max(0, i - before), min(len(messages), i + after + 1)))
-            if keep:
-                groups[tid] = [messages[i] for i in sorted(keep)]
+            kept = [messages[i] for i in sorted(keep) if messages[i].id not in self.recall_excluded]
+            if kept:
+                groups[tid] = kept
         return groups
 
     def query_vector(self, *, text: str, embedder: Any) -> np.ndarray:
@@ -186,6 +191,7 @@ class InMemoryStore:
         for message_id, (model, tid, rid, stored) in self.vectors.items():
             if (
                 model != embedder_id
+                or message_id in self.recall_excluded
                 or (thread_id and tid != thread_id)
                 or (resource_id and rid != resource_id)
             ):
@@ -202,7 +208,8 @@ class InMemoryStore:
         self, *, scope: str, key: str, resource_id: str | None = None
     ) -> WorkingMemoryValue:
         text = self.working_memory.get((scope, key), "")
-        return WorkingMemoryValue(text=text, version=1 if text else 0)
+        pinned = self.pinned.get(key, ()) if scope == "resource" else ()
+        return WorkingMemoryValue(text=text, version=1 if text else 0, pinned=tuple(pinned))
 
     def thread_metadata(self, *, thread_id: str, resource_id: str | None) -> dict[str, Any] | None:
         return self.metadata.get(thread_id, {} if thread_id in self.threads else None)

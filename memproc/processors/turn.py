@@ -35,6 +35,8 @@ class PendingWorkingMemory:
     # (text, version) as the turn read it, for the first change of a turn: the write swaps against it
     # without reading again; None for a later change, which follows the one before it.
     expected: tuple[str, int] | None = None
+    # Fields the user pinned, as the turn read them: the save keeps their values.
+    pinned: tuple[str, ...] = ()
 
 
 @dataclass

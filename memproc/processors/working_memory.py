@@ -13,6 +13,7 @@ from memproc.processors.base import ProcessorContext
 from memproc.processors.tokens import get_token_counter
 from memproc.processors.turn import PendingWorkingMemory
 from memproc.processors.turn_info import WorkingMemoryRead
+from memproc.processors.working_memory_fields import keep_pinned
 from memproc.processors.working_memory_values import compute_next
 from memproc.tools import DEFAULT_WORKING_MEMORY_TEMPLATE, WORKING_MEMORY_TOOL, Tool, ToolContext
 
@@ -24,6 +25,8 @@ UPDATE_TOOL_PARAMETERS: dict[str, dict[str, Any]] = {
     for mode, kind in (("schema", "object"), ("markdown", "string"))
 }
 SIZE_LIMIT_MESSAGE = "working memory is limited to {limit} tokens; rewrite it shorter"
+PINNED_NOTE = "\nThe user set these fields themselves; keep them as they are: {names}."
+PINNED_RESULT = "The user pinned these fields; their values were kept as the user set them: {names}."
 
 MARKDOWN_INSTRUCTIONS = """WORKING MEMORY
 You have a working memory: information about the user and the conversation that persists across \
@@ -51,6 +54,10 @@ class WorkingMemory:
     With `max_tokens`, an update whose result is longer (counted with the TOKENIZER setting) is
     refused: the model gets the tool error "working memory is limited to N tokens; rewrite it
     shorter" and nothing is stored. The instructions state the limit.
+
+    Fields the user pinned in the memory view (resource scope; the store reads them with the value)
+    are named in the instructions, and an update keeps their values: the tool result says which
+    fields it kept, and the save keeps them again under compare-and-swap.
     """
 
     id = "working-memory"
@@ -90,24 +97,28 @@ class WorkingMemory:
         key = self.key_for(ctx.thread_id, ctx.resource_id)
         if turn is None or store is None or not key:
             return None
-        current, version = "", 0
+        current, version, pinned = "", 0, ()
         if self.scope == "resource" or turn.thread_exists:
             value = store.working_memory_get(scope=self.scope, key=key, resource_id=ctx.resource_id)
             current, version = value.text, value.version
+            pinned = tuple(getattr(value, "pinned", ()))  # a store from before pins has none
         ctx.state["current"] = current
         ctx.state["read"] = (current, version)
+        ctx.state["pinned"] = pinned
         turn.info.working_memory = current
         turn.info.working_memory_version = WorkingMemoryRead(self.scope, key, version)
         if not self.read_only:
             turn.add_tool(self.update_tool(ctx.state, key))
-        return [*ctx.messages, self.system_message(current)]
+        return [*ctx.messages, self.system_message(current, pinned=pinned)]
 
-    def system_message(self, current: str) -> Message:
+    def system_message(self, current: str, *, pinned: tuple[str, ...] = ()) -> Message:
         scope_note = (
             " with this user, in every conversation" if self.scope == "resource" else " in this conversation"
         )
         read_only_note = "\nThe working memory is read-only in this conversation." if self.read_only else ""
         limit_note = f" Keep it under {self.max_tokens} tokens." if self.max_tokens else ""
+        if pinned:
+            limit_note += PINNED_NOTE.format(names=", ".join(neutralise(n) for n in pinned))
         if self.mode == "schema":
             head = SCHEMA_INSTRUCTIONS.format(
                 scope_note=scope_note,
@@ -158,6 +169,14 @@ class WorkingMemory:
                 schema=self.schema,
                 mode=self.mode,
             )
+            pinned = state.get("pinned", ())
+            new, kept = keep_pinned(
+                current=state.get("current", ""),
+                new=new,
+                pinned=pinned,
+                mode=self.mode,
+                template=self.template,
+            )
             check_size(new, max_tokens=self.max_tokens)
         except ValidationError as exc:
             raise ToolError(str(exc)) from exc
@@ -174,8 +193,11 @@ class WorkingMemory:
                     template=self.template,
                     schema=self.schema,
                     expected=state.pop("read", None),
+                    pinned=pinned,
                 )
             )
+        if kept:
+            return {"success": True, "pinned": kept, "note": PINNED_RESULT.format(names=", ".join(kept))}
         return {"success": True}
 
 

@@ -58,17 +58,23 @@ def messages_existing_rows(*, resource_id: str, ids: Iterable[str]) -> list[tupl
 
 def messages_around(*, message_keys: Sequence[str], before: int, after: int) -> dict[str, list[Message]]:
     """Each hit (by its key, as embeddings name it) with its neighbours from its own thread, grouped
-    by thread in sequence order; messages a guardrail quarantined (`Message.quarantined`) are left
-    out. Two queries: the hits' positions, then every range at once on the thread+sequence index."""
+    by thread in sequence order; messages a guardrail quarantined (`Message.quarantined`) or the user
+    excluded from recall (`Message.recall_excluded`: not even as a hit, whatever a vector store still
+    holds) are left out. Two queries: the hits' positions, then every range at once on the
+    thread+sequence index."""
     if not message_keys:
         return {}
-    hits = models.Message.objects.filter(id__in=list(message_keys)).values_list("thread_id", "sequence")
+    hits = models.Message.objects.filter(id__in=list(message_keys), recall_excluded=False).values_list(
+        "thread_id", "sequence"
+    )
     ranges = Q()
     for key, sequence in hits:
         ranges |= Q(thread_id=key, sequence__range=(sequence - before, sequence + after))
     if not ranges:
         return {}
-    rows = models.Message.objects.filter(ranges, quarantined=False).order_by("thread_id", "sequence")
+    rows = models.Message.objects.filter(ranges, quarantined=False, recall_excluded=False).order_by(
+        "thread_id", "sequence"
+    )
     grouped: dict[str, list[Message]] = {}
     for row in rows.values(*MESSAGE_FIELDS):
         message = message_from_row(row)

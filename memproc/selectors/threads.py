@@ -121,6 +121,25 @@ def working_memory_get(*, scope: str, key: str) -> tuple[str, int]:
     return rows.order_by().values_list("working_memory", "working_memory_version").first() or ("", 0)
 
 
+def resource_memory_get(*, resource_id: str) -> tuple[str, int, tuple[str, ...]]:
+    """(text, version, pinned field names) of a resource's working memory, in one query: a turn
+    reads the pins with the value, so keeping them costs it nothing."""
+    row = (
+        models.Resource.objects.filter(pk=resource_id)
+        .order_by()
+        .values_list("working_memory", "working_memory_version", "pinned_fields")
+        .first()
+    )
+    if row is None:
+        return "", 0, ()
+    return row[0], row[1], pinned_names(row[2])
+
+
+def pinned_names(value: Any) -> tuple[str, ...]:
+    """The stored `Resource.pinned_fields` as names (anything else stored there is ignored)."""
+    return tuple(n for n in value if isinstance(n, str)) if isinstance(value, list) else ()
+
+
 # What a list of threads may be ordered by; a leading "-" is newest first. The id breaks ties.
 THREAD_ORDERINGS = ("-updated_at", "updated_at", "-created_at", "created_at")
 

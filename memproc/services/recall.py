@@ -64,7 +64,7 @@ def messages_embed(*, message_keys: Sequence[str], embedder: Any = None, vector_
     bare = [k for k in message_keys if models.THREAD_KEY_SEPARATOR not in k]
     rows = (
         models.Message.objects.filter(Q(id__in=keys) | Q(public_id__in=bare))
-        .filter(role__in=EMBEDDABLE_ROLES, quarantined=False)
+        .filter(role__in=EMBEDDABLE_ROLES, quarantined=False, recall_excluded=False)
         .exclude(embeddings__model=embedder.id)
         .values_list("id", "thread_id", "resource_id", "text")
     )

@@ -150,7 +150,7 @@ def reindex_run(
 def _pending(
     embedder_id: str, *, thread_id: str | None, resource_id: str | None, after: ReindexPosition | None
 ) -> QuerySet[models.Message]:
-    qs = models.Message.objects.filter(role__in=EMBEDDABLE_ROLES)
+    qs = models.Message.objects.filter(role__in=EMBEDDABLE_ROLES, recall_excluded=False)
     if thread_id is not None:
         qs = qs.filter(thread_id=thread_key_for(thread_id=thread_id, resource_id=resource_id))
     if resource_id is not None:

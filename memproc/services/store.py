@@ -12,7 +12,7 @@ from memproc.messages import Message
 from memproc.models import message_keys, public_message_id, thread_key
 from memproc.processors.store import ThreadSummaryValue, VectorHit, WorkingMemoryValue
 from memproc.selectors.messages import messages_around, messages_before, messages_existing, messages_recent
-from memproc.selectors.threads import thread_read, threads_archived, working_memory_get
+from memproc.selectors.threads import resource_memory_get, thread_read, threads_archived, working_memory_get
 from memproc.services.attachments.files import DjangoAttachmentStore
 from memproc.services.compaction.summary import summary_value, thread_summary_get
 from memproc.services.recall import query_embed
@@ -117,9 +117,11 @@ class DjangoMemoryStore:
     def working_memory_get(
         self, *, scope: str, key: str, resource_id: str | None = None
     ) -> WorkingMemoryValue:
-        if scope == "thread":
-            key = thread_key(resource_id or "", key)
-        found = self._memories.get(key) if scope == "thread" else None
+        if scope == "resource":
+            text, version, pinned = resource_memory_get(resource_id=key)
+            return WorkingMemoryValue(text=text, version=version, pinned=pinned)
+        key = thread_key(resource_id or "", key)
+        found = self._memories.get(key)
         text, version = found or working_memory_get(scope=scope, key=key)
         return WorkingMemoryValue(text=text, version=version)
 

@@ -12,6 +12,7 @@ from memproc.db import memproc_db
 from memproc.exceptions import MemprocError, ValidationError
 from memproc.models import public_thread_id, split_thread_key
 from memproc.processors.working_memory import check_size
+from memproc.processors.working_memory_fields import field_set, keep_pinned
 from memproc.processors.working_memory_values import (  # noqa: F401  (re-exported)
     compute_next,
     deep_merge,
@@ -47,6 +48,8 @@ def working_memory_update(
     agent_id: str = "",
     max_tokens: int | None = None,
     expected: tuple[str, int] | None = None,
+    field: str | None = None,
+    pinned: Sequence[str] = (),
     turn_id: Any = None,
     message_ids: Sequence[str] = (),
 ) -> tuple[str, int]:
@@ -58,6 +61,9 @@ def working_memory_update(
     Each attempt reads the current value and version, computes the next value, and writes it only if
     the version is unchanged (compare-and-swap); a concurrent writer makes it re-read and re-merge.
     `expected`, the (text, version) the caller read (a turn, at its start), stands for the first read.
+    With `field`, `value` is that one field's new value (`field_set`: a correction in the memory
+    view), applied to the value each attempt reads. `pinned` names fields whose values the update
+    keeps (`keep_pinned`: the model's updates, with the pins its turn read).
     `turn_id` and `message_ids` (message keys) are the revision's lineage: the turn that made the
     change and the messages it saved.
     """
@@ -76,9 +82,15 @@ def working_memory_update(
             raise ValidationError(f"No {scope} with id {shown!r}")
         current, version = row[0], int(row[1])
         # Refusals (template guard, schema) are raised here, before anything is written.
-        new = compute_next(
-            current=current, value=value, template=template, schema=schema, mode=mode, replace=replace
-        )
+        if field is not None:
+            new = field_set(
+                current=current, name=field, value=value, mode=mode, template=template, schema=schema
+            )
+        else:
+            new = compute_next(
+                current=current, value=value, template=template, schema=schema, mode=mode, replace=replace
+            )
+        new, _ = keep_pinned(current=current, new=new, pinned=pinned, mode=mode, template=template)
         if new == current:
             return current, version
         check_size(new, max_tokens=max_tokens)

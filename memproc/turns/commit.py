@@ -78,6 +78,7 @@ def turn_commit(
                 resource_id=turn.resource_id,
                 agent_id=plan.agent_id,
                 expected=wm.expected or memory_now,
+                pinned=wm.pinned,
                 turn_id=turn_id,
                 message_ids=lineage,
             )

@@ -83,3 +83,30 @@ def test_schema_mode_memory_must_stay_json(admin_client, conversation):
         admin_client.post(url, thread_form(thread, working_memory_text='{"name": "Ada L."}')).status_code
         == 302
     )
+
+
+def test_a_users_correction_reads_as_theirs_in_the_revision_admin(admin_client, admin_user):
+    """The memory view's corrections: source "User (memory view)", the user as actor; the resource
+    page names the fields the user pinned."""
+    from memproc.services.memory_view import resource_field_pin
+
+    working_memory_update(
+        scope="resource",
+        key="user-7",
+        field="Location",
+        value="Oslo",
+        source=models.WorkingMemoryRevision.Source.USER,
+        template="- **Location**:",
+        actor=admin_user,
+    )
+    resource_field_pin(resource_id="user-7", name="Location", pinned=True)
+    page = admin_client.get(reverse("admin:memproc_workingmemoryrevision_changelist")).content.decode()
+    assert "User (memory view)" in page and admin_user.get_username() in page
+    filtered = admin_client.get(
+        reverse("admin:memproc_workingmemoryrevision_changelist") + "?source__exact=user"
+    )
+    assert filtered.status_code == 200 and "User (memory view)" in filtered.content.decode()
+    resource_page = admin_client.get(
+        reverse("admin:memproc_resource_change", args=["user-7"])
+    ).content.decode()
+    assert "Pinned fields" in resource_page and "Location" in resource_page

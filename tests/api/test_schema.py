@@ -31,6 +31,12 @@ ENDPOINTS = {
     "tripwires/{id}/review/": {"post"},
     "attachments/{id}/": {"get"},
     "attachments/{id}/download/": {"get"},
+    "memory/": {"get"},
+    "memory/fields/{name}/": {"put"},
+    "memory/fields/{name}/pin/": {"post"},
+    "memory/fields/{name}/unpin/": {"post"},
+    "memory/messages/{id}/exclude/": {"post"},
+    "memory/messages/{id}/include/": {"post"},
 }
 HTTP_METHODS = {"get", "put", "post", "patch", "delete"}
 

@@ -76,6 +76,8 @@ from tests.factories import MessageFactory, ResourceFactory, ThreadFactory, Trip
 FUZZ_USER_PK = 4242
 FUZZ_LOG_ID = "7e0e1d34-5f0c-4f43-9d1a-2a8f0c6b9e11"
 KNOWN_IDS = ["fuzz-thread", "api-test", str(FUZZ_USER_PK), FUZZ_LOG_ID]
+KNOWN_FIELDS = ["First Name", "Location"]
+KNOWN_MESSAGES = ["fuzz-m1", "fuzz-m2"]
 EXAMPLES = 25  # per operation and generation mode (positive, negative)
 OVERSIZED_BYTES = 2_621_440 + 64 * 1024  # past Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MiB)
 
@@ -130,13 +132,15 @@ def forged_cursor_refused(ctx: Any, response: Any, case: Any) -> None:
 
 # 400s that answer the server's state rather than the request's shape, as a 404 or a 409 would: a
 # cursor the server never wrote, an agent that is not registered (or has no working memory), a thread
-# id the resource already uses, a message of another thread, an object for a Markdown working memory.
+# id the resource already uses, a message of another thread, an object for a Markdown working memory,
+# a memory-view field value its template or schema refuses.
 STATE_ANSWERS = {
     "cursor": "Invalid cursor",
     "agent": "No registered agent ",
     "id": "This resource already has a thread ",
     "message_id": "This thread has no such message.",
     "working_memory": "This working memory is Markdown text.",
+    "value": "Not a value for this field: ",
 }
 
 
@@ -200,8 +204,13 @@ oversized.config.generation.update(modes=["positive"], max_examples=4, with_secu
 
 @schema.hook
 def before_generate_path_parameters(context: Any, strategy: st.SearchStrategy) -> st.SearchStrategy:
-    """Now and then an id that exists: the user's thread, resource, the test agent, a tripwire log."""
-    return st.one_of(strategy, st.sampled_from(KNOWN_IDS).map(lambda key: {"id": key}))
+    """Now and then an id that exists: the user's thread, resource, the test agent, a tripwire log;
+    in the memory view, a field of the default template or one of the user's messages."""
+    path = context.operation.path
+    if "{name}" in path:
+        return st.one_of(strategy, st.sampled_from(KNOWN_FIELDS).map(lambda name: {"name": name}))
+    known = KNOWN_MESSAGES if path.startswith(f"{API}memory/messages/") else KNOWN_IDS
+    return st.one_of(strategy, st.sampled_from(known).map(lambda key: {"id": key}))
 
 
 @oversized.hook("before_generate_path_parameters")

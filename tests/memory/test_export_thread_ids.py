@@ -274,7 +274,11 @@ def test_a_document_from_before_thread_keys_imports_beside_other_resources_threa
     # Written again, the document gains what later versions of the format added as optional fields.
     current = {
         **document,
-        "threads": [{**t, "archived_at": None} for t in document["threads"]],
+        "resource": {**document["resource"], "pinned_fields": []},
+        "threads": [
+            {**t, "archived_at": None, "messages": [{**m, "recall_excluded": False} for m in t["messages"]]}
+            for t in document["threads"]
+        ],
         "working_memory_revisions": [
             {**r, "turn_id": None, "message_ids": []} for r in document["working_memory_revisions"]
         ],

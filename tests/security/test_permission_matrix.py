@@ -177,6 +177,16 @@ MATRIX: dict[tuple[str, str], tuple[Rule, Call]] = {
         WRITE,
         Call(kwargs=lambda w: {"id": w.victim_resource}, body=lambda w: {"working_memory": "overwritten"}),
     ),
+    # The end-user memory view: the victim's resource named by `?resource_id=`.
+    ("memory", "GET"): (READ, Call(query=victims)),
+    ("memory-field", "PUT"): (
+        WRITE,
+        Call(kwargs=lambda w: {"name": "First Name"}, query=victims, body=lambda w: {"value": "x"}),
+    ),
+    ("memory-field-pin", "POST"): (WRITE, Call(kwargs=lambda w: {"name": "First Name"}, query=victims)),
+    ("memory-field-unpin", "POST"): (WRITE, Call(kwargs=lambda w: {"name": "First Name"}, query=victims)),
+    ("memory-message-exclude", "POST"): (WRITE, Call(kwargs=lambda w: {"id": "victim-m1"}, query=victims)),
+    ("memory-message-include", "POST"): (WRITE, Call(kwargs=lambda w: {"id": "victim-m1"}, query=victims)),
     ("attachment-detail", "GET"): (READ, Call(kwargs=lambda w: {"id": str(w.attachment.pk)})),
     ("attachment-download", "GET"): (READ, Call(kwargs=lambda w: {"id": str(w.attachment.pk)})),
     # A turn on another owner's thread writes to it: messages, working memory, a turn record.

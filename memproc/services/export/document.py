@@ -15,6 +15,7 @@ from django.utils import timezone
 from memproc import logs, models
 from memproc.models import public_message_id, public_thread_id
 from memproc.selectors.export import resource_rows
+from memproc.selectors.threads import pinned_names
 from memproc.services.attachments import attachment_url
 
 logger = logging.getLogger(__name__)
@@ -131,6 +132,7 @@ def _resource(r: models.Resource) -> dict[str, Any]:
         "metadata": r.metadata,
         "working_memory": r.working_memory,
         "working_memory_version": r.working_memory_version,
+        "pinned_fields": list(pinned_names(r.pinned_fields)),
         "created_at": iso(r.created_at),
         "updated_at": iso(r.updated_at),
     }
@@ -178,6 +180,7 @@ def _message(m: models.Message) -> dict[str, Any]:
         "token_count": m.token_count,
         "created_at": iso(m.created_at),
         "sequence": m.sequence,
+        "recall_excluded": m.recall_excluded,
     }
 
 

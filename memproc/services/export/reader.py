@@ -97,6 +97,8 @@ def _resource(data: Mapping[str, Any]) -> models.Resource:
         metadata=_obj(data, "metadata", where),
         working_memory=_text(data, "working_memory", where),
         working_memory_version=_integer(data, "working_memory_version", where),
+        # Optional: documents written before the memory view have none.
+        pinned_fields=_names(data, "pinned_fields", where),
         created_at=_time(data, "created_at", where),
         updated_at=_time(data, "updated_at", where),
     )
@@ -154,6 +156,7 @@ def _message(data: Mapping[str, Any], where: str, thread: models.Thread) -> mode
         token_count=token_count,
         created_at=_time(data, "created_at", where),
         sequence=_integer(data, "sequence", where, low=1, high=SEQUENCE_MAX),
+        recall_excluded=_flag(data, "recall_excluded", where),
     )
 
 
@@ -385,6 +388,22 @@ def _time(data: Mapping[str, Any], key: str, where: str, *, optional: bool = Fal
     if parsed is None or parsed.tzinfo is None:
         raise ValidationError(f"{where}.{key}: expected an ISO 8601 time with an offset")
     return parsed
+
+
+def _names(data: Mapping[str, Any], key: str, where: str) -> list[str]:
+    """An optional list of short strings (absent: empty)."""
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and 0 < len(v) <= 255 for v in value):
+        raise ValidationError(f"{where}.{key}: expected a list of names (strings of 1 to 255 characters)")
+    return _storable(list(dict.fromkeys(value)), f"{where}.{key}")
+
+
+def _flag(data: Mapping[str, Any], key: str, where: str) -> bool:
+    """An optional boolean (absent: false)."""
+    value = data.get(key, False)
+    if not isinstance(value, bool):
+        raise ValidationError(f"{where}.{key}: expected true or false")
+    return value
 
 
 def _choice(data: Mapping[str, Any], key: str, where: str, choices: Any) -> str:

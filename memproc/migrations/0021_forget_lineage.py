@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memproc", "0019_thread_archived_at"),
+        ("memproc", "0020_memory_view"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
@@ -33,6 +33,7 @@ class Migration(migrations.Migration):
                     ("api", "API"),
                     ("admin", "Admin"),
                     ("code", "Code"),
+                    ("user", "User (memory view)"),
                     ("forget", "Forget"),
                 ],
                 max_length=16,
