@@ -20,6 +20,7 @@ from memproc.api.views.memory import (
     MemoryFieldPin,
     MemoryFieldUnpin,
     MemoryFieldView,
+    MemoryForget,
     MemoryMessageExclude,
     MemoryMessageInclude,
     MemoryView,
@@ -45,6 +46,7 @@ urlpatterns = [
     path("memory/fields/<str:name>/unpin/", MemoryFieldUnpin.as_view(), name="memory-field-unpin"),
     path("memory/messages/<str:id>/exclude/", MemoryMessageExclude.as_view(), name="memory-message-exclude"),
     path("memory/messages/<str:id>/include/", MemoryMessageInclude.as_view(), name="memory-message-include"),
+    path("memory/forget/", MemoryForget.as_view(), name="memory-forget"),
     # The clients' protocols (memproc.api.protocols): the AI SDK's useChat, and OpenAI's Chat Completions
     # (`base_url=".../v1"`; the SDKs call these paths without a trailing slash).
     path("agents/<str:id>/chat/", ChatView.as_view(), name="agent-chat"),

@@ -219,3 +219,69 @@ def test_unpinning_before_anything_is_stored_stores_nothing(owner_client, user):
     assert response.status_code == 200 and response.json()["pinned"] == []
     assert not models.Resource.objects.filter(pk=str(user.pk)).exists()
     assert owner_client.post(field_url("First Name", "pin")).json()["pinned"] == ["First Name"]
+
+
+# --- forgetting -------------------------------------------------------------------------------------
+
+FORGET = f"{MEMORY}forget/"
+
+
+def test_forgetting_a_recalled_message_takes_its_fact_back(owner_client, remembered, agent, model, user):
+    response = owner_client.post(f"{FORGET}?agent={AGENT}", {"message_ids": [remembered]}, format="json")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["receipt"]["scope"] == "messages" and body["receipt"]["status"] == "done"
+    assert (
+        body["receipt"]["counts"]["messages"] == 1
+        and body["receipt"]["counts"]["working_memory_reverted"] == 1
+    )
+    assert fields(body)["First Name"] == "" and remembered not in str(body["recalls"])
+    assert not models.Message.objects.filter(public_id=remembered).exists()
+    receipt = models.ForgetReceipt.objects.get()
+    assert receipt.actor == user and receipt.resource_id == str(user.pk)
+    model.add("I don't know.")
+    agent.generate("what is my cat called", thread_id="later", resource_id=str(user.pk))
+    prompt = "\n".join(m.text for m in model.requests[-1].messages)
+    assert "Tom" not in prompt.replace("Tom.", "") and "Ada" not in prompt
+
+
+def test_forgetting_a_thread(owner_client, remembered, user):
+    body = owner_client.post(FORGET, {"thread_id": "cats"}, format="json").json()
+    assert body["receipt"]["scope"] == "thread"
+    assert not models.Thread.objects.filter(public_id="cats").exists()
+    assert models.Thread.objects.filter(public_id="later").exists()
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{}, {"message_ids": []}, {"message_ids": "m"}, {"message_ids": ["a"], "thread_id": "cats"}, [1], "x"],
+)
+def test_a_bad_forget_is_400_and_forgets_nothing(owner_client, remembered, payload):
+    assert owner_client.post(FORGET, payload, format="json").status_code == 400
+    assert models.Message.objects.filter(public_id=remembered).exists()
+
+
+def test_unknown_or_another_resources_ids_are_404_and_forget_nothing(
+    owner_client, other_client, remembered, user
+):
+    assert (
+        owner_client.post(FORGET, {"message_ids": [remembered, "no-such"]}, format="json").status_code == 404
+    )
+    assert other_client.post(FORGET, {"message_ids": [remembered]}, format="json").status_code == 404
+    assert (
+        other_client.post(f"{FORGET}?resource_id={user.pk}", {"thread_id": "cats"}, format="json").status_code
+        == 404
+    )
+    assert models.Message.objects.filter(public_id=remembered).exists()
+    assert not models.ForgetReceipt.objects.exists()
+
+
+def test_staff_also_need_delete_to_forget(staff, remembered, user):
+    url = f"{FORGET}?resource_id={user.pk}"
+    staff.user_permissions.add(*Permission.objects.filter(codename__in=["view_thread", "change_thread"]))
+    staff = type(staff).objects.get(pk=staff.pk)
+    assert client_for(staff).post(url, {"message_ids": [remembered]}, format="json").status_code == 404
+    staff.user_permissions.add(Permission.objects.get(codename="delete_thread"))
+    staff = type(staff).objects.get(pk=staff.pk)
+    assert client_for(staff).post(url, {"message_ids": [remembered]}, format="json").status_code == 200
+    assert models.ForgetReceipt.objects.get().actor == staff

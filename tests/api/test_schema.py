@@ -37,6 +37,7 @@ ENDPOINTS = {
     "memory/fields/{name}/unpin/": {"post"},
     "memory/messages/{id}/exclude/": {"post"},
     "memory/messages/{id}/include/": {"post"},
+    "memory/forget/": {"post"},
 }
 HTTP_METHODS = {"get", "put", "post", "patch", "delete"}
 

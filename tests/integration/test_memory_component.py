@@ -118,3 +118,30 @@ def test_view_correct_pin_and_exclude_and_the_next_prompt_reflects_it(page, live
     prompt = prompt_text(model)
     assert "- **First Name**: Adeline" in prompt and "keep them as they are: First Name" in prompt
     assert CAT not in prompt
+
+
+def test_forget_takes_back_the_message_and_what_was_learnt_from_it(page, live_server, model):
+    login(page, live_server.url, f"/memory/?agent={AGENT}")
+    memory = page.locator("memproc-memory")
+    turn(page, CAT, 1)
+    field(memory, "First Name").locator(".value:text('Ada')").wait_for()
+    turn(page, "How is the weather?", 2)
+    turn(page, "what is my cat called", 3)
+    recall = memory.locator(f"li.recall:has-text('{CAT}')").first
+    recall.wait_for()
+
+    # The first press only arms the button; nothing is forgotten until the second.
+    recall.get_by_role("button", name="Forget").click()
+    assert models.Message.objects.filter(text=CAT).exists()
+    recall.get_by_role("button", name="Forget for good?").click()
+    field(memory, "First Name").locator(".value:text('not set')").wait_for()
+    memory.locator(f"li.recall:has-text('{CAT}')").wait_for(state="detached")
+    assert eventually(lambda: not models.Message.objects.filter(text=CAT).exists())
+    receipt = eventually(lambda: models.ForgetReceipt.objects.first())
+    assert receipt is not None and receipt.actor.get_username() == "admin"
+    page.screenshot(path=str(ARTIFACTS / "memory-view-forgotten.png"), full_page=True)
+
+    # The next turn's prompt holds neither the message nor the name the model learnt from it.
+    turn(page, "what is my cat called", 4)
+    prompt = prompt_text(model)
+    assert CAT not in prompt and "Ada" not in prompt

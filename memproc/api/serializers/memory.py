@@ -65,3 +65,37 @@ class MemoryViewSerializer(serializers.Serializer):
 
 class MemoryFieldUpdateSerializer(serializers.Serializer):
     value = FieldValueField(allow_null=True, help_text=ANY_JSON["description"])
+
+
+class MemoryForgetSerializer(serializers.Serializer):
+    """What to forget: some messages or one thread (of the resource), never both."""
+
+    message_ids = serializers.ListField(
+        child=serializers.CharField(max_length=255),
+        required=False,
+        min_length=1,
+        max_length=1000,
+        help_text="Message ids of the resource.",
+    )
+    thread_id = serializers.CharField(required=False, max_length=255, help_text="A thread of the resource.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("message_ids" in attrs) == ("thread_id" in attrs):
+            raise serializers.ValidationError(
+                {"non_field_errors": ["Give message_ids or thread_id (one of them)."]}
+            )
+        return attrs
+
+
+class ForgetReceiptSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    scope = serializers.ChoiceField(choices=[("messages", "Messages"), ("thread", "Thread")])
+    status = serializers.ChoiceField(
+        choices=[("done", "Done"), ("review", "Working memory held for review")],
+        help_text="`review`: a later change built on a forgotten fact; an operator decides what stays.",
+    )
+    counts = serializers.DictField(child=serializers.IntegerField(), help_text="What went, by kind.")
+
+
+class MemoryForgottenSerializer(MemoryViewSerializer):
+    receipt = ForgetReceiptSerializer(help_text="What this forget removed (the receipt holds no text).")

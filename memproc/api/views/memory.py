@@ -5,8 +5,7 @@ Every answer is the whole view, so a client re-renders from the response. The re
 own (`?resource_id=` names another one the resolver grants: staff with `memproc.view_thread` to read,
 `memproc.change_thread` to write); anything else is a 404.
 
-Forgetting (`POST memory/forget/` with `message_ids` or `thread_id`) belongs here too, over
-`memproc.services.forget`; see MemoryForgetView's place below.
+Forgetting is `POST memory/forget/` with `message_ids` or `thread_id` (memproc.services.forget).
 """
 
 from __future__ import annotations
@@ -20,8 +19,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from memproc import models
-from memproc.api.permissions import default_resource
-from memproc.api.serializers.memory import MemoryFieldUpdateSerializer, MemoryViewSerializer
+from memproc.api.permissions import THREAD_DELETE, default_resource, has_any_perm
+from memproc.api.serializers.memory import (
+    MemoryFieldUpdateSerializer,
+    MemoryForgetSerializer,
+    MemoryForgottenSerializer,
+    MemoryViewSerializer,
+)
 from memproc.api.views.base import MemprocViewMixin, errors, path_id_ok
 from memproc.api.views.working_memory import (
     AGENT_PARAMETER,
@@ -33,6 +37,7 @@ from memproc.exceptions import ValidationError as MemprocValidationError
 from memproc.processors.working_memory_fields import fields_of
 from memproc.selectors.memory_view import memory_recalls, messages_recall_excluded
 from memproc.selectors.threads import resource_memory_get
+from memproc.services.forget import forget
 from memproc.services.memory_view import message_recall_exclude, resource_field_pin
 from memproc.services.working_memory import working_memory_update
 
@@ -253,7 +258,44 @@ class MemoryMessageInclude(MemoryRecallExcludeView):
         return super().post(request, id)
 
 
-# The place for forgetting: `MemoryForget`, `POST memory/forget/` with `{"message_ids": [...]}` or
-# `{"thread_id": ...}`, validated by an input serializer, calling
-# `memproc.services.forget.forget(resource_id=self.resource(), message_ids=..., thread_id=...,
-# actor=request.user)` and answering `self.render(...)`; routed as "memory-forget" in memproc.api.urls.
+class MemoryForget(MemoryViewBase):
+    @extend_schema(
+        tags=TAGS,
+        summary="Forget messages or a thread, with what was derived from them",
+        description=(
+            "Deletes the messages (or the thread) with their embeddings, the summaries that covered them, "
+            "the working-memory changes their turns wrote (set back to the value before; held for an "
+            "operator when a later change built on them: `receipt.status` is then `review`), files no "
+            "other message uses, and their ids in turn records. Unknown ids are a 404 and nothing is "
+            "forgotten. Answers the whole view and the receipt."
+        ),
+        parameters=[RESOURCE_PARAMETER, AGENT_PARAMETER],
+        request=MemoryForgetSerializer,
+        responses={200: MemoryForgottenSerializer, **errors(400, 404)},
+    )
+    def post(self, request: Request) -> Response:
+        resource_id, config = self.resource(), self.config()
+        if (
+            self.allowed_resources() is None
+            and resource_id != default_resource(request)
+            and not has_any_perm(request.user, THREAD_DELETE)
+        ):
+            raise NotFound()  # forgetting is deleting: staff also need memproc.delete_thread
+        serializer = MemoryForgetSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        wanted = serializer.validated_data
+        ids = wanted.get("message_ids")
+        if not all(path_id_ok(i) for i in [*(ids or ()), wanted.get("thread_id", "x")]):
+            raise NotFound()
+        try:
+            receipt = forget(
+                resource_id=resource_id,
+                message_ids=ids,
+                thread_id=wanted.get("thread_id"),
+                actor=request.user,
+            )
+        except MemprocValidationError as exc:
+            raise NotFound() from exc  # an id the resource does not hold, as for any other item
+        view = self.render(resource_id, config).data
+        done = {"id": receipt.pk, "scope": receipt.scope, "status": receipt.status, "counts": receipt.counts}
+        return Response(MemoryForgottenSerializer({**view, "receipt": done}).data)

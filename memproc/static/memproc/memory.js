@@ -9,14 +9,17 @@
  * It talks to `memory/` (memproc's end-user memory view) with the page's session: it shows the working
  * memory by field, lets the user correct a field (a revision marked as made by the user) and pin it (the
  * model's updates keep a pinned field), lists what recent turns recalled and why (score, source thread,
- * when), and lets the user exclude a message from recall (history still shows it) or let it back in.
+ * when), and lets the user exclude a message from recall (history still shows it) or let it back in,
+ * or forget it with what was learnt from it (a second press confirms).
  * Text is always set as text, never parsed as HTML.
  *
  * Attributes: `agent` (the agent whose template or schema the fields follow; default: the default
  * template); `api` (memproc's API root, default "/api/memproc/"); `resource` (a resource id, for staff who
  * may reach others; default: the user's own); `csrf-token` (default: the `csrftoken` cookie).
  * Methods: `refresh()` (reload, e.g. on `memproc-chat:finish`).
+ * Methods also: `forget(messageIds)`.
  * Events (bubbling, composed): `memproc-memory:change` (detail: the new view, after a write),
+ * `memproc-memory:forgotten` (detail: the receipt: id, scope, status, counts),
  * `memproc-memory:error` (detail: {message}).
  * Styling: CSS custom properties (--memproc-accent, --memproc-bg, --memproc-border, --memproc-font) and
  * the parts `memory`, `fields`, `field`, `recalls`, `recall`, `excluded`, `banner`.
@@ -92,6 +95,7 @@
     .empty-list { color: #889; font-style: italic; border: 0; }
     button { font: inherit; font-size: .85em; cursor: pointer; }
     button.on { background: var(--accent); color: #fff; border: 1px solid var(--accent); }
+    button.forget.armed { background: #b3261e; color: #fff; border: 1px solid #b3261e; }
     button:disabled { cursor: default; opacity: .6; }
   `;
 
@@ -202,9 +206,39 @@
       return this.write("POST", "messages/" + encodeURIComponent(messageId) + "/" + (excluded ? "exclude/" : "include/"));
     }
 
-    // Forgetting goes here: `forget(messageIds)` → POST memory/forget/ {"message_ids": [...]} (or
-    // {"thread_id": ...}) through `this.write`, with a "Forget" button per recalled message in
-    // `renderRecall`, once the API has the endpoint.
+    // Forgets messages (or a thread: `{thread_id}`) with what memproc derived from them; the answer
+    // is the view with the receipt, whose status says whether an operator still has to decide.
+    async forget(messageIds) {
+      const done = await this.write("POST", "forget/", { message_ids: messageIds });
+      const receipt = this.view && this.view.receipt;
+      if (done && receipt && receipt.status === "review") {
+        this.showBanner("Forgotten. A later change to your memory built on it: someone will review what stays.");
+      }
+      if (done) {
+        this.dispatchEvent(new CustomEvent("memproc-memory:forgotten", { detail: receipt, bubbles: true, composed: true }));
+      }
+      return done;
+    }
+
+    // A button that asks once more before it forgets: the first press arms it, the second forgets.
+    forgetButton(messageId, excerpt) {
+      const forget = button("Forget", "forget", "Forget, with what was learnt from it: " + excerpt.slice(0, 60));
+      forget.addEventListener("click", () => {
+        if (!forget.classList.contains("armed")) {
+          forget.classList.add("armed");
+          forget.textContent = "Forget for good?";
+          forget.setAttribute("aria-label", "Forget for good? Press again to forget: " + excerpt.slice(0, 60));
+          setTimeout(() => {
+            forget.classList.remove("armed");
+            forget.textContent = "Forget";
+            forget.setAttribute("aria-label", "Forget, with what was learnt from it: " + excerpt.slice(0, 60));
+          }, 6000);
+          return;
+        }
+        this.forget([messageId]);
+      });
+      return forget;
+    }
 
     fail(error) {
       this.showBanner(error.message);
@@ -290,6 +324,7 @@
         ));
         if (recall.recall_excluded) toggle.classList.add("on");
         toggle.addEventListener("click", () => this.exclude(recall.message_id, !recall.recall_excluded));
+        actions.appendChild(this.forgetButton(recall.message_id, excerpt));
       }
       return item;
     }
@@ -303,6 +338,7 @@
         button("Include in recall", "include", "Include in recall: " + message.excerpt.slice(0, 60))
       );
       include.addEventListener("click", () => this.exclude(message.message_id, false));
+      include.parentNode.appendChild(this.forgetButton(message.message_id, message.excerpt));
       return item;
     }
   }
