@@ -183,6 +183,33 @@ def test_quicktok_named_but_not_installed_is_a_check_error_naming_the_extra(hide
             get_token_counter()
 
 
+@needs_tiktoken
+@needs_quicktok
+def test_a_cached_file_tiktoken_still_cannot_load_falls_back_to_quicktok(
+    cache_tiktoken_file, no_downloads, monkeypatch, caplog
+):
+    import tiktoken
+
+    cache_tiktoken_file("o200k_base")
+
+    def broken(name):
+        raise ValueError(f"{name}: a tiktoken that reads its files differently")
+
+    monkeypatch.setattr(tiktoken, "get_encoding", broken)
+    with caplog.at_level(logging.WARNING, logger="memproc.processors.tokens"):
+        assert get_token_counter().id == "quicktok:o200k_base"
+    assert "TiktokenCounter did not load" in caplog.text and no_downloads == []
+
+
+def test_tiktoken_named_but_not_installed_is_a_check_error(hide):
+    hide("tiktoken")
+    with override_settings(MEMPROC={"TOKENIZER": "memproc.processors.tokens.TiktokenCounter"}):
+        [error] = check_settings()
+        assert error.id == "memproc.E008" and "tiktoken" in error.msg
+        with pytest.raises(ConfigurationError, match="needs tiktoken"):
+            get_token_counter()
+
+
 # --- TiktokenCounter -----------------------------------------------------------------------------------
 
 
