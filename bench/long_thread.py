@@ -14,7 +14,7 @@ may fold nothing: the turn's no-query estimate was high, and the job's exact cou
 Printed as JSON lines: one per block of `--block` turns (per-turn p50/p95/max ms, folds, the
 largest prompt, the largest summary + history, queries per turn), then a summary (the summarizer's
 cost per fold, whether the summary still holds turn 0's fact). Prompt tokens are counted with the
-TOKENIZER setting (quicktok o200k_base), over everything the model received.
+TOKENIZER setting (o200k_base: tiktoken, or quicktok offline), over everything the model received.
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ DEFAULTS: dict[str, Any] = {
     # Back ends (dotted paths, or {"CLASS": ..., "OPTIONS": {...}})
     "EMBEDDER": "memproc.embedders.MiniLMEmbedder",
     "VECTOR_STORE": "auto",
-    "TOKENIZER": "memproc.processors.tokens.QuicktokCounter",
+    # "auto": tiktoken when its o200k_base file is cached (never a download), else quicktok-v1 (the
+    # offline-tokens extra), else an estimate (memproc.processors.token_choice; check W009).
+    "TOKENIZER": "auto",
     "DEFAULT_MODEL": "local/echo",
     # Per-provider options: {"openai": {"api_key": ..., "base_url": ..., "timeout": 60}}
     "MODELS": {},

@@ -34,6 +34,7 @@ never build it: no model is loaded and no connection is opened.
 | memproc.W006 | the EMBEDDER's packages are missing, and no registered agent recalls with it (yet) |
 | memproc.W007 | kept database connections (CONN_MAX_AGE) without CONN_HEALTH_CHECKS |
 | memproc.W008 | the attachment storage is an S3Storage on botocore's default 60 s timeouts |
+| memproc.W009 | TOKENIZER "auto" has no tiktoken file in its cache and no quicktok-v1: counts are estimated |
 
 """
 

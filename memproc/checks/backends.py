@@ -17,14 +17,16 @@ from django.db import connections, router
 from django.utils.module_loading import import_string
 
 from memproc.agents.registry import all_agents
-from memproc.checks.base import error, installed, pip_install, show, warning
+from memproc.checks.base import DISTRIBUTION, error, installed, pip_install, show, warning
 from memproc.embedders import MiniLMEmbedder, OpenAIEmbedder
 from memproc.embedders.minilm import default_tokenizer_path
 from memproc.exceptions import ConfigurationError
 from memproc.models import MessageEmbedding
-from memproc.processors.tokens import is_token_counter
+from memproc.processors.token_choice import AUTO, AUTO_ENCODING, auto_counter_choice
+from memproc.processors.tokens import QuicktokCounter, TiktokenCounter, is_token_counter
 from memproc.vectors import NAMED_STORES, PgvectorStore
 
+OFFLINE_TOKENS = "offline-tokens"  # the extra that installs quicktok-v1
 SPEC_KEYS = frozenset({"CLASS", "OPTIONS"})
 SPEC_HINT = (
     'Use a dotted path ("package.module.Class") or {"CLASS": "package.module.Class", "OPTIONS": {...}}.'
@@ -195,17 +197,59 @@ def _recall_uses_setting() -> bool:
 
 
 def tokenizer(key: str, value: Any) -> list[CheckMessage]:
+    if value == AUTO:
+        return _auto_tokenizer(key)
     found = named(key, value)
     target = found.target
-    if found.messages or target is None or isinstance(target, type) or is_token_counter(target):
+    if found.messages or target is None:
         return found.messages
+    if isinstance(target, type) or is_token_counter(target):
+        return _tokenizer_missing(key, target)
     return [
         error(
             key,
             f"is {show(target)}, not a token counter.",
             hint="Name a class whose objects have `id`, `count_text(text)` and `count_message(message)`, "
-            'such as "memproc.processors.tokens.QuicktokCounter".',
+            'such as "memproc.processors.tokens.TiktokenCounter", or leave the default, "auto".',
             id="E009",
+        )
+    ]
+
+
+def _auto_tokenizer(key: str) -> list[CheckMessage]:
+    """W009: "auto" found no exact counter here, so every token budget is an estimate."""
+    choice = auto_counter_choice()
+    if choice.exact:
+        return []
+    return [
+        warning(
+            key,
+            f'is "auto", and {choice.reason} (one token per 4 characters; CJK text and code are '
+            "undercounted).",
+            hint=f"For exact counts offline, {pip_install(OFFLINE_TOKENS)}; or put tiktoken's "
+            f"{AUTO_ENCODING} file in its cache (TIKTOKEN_CACHE_DIR) when you deploy; or set "
+            'TOKENIZER to "memproc.processors.tokens.TiktokenCounter" to let tiktoken download it at '
+            "first use.",
+            id="W009",
+        )
+    ]
+
+
+def _tokenizer_missing(key: str, target: Any) -> list[CheckMessage]:
+    """E008: a shipped counter whose package is not installed."""
+    cls = target if isinstance(target, type) else type(target)
+    if issubclass(cls, QuicktokCounter) and not installed("quicktok"):
+        package, how = "quicktok-v1", pip_install(OFFLINE_TOKENS)
+    elif issubclass(cls, TiktokenCounter) and not installed("tiktoken"):
+        package, how = "tiktoken", f'pip install "{DISTRIBUTION}" (tiktoken is one of its dependencies)'
+    else:
+        return []
+    return [
+        error(
+            key,
+            f"names {cls.__name__}, which needs {package}; it is not installed: token counting fails.",
+            hint=f'{how}, or leave TOKENIZER at "auto".',
+            id="E008",
         )
     ]
 

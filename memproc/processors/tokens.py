@@ -1,13 +1,15 @@
-"""Token counting for prompt budgets: a small protocol, an exact offline counter and a fallback estimate.
+"""Token counting for prompt budgets: a small protocol, exact counters (tiktoken, quicktok) and an estimate.
 
 `get_token_counter()` builds the counter named by `MEMPROC["TOKENIZER"]` (a dotted path or
 `{"CLASS": ..., "OPTIONS": {...}}`) at first use, keeps one per spec, and forgets them when
-`MEMPROC` changes (`override_settings` works).
+`MEMPROC` changes (`override_settings` works). The default, "auto", takes tiktoken when its encoding
+file is cached, else quicktok, else an estimate (`memproc.processors.token_choice`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 from collections import OrderedDict
@@ -20,17 +22,24 @@ from django.dispatch import receiver
 from memproc.conf import build_from_setting, settings
 from memproc.exceptions import ConfigurationError
 from memproc.messages import AttachmentRef, FilePart, Message, TextPart, ToolCallPart, ToolResultPart, thaw
+from memproc.processors.token_choice import AUTO, AUTO_ENCODING, AutoChoice, auto_counter_choice
 
 __all__ = [
+    "AUTO",
+    "AutoChoice",
     "CharEstimateCounter",
     "MessageCounter",
     "QuicktokCounter",
+    "TiktokenCounter",
     "TokenCounter",
+    "auto_counter_choice",
     "check_counter_spec",
     "get_token_counter",
     "is_token_counter",
     "reset_token_counters",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -137,8 +146,54 @@ class MessageCounter:
         return f"<{type(self).__name__} {self.id}>"
 
 
+class TiktokenCounter(MessageCounter):
+    """Exact BPE counts from tiktoken, OpenAI's tokenizer.
+
+    `encoding` is a tiktoken encoding name: "o200k_base" (GPT-4o, GPT-4.1, o1, o3), "cl100k_base"
+    (GPT-4, GPT-3.5), "o200k_harmony", ... The encoding loads here, so an unknown name, or a file
+    that cannot be had, fails at configuration time. tiktoken reads the file from its cache
+    (`TIKTOKEN_CACHE_DIR`, else `DATA_GYM_CACHE_DIR`, else `data-gym-cache` in the temporary
+    directory) or downloads it from openaipublic.blob.core.windows.net into that cache, with no
+    timeout: on a host without network the first use waits for the connection to fail. Fill the
+    cache when the site is deployed (see the TOKENIZER setting's documentation). Special-token text
+    in messages counts as ordinary text, as models see it.
+    """
+
+    def __init__(self, *, encoding: str = AUTO_ENCODING, cache_size: int = 1024) -> None:
+        super().__init__(cache_size=cache_size)
+        if not isinstance(encoding, str) or not encoding:
+            raise ConfigurationError("TiktokenCounter(encoding=...) must be a non-empty string")
+        try:
+            import tiktoken
+        except ImportError as exc:
+            raise ConfigurationError(
+                'TiktokenCounter needs tiktoken: pip install "django-memproc" installs it'
+            ) from exc
+        if encoding not in tiktoken.list_encoding_names():
+            raise ConfigurationError(
+                f"TiktokenCounter: unknown encoding {encoding!r}; use one of "
+                f"{', '.join(sorted(tiktoken.list_encoding_names()))}"
+            )
+        try:
+            self._encoding = tiktoken.get_encoding(encoding)
+        except (OSError, ValueError, ImportError) as exc:  # requests' errors are OSErrors
+            raise ConfigurationError(
+                f"TiktokenCounter: tiktoken could not load {encoding!r} ({type(exc).__name__}): it "
+                "downloads the file at first use unless it is in its cache (TIKTOKEN_CACHE_DIR). "
+                'Offline, put the file there, or use QuicktokCounter (pip install "django-memproc'
+                '[offline-tokens]")'
+            ) from exc
+        self.encoding = encoding
+        self.id = f"tiktoken:{encoding}"
+
+    def count_text(self, text: str) -> int:
+        # tiktoken replaces lone surrogates itself (through UTF-16, as QuicktokCounter does).
+        return len(self._encoding.encode_ordinary(text)) if text else 0
+
+
 class QuicktokCounter(MessageCounter):
-    """Exact BPE counts from quicktok (the bundled vocabularies; no download, ids match tiktoken).
+    """Exact BPE counts from quicktok-v1 (the `offline-tokens` extra): vocabularies bundled in the
+    wheel, no download, the same ids as tiktoken.
 
     `encoding` is a quicktok encoding name: "o200k_base" (GPT-4o, o1, o3), "cl100k_base" (GPT-4,
     GPT-3.5), "o200k_harmony", "llama3", "qwen3", or one imported with `quicktok.import_tokenizer`.
@@ -150,8 +205,12 @@ class QuicktokCounter(MessageCounter):
         super().__init__(cache_size=cache_size)
         if not isinstance(encoding, str) or not encoding:
             raise ConfigurationError("QuicktokCounter(encoding=...) must be a non-empty string")
-        import quicktok
-
+        try:
+            import quicktok
+        except ImportError as exc:
+            raise ConfigurationError(
+                'QuicktokCounter needs quicktok-v1: pip install "django-memproc[offline-tokens]"'
+            ) from exc
         try:
             self._encoding = quicktok.get_encoding(encoding)
         except (RuntimeError, OSError, ValueError, KeyError) as exc:
@@ -167,8 +226,8 @@ class QuicktokCounter(MessageCounter):
             return 0
         try:
             return self._encoding.count(text)
-        except (TypeError, UnicodeError):  # lone surrogates cannot become UTF-8
-            return self._encoding.count(text.encode("utf-8", "replace").decode("utf-8"))
+        except (TypeError, UnicodeError):  # lone surrogates cannot become UTF-8: U+FFFD, as tiktoken does
+            return self._encoding.count(_without_lone_surrogates(text))
 
 
 class CharEstimateCounter(MessageCounter):
@@ -191,6 +250,10 @@ class CharEstimateCounter(MessageCounter):
 
     def count_text(self, text: str) -> int:
         return math.ceil(len(text) / self.chars_per_token) if text else 0
+
+
+def _without_lone_surrogates(text: str) -> str:
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _holds_file_data(message: Message) -> bool:
@@ -219,13 +282,16 @@ _counters_lock = threading.Lock()
 def get_token_counter(spec: Any = None) -> TokenCounter:
     """The counter for `spec` (default: `MEMPROC["TOKENIZER"]`), built once and reused.
 
-    `spec` is a dotted path, `{"CLASS": ..., "OPTIONS": {...}}`, a class, or a counter instance
-    (returned as is). Raises ConfigurationError when it cannot be imported or built.
+    `spec` is "auto" (see the module's docstring), a dotted path, `{"CLASS": ..., "OPTIONS": {...}}`,
+    a class, or a counter instance (returned as is). Raises ConfigurationError when it cannot be
+    imported or built.
     """
     if spec is None:
         spec = settings.TOKENIZER
     if is_token_counter(spec):
         return spec
+    if spec == AUTO:
+        return _auto_counter()
     key = _spec_key(spec)
     counter = _counters.get(key)
     if counter is None:
@@ -238,8 +304,41 @@ def get_token_counter(spec: Any = None) -> TokenCounter:
 
 
 def reset_token_counters() -> None:
+    """Forgets the built counters; "auto" chooses again at the next use."""
     with _counters_lock:
         _counters.clear()
+
+
+# --- "auto" --------------------------------------------------------------------------------------
+
+
+def _auto_counter() -> TokenCounter:
+    counter = _counters.get(AUTO)
+    if counter is None:
+        with _counters_lock:
+            counter = _counters.get(AUTO)
+            if counter is None:
+                counter = _counters[AUTO] = _build_auto()
+    return counter
+
+
+def _build_auto() -> TokenCounter:
+    failed: set[str] = set()
+    while True:
+        choice = auto_counter_choice(skip=frozenset(failed))
+        try:
+            counter = _build({"CLASS": choice.spec, "OPTIONS": choice.options})
+        except ConfigurationError as exc:
+            if not choice.exact:
+                raise
+            logger.warning(
+                'memproc: TOKENIZER "auto": %s did not load (%s); trying the next', choice.spec, exc
+            )
+            failed.add(choice.spec)
+            continue
+        log = logger.info if choice.exact else logger.warning
+        log('memproc: TOKENIZER "auto" counts tokens with %s: %s.', counter.id, choice.reason)
+        return counter
 
 
 def _spec_key(spec: Any) -> Any:

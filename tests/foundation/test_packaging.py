@@ -99,6 +99,12 @@ def wheel_metadata(wheel: Path) -> list[tuple[str, str]]:
     return [tuple(line.split(": ", 1)) for line in headers.splitlines() if ": " in line]  # type: ignore[misc]
 
 
+def requirement_name(requirement: str) -> str:
+    match = re.match(r"[A-Za-z0-9_.-]+", requirement)
+    assert match, requirement
+    return match.group(0).lower()
+
+
 def extra_closure(extra: str) -> set[str]:
     """The project names an extra installs, following django-memproc[...] self-references."""
     names: set[str] = set()
@@ -133,6 +139,11 @@ def test_the_wheel_is_django_memproc_with_the_import_name_memproc(dists):
     assert any(r.startswith("drf-spectacular-sidecar") for r in requires), (
         "the docs page serves Swagger UI from it"
     )
+    unconditional = {requirement_name(r) for r in requires if ";" not in r}
+    assert "tiktoken" in unconditional and "quicktok-v1" not in unconditional
+    assert [r for r in requires if r.startswith("quicktok-v1")] == [
+        'quicktok-v1>=0.4; extra == "offline-tokens"'
+    ]
     extras = {value for key, value in metadata if key == "Provides-Extra"}
     assert {
         "postgres",
@@ -142,6 +153,7 @@ def test_the_wheel_is_django_memproc_with_the_import_name_memproc(dists):
         "s3",
         "asgi",
         "otel",
+        "offline-tokens",
         "all",
         "demo",
         "dev",
@@ -180,6 +192,16 @@ def test_the_demo_extra_installs_no_test_or_build_tools():
     assert {"onnxruntime", "uvicorn", "openai"} <= demo
     assert not demo & DEV_ONLY
     assert {"build", "twine"} <= extra_closure("dev")
+
+
+def test_tokens_are_counted_with_tiktoken_and_quicktok_is_only_the_offline_extra():
+    """quicktok-v1 (one author) is no core dependency; the demo and the tests count exactly offline."""
+    core = {requirement_name(r) for r in PYPROJECT["project"]["dependencies"]}
+    assert "tiktoken" in core
+    assert "quicktok-v1" not in core
+    assert extra_closure("offline-tokens") == {"quicktok-v1"}
+    for extra in ("demo", "all", "dev"):
+        assert "quicktok-v1" in extra_closure(extra), extra
 
 
 def test_install_instructions_name_the_distribution_not_the_unrelated_memproc_package():

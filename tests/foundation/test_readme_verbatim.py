@@ -34,6 +34,7 @@ from urllib.parse import urljoin, urlsplit
 import pytest
 
 from tests.foundation.test_packaging import build_distributions, run_or_skip_offline, skip_on_the_postgres_run
+from tests.tiktoken_cache import put_in_tiktoken_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -271,7 +272,19 @@ def test_the_readme_adds_memproc_to_a_fresh_site_verbatim(
         what=f"pip install django-memproc[{extras}]",
         timeout=600,
     )  # fmt: skip
-    site = Site(venv, folder, {"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": openai_server.base_url})
+    # The README's deploy step fills tiktoken's cache from the blob store, which is unreachable here:
+    # the same file, written from quicktok's vocabulary (tests/tiktoken_cache.py).
+    tiktoken_cache = tmp_path / "tiktoken-cache"
+    put_in_tiktoken_cache(tiktoken_cache, "o200k_base")
+    site = Site(
+        venv,
+        folder,
+        {
+            "OPENAI_API_KEY": "test-key",
+            "OPENAI_BASE_URL": openai_server.base_url,
+            "TIKTOKEN_CACHE_DIR": str(tiktoken_cache),
+        },
+    )
     installed = site.python("-c", "import memproc; print(memproc.__file__, memproc.__version__)")
     assert str(venv) in installed and str(ROOT / "memproc") not in installed, installed
 
@@ -295,6 +308,8 @@ def test_the_readme_adds_memproc_to_a_fresh_site_verbatim(
 
     checked = site.python("manage.py", "check", "--fail-level", "WARNING")
     assert "System check identified no issues" in checked, checked
+    counter = "from memproc.processors.tokens import get_token_counter as g; print(g().id)"
+    assert site.python("manage.py", "shell", "-c", counter).split()[-1] == "tiktoken:o200k_base"
     used = site.python("manage.py", "shell", "-c", snippets["usage"])  # prints `event.type event.text`
     deltas = [
         line.removeprefix("text-delta ") for line in used.splitlines() if line.startswith("text-delta ")
