@@ -321,3 +321,19 @@ def test_verify_finds_a_file_left_in_storage(make_agent, model):
     findings = verify(resource_id=R)
 
     assert [f.where for f in findings] == ["storage"] and name.rsplit("/", 1)[0] in findings[0].detail
+
+
+def test_a_conversation_begun_after_a_resource_was_forgotten_is_not_a_finding(make_agent, model):
+    agent = make_agent(memory=memory())
+    secret_turn(agent, model)
+    forget(resource_id=R)
+    model.add("Hello, new friend.")
+    agent.generate("Hi, I am new here.", thread_id="fresh", resource_id=R)
+    assert verify(resource_id=R) == []
+    StoredMessage.objects.filter(resource_id=R).update(created_at=ForgetReceipt.objects.get().created_at)
+    assert {f.where for f in verify(resource_id=R)} == {"messages"}
+
+
+def test_message_ids_must_be_a_list():
+    with pytest.raises(ValidationError, match="list"):
+        Memory().forget(resource_id=R, message_ids="m-1")

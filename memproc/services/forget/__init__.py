@@ -48,6 +48,8 @@ def forget(
         raise ValidationError("forget needs the resource_id")
     if message_ids is not None and thread_id is not None:
         raise ValidationError("forget takes message_ids or thread_id, not both")
+    if isinstance(message_ids, str):
+        raise ValidationError("forget(message_ids=...) takes a list of ids, not one string")
     if message_ids is not None and not message_ids:
         raise ValidationError("forget(message_ids=...) needs at least one id")
     with transaction.atomic(using=memproc_db()):

@@ -16,6 +16,8 @@ from memproc.models import thread_key
 from memproc.selectors.export import resource_rows
 from memproc.services.forget.fingerprints import Matcher, key_digests
 
+TIME_FIELDS = ("created_at", "started_at")
+
 
 @dataclass(frozen=True, slots=True)
 class Finding:
@@ -61,8 +63,12 @@ def _check(receipt: models.ForgetReceipt, texts: list[tuple[str, str]]) -> Itera
         if models.Thread.objects.filter(pk=thread_key(receipt.resource_id, receipt.thread_id)).exists():
             yield Finding(name, "memproc_thread", f"thread {receipt.thread_id!r} is stored")
     if receipt.scope == models.ForgetReceipt.Scope.RESOURCE:
+        # What the resource stored before it was forgotten; a conversation begun since is its own.
         for kind, rows in resource_rows(resource_id=receipt.resource_id).items():
-            if kind != "resource" and rows.exists():
+            stamp = next((f for f in TIME_FIELDS if f in {x.name for x in rows.model._meta.fields}), None)
+            if kind == "resource" or stamp is None:
+                continue
+            if rows.filter(**{f"{stamp}__lte": receipt.created_at}).exists():
                 yield Finding(name, kind, "rows of the forgotten resource are stored")
     yield from _files(receipt)
     for entry in receipt.held or []:
