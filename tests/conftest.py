@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -141,6 +142,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"MEMPROC_REQUIRE_BROWSER is set but {CHROMIUM} is missing")
         for item in browser_tests:
             item.add_marker(pytest.mark.skip(reason=f"needs Debian's chromium at {CHROMIUM}"))
+    # Runs that leave the `node` tests out (lane B's) need no Node, also in CI.
+    node_tests = [item for item in items if item.get_closest_marker("node")]
+    if "not node" in (config.getoption("markexpr") or ""):
+        node_tests = []
+    if node_tests and not (shutil.which("node") and shutil.which("npm")):
+        if os.environ.get("MEMPROC_REQUIRE_NODE") or os.environ.get("CI"):
+            raise pytest.UsageError("MEMPROC_REQUIRE_NODE or CI is set but Node.js and npm are not on PATH")
+        for item in node_tests:
+            item.add_marker(pytest.mark.skip(reason="needs Node.js and npm on PATH"))
     if config.getoption("--database-tests-only"):
         kept = [item for item in items if uses_the_database(item)]
         config.hook.pytest_deselected(items=[item for item in items if item not in set(kept)])
