@@ -146,6 +146,18 @@ def test_a_thread_scoped_agent_refuses_to_widen_and_the_turn_goes_on(make_agent,
     assert not found(default, TOPICS[2])
 
 
+def test_a_call_that_narrows_recall_narrows_the_tool_and_never_widens_it(make_agent, model):
+    agent = make_agent(memory=Memory(semantic_recall={"scope": "thread"}, search_tool=True))
+    ask(model, {"query": "puppy", "scope": "resource"})
+    agent.generate("hi", thread_id="t1", resource_id=R, memory_options={"semantic_recall": False})
+    assert results(model)[0].result == WIDENING_REFUSED  # recall off for the call: still the agent's
+    agent = make_agent(memory=Memory(semantic_recall=True, search_tool=True))
+    ask(model, {"query": "puppy", "scope": "resource"})
+    options = {"semantic_recall": {"scope": "thread"}}
+    agent.generate("hi", thread_id="t1", resource_id=R, memory_options=options)
+    assert results(model)[0].result == WIDENING_REFUSED
+
+
 def test_messages_already_in_the_prompt_are_not_returned_again(make_agent, model, committing):
     memory = Memory(last_messages=2, search_tool={"top_k": 10})
     seed(memory, committing, thread_id="t1", texts=[TOPICS[0], TOPICS[1], TOPICS[2]])
