@@ -308,7 +308,8 @@ def apply_to_search(
 ) -> ToolResultPart | None:
     """The search result without the hits `withheld` withholds (a redacted hit rewritten), and how
     many were withheld; the records kept as recall's are (`ctx.state["withheld"]`,
-    `turn.info.withheld`) and the hits marked on the turn's search record. None when nothing changed."""
+    `turn.info.withheld`, the saved user message's `metadata["withheld"]`) and the hits marked on
+    the turn's search record. None when nothing changed."""
     if not withheld:
         return None
     records = [{**r, "tool_call_id": result.tool_call_id} for r in withheld.records]
@@ -325,6 +326,7 @@ def apply_to_search(
     dropped = [str(h.get("id")) for h in hits if str(h.get("id")) in withheld.drop]
     if ctx.turn is not None:
         ctx.turn.info.withheld.extend(records)
+        ctx.turn.writes.withheld.extend(records)  # on the saved user message, as recall's
         ctx.turn.info.search_withheld(dropped)
     value["results"] = kept
     if dropped:

@@ -308,6 +308,8 @@ def test_a_guardrail_withholds_a_flagged_hit_and_records_it(make_agent, model, c
     withheld = result.memory["withheld"]
     assert withheld[0]["channel"] == "recall" and withheld[0]["message_id"] == poisoned.id
     assert withheld[0]["tool_call_id"] == "call-0"
+    saved = thaw(StoredMessage.objects.get(public_id=result.messages[0].id).content["metadata"]["withheld"])
+    assert [(w["channel"], w["message_id"]) for w in saved] == [("recall", poisoned.id)]  # for review
     (search,) = record().manifest["searches"]
     assert search["withheld"] == [poisoned.id]
     assert poisoned.id in [h["id"] for h in search["hits"]]
