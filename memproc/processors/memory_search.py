@@ -17,6 +17,7 @@ from memproc.processors.semantic_recall import (
     recalled_line,
     search,
 )
+from memproc.processors.store import MemoryStore
 from memproc.processors.turn import Turn
 from memproc.processors.turn_info import MemorySearchRecord
 from memproc.tools import SEARCH_MEMORY_TOOL, Tool, ToolContext
@@ -142,7 +143,7 @@ class MemorySearch:
             record.error = "scope refused"
             raise ToolError(WIDENING_REFUSED)
         try:
-            found = self.search(query, scope, turn)
+            found = self.search(query, scope, turn, turn.store)
         except Exception as exc:
             logs.failure(logger, "memproc: search_memory failed", exc=exc, extra=logs.current())
             record.error = "unavailable"
@@ -150,9 +151,8 @@ class MemorySearch:
         record.hits = [(m.id, m.thread_id, score) for m, score in found]
         return search_result(found, scope=scope, thread_id=turn.thread_id)
 
-    def search(self, query: str, scope: str, turn: Turn) -> list[tuple[Message, float]]:
+    def search(self, query: str, scope: str, turn: Turn, store: MemoryStore) -> list[tuple[Message, float]]:
         """The hits, best first, as stored messages with their scores."""
-        store = turn.store
         present = {
             *turn.loaded_ids,
             *(r.id for r in turn.info.recalled or ()),
@@ -179,7 +179,7 @@ class MemorySearch:
         )
         if not hits:
             return []
-        groups = store.messages_around(  # type: ignore[union-attr]
+        groups = store.messages_around(
             message_ids=[h.message_id for h in hits], resource_id=turn.resource_id, before=0, after=0
         )
         # The store skips quarantined messages (the Django one in its SQL); any store may be asked.
