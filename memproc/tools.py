@@ -19,6 +19,8 @@ from memproc.llm.types import ToolSpec
 # The working-memory tool's name, and the Markdown document it starts from (Mastra's default
 # template). Here, with the value types, so the local model and the WorkingMemory processor agree.
 WORKING_MEMORY_TOOL = "updateWorkingMemory"
+# The memory search tool (`Memory(search_tool=True)`); guardrails screen its results as recall.
+SEARCH_MEMORY_TOOL = "search_memory"
 DEFAULT_WORKING_MEMORY_TEMPLATE = """# User Information
 - **First Name**:
 - **Last Name**:

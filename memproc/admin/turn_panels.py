@@ -50,6 +50,21 @@ class RecallRef(MessageRef):
 
 
 @dataclass
+class SearchHitRef(RecallRef):
+    withheld: bool = False  # a guardrail took it out of the result the model read
+
+
+@dataclass
+class SearchView:
+    """One `search_memory` call of the turn: what it searched and found (never the query's text)."""
+
+    scope: str
+    query_chars: int
+    hits: list[SearchHitRef] = field(default_factory=list)
+    error: str = ""
+
+
+@dataclass
 class HookTiming:
     processor: str
     hook: str
@@ -92,6 +107,7 @@ class TurnView:
     history: list[MessageRef] = field(default_factory=list)
     recalled: list[RecallRef] = field(default_factory=list)
     recall_error: bool = False
+    searches: list[SearchView] = field(default_factory=list)
     echoed: int = 0
     working_memory: WorkingMemoryRef | None = None
     tokens: TokenCounts | None = None
@@ -135,7 +151,11 @@ def attach_turn_panels(views: Sequence[Any], *, thread_key: str, until: datetime
     wanted = [
         i
         for record in replies.values()
-        for i in [*_history_ids(record.manifest), *_recalled_ids(record.manifest)]
+        for i in [
+            *_history_ids(record.manifest),
+            *_recalled_ids(record.manifest),
+            *_search_ids(record.manifest),
+        ]
         if i not in on_page
     ]
     links = _Links(on_page=on_page, excerpts=message_excerpts(resource_id=resource_id, message_ids=wanted))
@@ -149,7 +169,12 @@ def attach_turn_panels(views: Sequence[Any], *, thread_key: str, until: datetime
 def record_view(record: models.TurnRecord) -> TurnView:
     """A record's `TurnView` for its own admin page: every message linked to its admin page. One query."""
     manifest = record.manifest if isinstance(record.manifest, Mapping) else {}
-    ids = [*_history_ids(manifest), *_recalled_ids(manifest), *_ids(record.message_ids)]
+    ids = [
+        *_history_ids(manifest),
+        *_recalled_ids(manifest),
+        *_search_ids(manifest),
+        *_ids(record.message_ids),
+    ]
     links = _Links(on_page={}, excerpts=message_excerpts(resource_id=record.resource_id, message_ids=ids))
     view = turn_view(record, links=links, thread_key=_record_thread_key(record))
     view.saved = [links.message(i) for i in _ids(record.message_ids)]
@@ -185,6 +210,10 @@ def turn_view(record: models.TurnRecord, *, links: _Links, thread_key: str) -> T
             for r in _recalled(manifest)
         ],
         recall_error=bool(manifest.get("recall_error")),
+        searches=[
+            _search_view(search, links=links, thread_key=thread_key, resource_id=record.resource_id)
+            for search in _searches(manifest)
+        ],
         echoed=_int(manifest.get("echoed")),
         working_memory=_working_memory(manifest.get("working_memory"), resource_id=record.resource_id),
         tokens=_tokens(manifest.get("tokens")),
@@ -280,6 +309,36 @@ def _recalled(manifest: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 def _recalled_ids(manifest: Mapping[str, Any]) -> list[str]:
     return [str(r["id"]) for r in _recalled(manifest)]
+
+
+def _searches(manifest: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    items = manifest.get("searches")
+    return [s for s in items if isinstance(s, Mapping)] if isinstance(items, list) else []
+
+
+def _search_hits(search: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    hits = search.get("hits")
+    return [h for h in hits if isinstance(h, Mapping) and h.get("id")] if isinstance(hits, list) else []
+
+
+def _search_ids(manifest: Mapping[str, Any]) -> list[str]:
+    return [str(h["id"]) for search in _searches(manifest) for h in _search_hits(search)]
+
+
+def _search_view(
+    search: Mapping[str, Any], *, links: _Links, thread_key: str, resource_id: str
+) -> SearchView:
+    withheld = set(_ids(search.get("withheld")))
+    hits = []
+    for hit in _search_hits(search):
+        ref = links.recalled(hit, thread_key=thread_key, resource_id=resource_id)
+        hits.append(SearchHitRef(**ref.__dict__, withheld=ref.id in withheld))
+    return SearchView(
+        scope=str(search.get("scope") or ""),
+        query_chars=_int(search.get("query_chars")),
+        hits=hits,
+        error=str(search.get("error") or ""),
+    )
 
 
 def _working_memory(value: Any, *, resource_id: str) -> WorkingMemoryRef | None:

@@ -183,7 +183,7 @@ def check_vector_search(app_configs: Any = None, databases: Any = None, **kwargs
     checks on every `check` and leaves it to them."""
     if not databases or "default" not in databases:
         return []
-    if not any(agent.memory is not None and agent.memory.uses_semantic_recall for agent in all_agents()):
+    if not any(agent.memory is not None and agent.memory.embeds_messages for agent in all_agents()):
         return []
     configured = user_settings()
     store = (

@@ -188,7 +188,7 @@ def embedder_missing(target: Any, options: Mapping[str, Any]) -> tuple[list[str]
 def _recall_uses_setting() -> bool:
     """Whether a registered agent recalls with the EMBEDDER setting (not an embedder of its own)."""
     return any(
-        agent.memory is not None and agent.memory.uses_semantic_recall and agent.memory.embedder is None
+        agent.memory is not None and agent.memory.embeds_messages and agent.memory.embedder is None
         for agent in all_agents()
     )
 

@@ -6,7 +6,9 @@ Channels, and the hook that reaches each:
 - "history": messages MessageHistory loaded from this thread (`process_input`, after the memory
   processors: DESIGN §2 rule 1);
 - "recall": messages SemanticRecall brought back, from this thread (in the message list) or from the
-  resource's other threads (one system message whose metadata says where each one is);
+  resource's other threads (one system message whose metadata says where each one is), and the hits
+  of the model's `search_memory` calls (`process_tool_result`: a flagged hit is taken out of the
+  result);
 - "working_memory": the working-memory system message (`process_input`), and the model's updates
   through `updateWorkingMemory` (`process_tool_result`, before the update is written);
 - "tool_result": what a tool returned, before the model reads it (`process_tool_result`), and tool
@@ -35,6 +37,7 @@ from memproc.exceptions import ConfigurationError
 from memproc.guardrails._text import map_text
 from memproc.messages import Message, TextPart, ToolResultPart, thaw
 from memproc.processors.base import ProcessorContext
+from memproc.tools import SEARCH_MEMORY_TOOL
 
 CHANNELS = ("input", "history", "recall", "working_memory", "tool_result", "output", "stream")
 MEMORY_CHANNELS = ("history", "recall", "working_memory")
@@ -48,6 +51,7 @@ QUARANTINE_ACTIVE = ("flagged", "confirmed")
 RECALL_MESSAGE_ID = "semantic-recall:other-threads"
 WORKING_MEMORY_MESSAGE_ID = "working-memory"
 WORKING_MEMORY_TOOL = "updateWorkingMemory"
+SEARCH_NOTE = "{count} remembered message(s) withheld by a guardrail."
 _WM_BLOCK = re.compile(r"<working_memory>\n?(.*?)\n?</working_memory>", re.S)
 
 
@@ -276,6 +280,59 @@ def _record_on_input(
     metadata[WITHHELD_KEY] = [*metadata.get(WITHHELD_KEY, []), *records]
     updated = target.replace(metadata=metadata)
     return [updated if m.id == target.id else m for m in messages]
+
+
+# --- search_memory results ------------------------------------------------------------------------
+
+
+def is_search_result(result: ToolResultPart, channels: Iterable[str]) -> bool:
+    """A `search_memory` result a guardrail screening the recall channel must screen as recall."""
+    return result.tool_name == SEARCH_MEMORY_TOOL and "recall" in channels and not result.is_error
+
+
+def search_items(result: ToolResultPart) -> list[MemoryItem]:
+    """The hits of a `search_memory` result, one recall item each (its holder stands for the hit)."""
+    value = result.result
+    if result.is_error or not isinstance(value, Mapping):
+        return []
+    items = []
+    for hit in value.get("results", ()):
+        if isinstance(hit, Mapping) and isinstance(hit.get("text"), str) and hit.get("id"):
+            holder = Message.create("tool", hit["text"], id=str(hit["id"]))
+            items.append(MemoryItem("recall", holder, hit["text"], holder.id, hit.get("thread_id")))
+    return items
+
+
+def apply_to_search(
+    ctx: ProcessorContext, result: ToolResultPart, withheld: Withheld
+) -> ToolResultPart | None:
+    """The search result without the hits `withheld` withholds (a redacted hit rewritten), and how
+    many were withheld; the records kept as recall's are (`ctx.state["withheld"]`,
+    `turn.info.withheld`, the saved user message's `metadata["withheld"]`) and the hits marked on
+    the turn's search record. None when nothing changed."""
+    if not withheld:
+        return None
+    records = [{**r, "tool_call_id": result.tool_call_id} for r in withheld.records]
+    ctx.state.setdefault("withheld", []).extend(records)
+    value = thaw(result.result)
+    hits, kept = value.get("results", []), []
+    for hit in hits:
+        hit_id = str(hit.get("id"))
+        if hit_id in withheld.drop:
+            continue
+        if hit_id in withheld.replace:
+            hit = {**hit, "text": withheld.replace[hit_id].text}
+        kept.append(hit)
+    dropped = [str(h.get("id")) for h in hits if str(h.get("id")) in withheld.drop]
+    if ctx.turn is not None:
+        ctx.turn.info.withheld.extend(records)
+        ctx.turn.writes.withheld.extend(records)  # on the saved user message, as recall's
+        ctx.turn.info.search_withheld(dropped)
+    value["results"] = kept
+    if dropped:
+        value["withheld"] = value.get("withheld", 0) + len(dropped)
+        value["note"] = f"{value.get('note', '')} {SEARCH_NOTE.format(count=value['withheld'])}".strip()
+    return ToolResultPart(result.tool_call_id, result.tool_name, value, result.is_error)
 
 
 # --- flags on what is saved ---------------------------------------------------------------------

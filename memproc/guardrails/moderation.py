@@ -146,16 +146,14 @@ class ModerationProcessor:
     def process_input(self, ctx: ProcessorContext) -> list[Message] | None:
         if "input" in self.channels:
             self._check_messages(ctx, caller_texts(ctx), where="input")
-        withheld = _channels.Withheld(self.id)
-        for item in _channels.memory_items(ctx, self.channels & {"history", "recall"}):
-            flagged = self.flagged(self._verdict(ctx, item.text))
-            if flagged:
-                self._note(ctx, item.channel, flagged)
-                if self.strategy == "block":
-                    withheld.withhold(item, {"categories": sorted(flagged)})
-        return _channels.apply(ctx, withheld, note=WITHHELD_NOTE)
+        items = _channels.memory_items(ctx, self.channels & {"history", "recall"})
+        return _channels.apply(ctx, self._screen_memory(ctx, items), note=WITHHELD_NOTE)
 
     def process_tool_result(self, ctx: ProcessorContext, result: ToolResultPart) -> ToolResultPart | None:
+        if _channels.is_search_result(result, self.channels):  # remembered messages: recall's rules
+            return _channels.apply_to_search(
+                ctx, result, self._screen_memory(ctx, _channels.search_items(result))
+            )
         if "tool_result" not in self.channels:
             return None
         flagged = self.flagged(self._verdict(ctx, "\n".join(_channels.result_texts(result))))
@@ -186,6 +184,17 @@ class ModerationProcessor:
         return part
 
     # --- internals -----------------------------------------------------------------------------
+
+    def _screen_memory(self, ctx: ProcessorContext, items: list[_channels.MemoryItem]) -> _channels.Withheld:
+        """What to withhold of these memory items ("block"; "warn" only notes them)."""
+        withheld = _channels.Withheld(self.id)
+        for item in items:
+            flagged = self.flagged(self._verdict(ctx, item.text))
+            if flagged:
+                self._note(ctx, item.channel, flagged)
+                if self.strategy == "block":
+                    withheld.withhold(item, {"categories": sorted(flagged)})
+        return withheld
 
     def _check_messages(self, ctx: ProcessorContext, messages: list[Message], *, where: str) -> None:
         for message in messages:

@@ -173,6 +173,10 @@ class PIIDetector:
         return messages if changed else None
 
     def process_tool_result(self, ctx: ProcessorContext, result: ToolResultPart) -> ToolResultPart | None:
+        if _channels.is_search_result(result, self.channels):  # remembered messages: recall's rules
+            return _channels.apply_to_search(
+                ctx, result, self._screen_memory(ctx, _channels.search_items(result))
+            )
         if "tool_result" not in self.channels:
             return None
         counts: dict[str, int] = {}
@@ -265,10 +269,15 @@ class PIIDetector:
                 replaced[message.id] = message.replace(parts=parts)
         return [replaced.get(m.id, m) for m in messages] if replaced else None
 
-    def _screen_memory(self, ctx: ProcessorContext) -> _channels.Withheld:
-        """What memory put in this prompt, redacted in the prompt's copy (or withheld, with "block")."""
+    def _screen_memory(
+        self, ctx: ProcessorContext, items: list[_channels.MemoryItem] | None = None
+    ) -> _channels.Withheld:
+        """What memory put in this prompt (or `items`: a search's hits), redacted in the prompt's copy
+        (or withheld, with "block")."""
         withheld = _channels.Withheld(self.id)
-        for item in _channels.memory_items(ctx, self.channels & set(_channels.MEMORY_CHANNELS)):
+        if items is None:
+            items = _channels.memory_items(ctx, self.channels & set(_channels.MEMORY_CHANNELS))
+        for item in items:
             matches = self.detect(item.text)
             if not matches:
                 continue

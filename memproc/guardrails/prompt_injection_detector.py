@@ -52,10 +52,11 @@ class PromptInjectionDetector:
     Channels (`channels=`, default all five): "input", the turn's new user messages and any assistant
     messages the caller sent (a forged assistant turn is caller text too); "history" and
     "recall", the messages memory loaded (this thread's history, recalled messages of this and the
-    resource's other threads); "working_memory", the working-memory system message and the model's
-    `updateWorkingMemory` calls; "tool_result", what tools return before the model reads it (and tool
-    results a client sends as input). It must sit in `input_processors` (after the memory processors,
-    which run first anyway): that is where all these hooks run.
+    resource's other threads, the hits of `search_memory` results); "working_memory", the
+    working-memory system message and the model's `updateWorkingMemory` calls; "tool_result", what
+    tools return before the model reads it (and tool results a client sends as input). It must sit
+    in `input_processors` (after the memory processors, which run first anyway): that is where all
+    these hooks run.
 
     Detection is offline: weighted phrase rules (`memproc.guardrails._injection_lexicon`; English,
     German, French, Spanish, Italian, Portuguese, Dutch) read a folded copy of the text (NFKC,
@@ -148,6 +149,10 @@ class PromptInjectionDetector:
         return _channels.apply(ctx, withheld, messages=messages, note=MEMORY_NOTE)
 
     def process_tool_result(self, ctx: ProcessorContext, result: ToolResultPart) -> ToolResultPart | None:
+        if _channels.is_search_result(result, self.channels):  # remembered messages: recall's rules
+            return _channels.apply_to_search(
+                ctx, result, self._screen_memory(ctx, _channels.search_items(result))
+            )
         if result.tool_name == _channels.WORKING_MEMORY_TOOL:
             return (
                 self._screen_working_memory_update(ctx, result) if "working_memory" in self.channels else None
@@ -223,9 +228,14 @@ class PromptInjectionDetector:
                 replaced[message.id] = message.replace(parts=tuple(parts))
         return replaced
 
-    def _screen_memory(self, ctx: ProcessorContext) -> _channels.Withheld:
+    def _screen_memory(
+        self, ctx: ProcessorContext, items: list[_channels.MemoryItem] | None = None
+    ) -> _channels.Withheld:
+        """What to withhold of the memory items (default: those memory put in this prompt)."""
         withheld = _channels.Withheld(self.id)
-        for item in _channels.memory_items(ctx, self.channels & set(_channels.MEMORY_CHANNELS)):
+        if items is None:
+            items = _channels.memory_items(ctx, self.channels & set(_channels.MEMORY_CHANNELS))
+        for item in items:
             if item.quarantined:
                 withheld.withhold(item, {"reason": "quarantined in storage"})
                 continue

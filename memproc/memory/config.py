@@ -13,6 +13,7 @@ from memproc.memory.message_data import MessageDataMixin
 from memproc.memory.thread_data import ThreadDataMixin
 from memproc.processors.attachments import AttachmentUploader
 from memproc.processors.compaction import CompactionOptions
+from memproc.processors.memory_search import MemorySearch
 from memproc.processors.message_history import MessageHistory
 from memproc.processors.semantic_recall import SemanticRecall
 from memproc.processors.working_memory import WorkingMemory
@@ -25,6 +26,8 @@ RECALL_DEFAULTS = {
     "include_archived": False,
 }
 WORKING_MEMORY_DEFAULTS = {"scope": "resource", "template": None, "schema": None, "max_tokens": None}
+# The search tool's own option; its scope, threshold and archived threads are recall's (narrower only).
+SEARCH_TOOL_DEFAULTS = {"top_k": 5, "scope": None, "threshold": None, "include_archived": None}
 COMPACTION_DEFAULTS = {"trigger_tokens": 6000, "keep_tokens": 2000, "model": None}
 CALL_OPTIONS = frozenset({"read_only", "last_messages", "semantic_recall", "working_memory"})
 
@@ -45,6 +48,7 @@ class Memory(ThreadDataMixin, MessageDataMixin):
         read_only: bool = False,
         history_tokens: int | None = None,
         compaction: bool | dict[str, Any] = False,
+        search_tool: bool | dict[str, Any] = False,
     ) -> None:
         if last_messages is True or (
             not isinstance(last_messages, bool) and (not isinstance(last_messages, int) or last_messages < 0)
@@ -59,6 +63,9 @@ class Memory(ThreadDataMixin, MessageDataMixin):
         self.recall_options = _options(semantic_recall, RECALL_DEFAULTS, "semantic_recall")
         self.working_memory_options = _options(working_memory, WORKING_MEMORY_DEFAULTS, "working_memory")
         self.compaction_options = _options(compaction, COMPACTION_DEFAULTS, "compaction")
+        self.search_options = _search_options(
+            _options(search_tool, SEARCH_TOOL_DEFAULTS, "search_tool"), self.recall_options
+        )
         if self.compaction_options is not None and last_messages is False:
             raise ConfigurationError("Memory(compaction=...) needs history: last_messages cannot be False")
         self.embedder = embedder
@@ -90,6 +97,7 @@ class Memory(ThreadDataMixin, MessageDataMixin):
                 read_only=bool(options.get("read_only", self.read_only)),
                 history_tokens=self.history_tokens,
                 compaction=self.compaction_options or False,
+                search_tool=_narrowed(self.search_options, options.get("semantic_recall")),
             )
         except ConfigurationError as exc:
             raise ValidationError(f"memory_options: {exc}") from exc
@@ -97,6 +105,11 @@ class Memory(ThreadDataMixin, MessageDataMixin):
     @property
     def uses_semantic_recall(self) -> bool:
         return self.recall_options is not None
+
+    @property
+    def embeds_messages(self) -> bool:
+        """Whether saved messages are embedded: semantic recall or the search tool searches them."""
+        return self.recall_options is not None or self.search_options is not None
 
     def _build_processors(self) -> dict[str, Any]:
 
@@ -124,18 +137,78 @@ class Memory(ThreadDataMixin, MessageDataMixin):
             built["semantic-recall"] = SemanticRecall(
                 embedder=self.embedder, vector_store=self.vector_store, **self.recall_options
             )
+        if self.search_options:
+            built["memory-search"] = MemorySearch(
+                embedder=self.embedder, vector_store=self.vector_store, **self.search_options
+            )
         return built
 
     def processors(self) -> tuple[list[Any], list[Any]]:
         """(input, output) memory processors in pipeline order (DESIGN §2 rules 1-2)."""
         p = self._processors
-        order_in = ["attachment-uploader", "working-memory", "message-history", "semantic-recall"]
-        order_out = ["semantic-recall", "message-history"]
+        order_in = [
+            "attachment-uploader",
+            "working-memory",
+            "message-history",
+            "semantic-recall",
+            "memory-search",
+        ]
+        # SemanticRecall asks for the turn's embeddings; without it the search tool does.
+        order_out = ["semantic-recall" if "semantic-recall" in p else "memory-search", "message-history"]
         return [p[i] for i in order_in if i in p], [p[i] for i in order_out if i in p]
 
     @property
     def working_memory_processor(self) -> Any:
         return self._processors.get("working-memory")
+
+
+def _search_options(options: dict[str, Any] | None, recall: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The search tool's options: `top_k`, and recall's scope, threshold and archived threads, which
+    the tool may narrow but never widen (with recall off: recall's defaults, or as given)."""
+    if options is None:
+        return None
+    top_k = options["top_k"]
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ConfigurationError("Memory(search_tool={'top_k': ...}) must be an integer >= 1")
+    bounds = recall or RECALL_DEFAULTS
+    scope = options["scope"] or bounds["scope"]
+    if scope not in ("resource", "thread"):
+        raise ConfigurationError("Memory(search_tool={'scope': ...}) must be 'resource' or 'thread'")
+    if recall is not None and scope == "resource" and bounds["scope"] == "thread":
+        raise ConfigurationError(
+            "Memory(search_tool={'scope': 'resource'}) is wider than semantic_recall's scope 'thread'"
+        )
+    include_archived = options["include_archived"]
+    if include_archived is None:
+        include_archived = bounds["include_archived"]
+    if not isinstance(include_archived, bool):
+        raise ConfigurationError("Memory(search_tool={'include_archived': ...}) must be True or False")
+    if recall is not None and include_archived and not bounds["include_archived"]:
+        raise ConfigurationError(
+            "Memory(search_tool={'include_archived': True}) is wider than semantic_recall, which leaves "
+            "archived threads out"
+        )
+    threshold = options["threshold"] if options["threshold"] is not None else bounds["threshold"]
+    if threshold is not None and (
+        isinstance(threshold, bool) or not isinstance(threshold, int | float) or not -1.0 <= threshold <= 1.0
+    ):
+        raise ConfigurationError("Memory(search_tool={'threshold': ...}) is a cosine similarity in [-1, 1]")
+    return {"top_k": top_k, "scope": scope, "threshold": threshold, "include_archived": include_archived}
+
+
+def _narrowed(search: dict[str, Any] | None, recall: Any) -> dict[str, Any] | bool:
+    """The search tool's options for a call whose `semantic_recall` override may narrow recall: the
+    tool never searches wider than the call's recall (nor than the agent's, whatever the call)."""
+    if search is None:
+        return False
+    if isinstance(recall, dict) and recall.get("enabled", True) is not False:
+        narrower = dict(search)
+        if recall.get("scope") == "thread":
+            narrower["scope"] = "thread"
+        if recall.get("include_archived") is False:
+            narrower["include_archived"] = False
+        return narrower
+    return dict(search)
 
 
 def _merged(options: dict[str, Any], name: str, current: dict[str, Any] | None) -> Any:

@@ -41,6 +41,9 @@ class MessageDataMixin:
         @property
         def uses_semantic_recall(self) -> bool: ...
 
+        @property
+        def embeds_messages(self) -> bool: ...
+
         def _key(self, thread_id: str, resource_id: str | None) -> tuple[str, str]: ...
 
     # --- messages --------------------------------------------------------------------------------
@@ -62,7 +65,7 @@ class MessageDataMixin:
         values = to_messages(messages)
         # Inline files are offloaded to the attachment storage, as in a turn: rows never hold bytes.
         saved = messages_save_with_files(thread_id=thread_id, resource_id=resource_id, messages=values)
-        if (self.uses_semantic_recall if embed is None else embed) and saved:
+        if (self.embeds_messages if embed is None else embed) and saved:
             sources = sources_for(saved, thread_id=thread_id, resource_id=resource_id)
 
             def embed_here() -> None:
@@ -95,7 +98,7 @@ class MessageDataMixin:
         costs milliseconds per row to maintain and a fraction of that to build. Searches stay correct
         meanwhile (exact). Start it outside a transaction. Without semantic recall it changes nothing.
         """
-        if not self.uses_semantic_recall or self._importing:
+        if not self.embeds_messages or self._importing:
             yield
             return
         from memproc.vectors import get_vector_store
@@ -273,7 +276,7 @@ class MessageDataMixin:
         ]
         with transaction.atomic(using=memproc_db()):
             updated, unembedded = messages_update(messages=values, resource_id=resource_id)
-            wanted = self.uses_semantic_recall if embed is None else embed
+            wanted = self.embeds_messages if embed is None else embed
             keys = [
                 message_key(m.resource_id or "", m.id)
                 for m in updated

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memproc.exceptions import ConfigurationError, MessageConflict
-from memproc.messages import Message
+from memproc.messages import Message, thaw
 from memproc.processors.base import ProcessorContext
 from memproc.processors.compaction import CompactionDue, CompactionOptions, fold_due, summary_message
 from memproc.processors.conversation import echoed_prefix
@@ -163,7 +163,8 @@ class MessageHistory:
             return None
         if not self.read_only:
             turn.writes.messages = savable(
-                [*ctx.input_messages, *ctx.messages], internal_tools=turn.internal_tool_names
+                [*with_withheld(ctx.input_messages, turn.writes.withheld), *ctx.messages],
+                internal_tools=turn.internal_tool_names,
             )
             if self.compaction is not None:
                 self._note_due_fold(ctx)
@@ -261,3 +262,15 @@ def _whole(messages: Sequence[Message], group: Sequence[int]) -> bool:
     calls = {c.tool_call_id for i in group for c in messages[i].tool_calls}
     results = {r.tool_call_id for i in group for r in messages[i].tool_results}
     return calls == results
+
+
+def with_withheld(messages: Sequence[Message], records: list[dict[str, Any]]) -> list[Message]:
+    """`messages` (the turn's input) with `records` added to the last user message's
+    `metadata["withheld"]`, where an operator reviews what guardrails kept from the model."""
+    target = next((m for m in reversed(messages) if m.role == "user"), None)
+    if target is None or not records:
+        return list(messages)
+    metadata = thaw(target.metadata)
+    metadata["withheld"] = [*metadata.get("withheld", []), *records]
+    updated = target.replace(metadata=metadata)
+    return [updated if m is target else m for m in messages]

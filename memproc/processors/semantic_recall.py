@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from memproc import logs, telemetry
@@ -12,6 +12,7 @@ from memproc.exceptions import ConfigurationError
 from memproc.messages import Message
 from memproc.messages.prompt_tags import indent_lines, neutralise
 from memproc.processors.base import ProcessorContext
+from memproc.processors.store import VectorHit
 from memproc.processors.turn_info import RecalledHit
 
 logger = logging.getLogger(__name__)
@@ -116,24 +117,27 @@ class SemanticRecall:
         return result
 
     def recall(self, ctx: ProcessorContext, query: str) -> tuple[list[Message], list[Message]] | None:
-        embedder = self.embedder
-        vector = ctx.store.query_vector(text=query, embedder=embedder)
-        scope_filter: dict[str, Any] = (
-            {"resource_id": ctx.resource_id}
-            if self.scope == "resource"
-            else {"thread_id": ctx.thread_id, "resource_id": ctx.resource_id}
-        )
         present = {m.id for m in ctx.messages}
-        archived = self.archived_threads(ctx)
-        hits = ctx.store.vectors_search(
-            embedder_id=embedder.id,
-            vector=vector,
-            top_k=(self.top_k + len(present)) * (ARCHIVED_OVERFETCH if archived else 1),
-            threshold=self.threshold,
-            vector_store=self.vector_store,
-            **scope_filter,
+        archived = archived_threads(
+            ctx.store,
+            scope=self.scope,
+            include_archived=self.include_archived,
+            thread_id=ctx.thread_id,
+            resource_id=ctx.resource_id,
         )
-        hits = [h for h in hits if h.message_id not in present and h.thread_id not in archived][: self.top_k]
+        hits = search(
+            ctx.store,
+            query=query,
+            embedder=self.embedder,
+            vector_store=self.vector_store,
+            scope=self.scope,
+            thread_id=ctx.thread_id,
+            resource_id=ctx.resource_id,
+            top_k=self.top_k,
+            threshold=self.threshold,
+            present=present,
+            archived=archived,
+        )
         ctx.state["scores"] = {h.message_id: round(h.score, 4) for h in hits}  # neighbours have none
         if not hits:
             return None
@@ -150,25 +154,65 @@ class SemanticRecall:
             (same if thread_id == ctx.thread_id else other).extend(fresh)
         return same, other
 
-    def archived_threads(self, ctx: ProcessorContext) -> frozenset[str]:
-        """The resource's archived threads whose messages this turn leaves out: none in thread scope,
-        with `include_archived`, or from a store that knows no archiving (`threads_archived` is
-        optional in the store protocol). The turn's own thread is never left out."""
-        lookup = getattr(ctx.store, "threads_archived", None)
-        if self.scope != "resource" or self.include_archived or lookup is None:
-            return frozenset()
-        return frozenset(lookup(resource_id=ctx.resource_id)) - {ctx.thread_id}
-
     def process_output_result(self, ctx: ProcessorContext) -> list[Message] | None:
-        if ctx.turn is not None:
-            turn_messages = [*ctx.input_messages, *ctx.messages]
-            # A message a guardrail quarantined is never embedded, so recall can never find it.
-            ctx.turn.writes.embed = [
-                m for m in turn_messages if m.role in ("user", "assistant") and not _quarantined(m)
-            ]
-            ctx.turn.writes.embedder = self._embedder
-            ctx.turn.writes.vector_store = self.vector_store
+        embed_turn(ctx, embedder=self._embedder, vector_store=self.vector_store)
         return None
+
+
+def embed_turn(ctx: ProcessorContext, *, embedder: Any, vector_store: Any) -> None:
+    """Asks the turn to embed the user and assistant messages of its input and responses after the
+    save commits, but those a guardrail quarantined (recall must never find them)."""
+    if ctx.turn is not None:
+        turn_messages = [*ctx.input_messages, *ctx.messages]
+        ctx.turn.writes.embed = [
+            m for m in turn_messages if m.role in ("user", "assistant") and not is_quarantined(m)
+        ]
+        ctx.turn.writes.embedder = embedder
+        ctx.turn.writes.vector_store = vector_store
+
+
+def search(
+    store: Any,
+    *,
+    query: str,
+    embedder: Any,
+    vector_store: Any,
+    scope: str,
+    thread_id: str | None,
+    resource_id: str | None,
+    top_k: int,
+    threshold: float | None,
+    present: Collection[str] = (),
+    archived: Collection[str] = frozenset(),
+) -> list[VectorHit]:
+    """The `top_k` stored messages closest to `query` in the scope: always only the resource's, and
+    only this thread's in scope "thread"; none of `present` (already in the prompt), none of the
+    `archived` threads. The one search of recall and of the `search_memory` tool."""
+    vector = store.query_vector(text=query, embedder=embedder)
+    scope_filter: dict[str, Any] = {"resource_id": resource_id}
+    if scope == "thread":
+        scope_filter["thread_id"] = thread_id
+    hits = store.vectors_search(
+        embedder_id=embedder.id,
+        vector=vector,
+        top_k=(top_k + len(present)) * (ARCHIVED_OVERFETCH if archived else 1),
+        threshold=threshold,
+        vector_store=vector_store,
+        **scope_filter,
+    )
+    return [h for h in hits if h.message_id not in present and h.thread_id not in archived][:top_k]
+
+
+def archived_threads(
+    store: Any, *, scope: str, include_archived: bool, thread_id: str | None, resource_id: str | None
+) -> frozenset[str]:
+    """The resource's archived threads whose messages a search leaves out: none in thread scope,
+    with `include_archived`, or from a store that knows no archiving (`threads_archived` is optional
+    in the store protocol). The turn's own thread is never left out."""
+    lookup = getattr(store, "threads_archived", None)
+    if scope != "resource" or include_archived or lookup is None:
+        return frozenset()
+    return frozenset(lookup(resource_id=resource_id)) - {thread_id}
 
 
 def cross_thread_message(messages: list[Message]) -> Message:
@@ -177,15 +221,21 @@ def cross_thread_message(messages: list[Message]) -> Message:
     text = CROSS_THREAD_HEADER
     where: list[dict[str, Any]] = []
     for m in sorted(messages, key=lambda m: (m.thread_id or "", _time_key(m))):
-        when = m.created_at.strftime("%Y-%m-%d %H:%M") if m.created_at else ""
         text += "\n"
-        line = f"- [{when}] {m.role}: {indent_lines(neutralise(m.text))}"
+        line = recalled_line(m)
         where.append({"id": m.id, "thread_id": m.thread_id, "start": len(text), "end": len(text) + len(line)})
         text += line
     return Message.create("system", text, id="semantic-recall:other-threads", metadata={"recalled": where})
 
 
-def _quarantined(message: Message) -> bool:
+def recalled_line(message: Message) -> str:
+    """One remembered message as the model reads it: `- [when] role: text`, later lines indented and
+    memproc's tags neutralised, so stored text can neither forge a line nor a tag."""
+    when = message.created_at.strftime("%Y-%m-%d %H:%M") if message.created_at else ""
+    return f"- [{when}] {message.role}: {indent_lines(neutralise(message.text))}"
+
+
+def is_quarantined(message: Message) -> bool:
     """A guardrail's flag (memproc.guardrails; the database's `Message.quarantined` says the same)."""
     flag = message.metadata.get("quarantine")
     return isinstance(flag, Mapping) and flag.get("status") in ("flagged", "confirmed")

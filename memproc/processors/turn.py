@@ -51,6 +51,9 @@ class TurnWrites:
     generate_title: bool = False
     # A fold of the thread's older messages, enqueued with the save (MessageHistory with compaction).
     compaction: CompactionDue | None = None
+    # What guardrails withheld after the input was settled (hits of a `search_memory` result): kept
+    # on the turn's saved user message, `metadata["withheld"]`, as what they withhold on input is.
+    withheld: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

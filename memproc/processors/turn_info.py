@@ -14,7 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["HistoryEntry", "RecalledHit", "SummaryUsed", "TokenCount", "TurnInfo", "WorkingMemoryRead"]
+__all__ = [
+    "HistoryEntry",
+    "MemorySearchRecord",
+    "RecalledHit",
+    "SummaryUsed",
+    "TokenCount",
+    "TurnInfo",
+    "WorkingMemoryRead",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +48,29 @@ class RecalledHit:
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "thread_id": self.thread_id, "text": self.text, "score": self.score}
+
+
+@dataclass(slots=True)
+class MemorySearchRecord:
+    """One `search_memory` call: the scope it searched, the query's length (never its text), the
+    hits as (message id, thread id, score), those a guardrail withheld, or why it was refused."""
+
+    scope: str
+    query_chars: int
+    hits: list[tuple[str, str | None, float]] = field(default_factory=list)
+    withheld: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "scope": self.scope,
+            "query_chars": self.query_chars,
+            "hits": [{"id": i, "thread_id": t, "score": s} for i, t, s in self.hits],
+            "withheld": list(self.withheld),
+        }
+        if self.error is not None:
+            out["error"] = self.error
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +123,8 @@ class TurnInfo:
     summary: SummaryUsed | None = None
     recalled: list[RecalledHit] | None = None
     recall_error: bool = False
+    # The model's `search_memory` calls (Memory(search_tool=True)), in order.
+    searches: list[MemorySearchRecord] = field(default_factory=list)
     tokens: TokenCount | None = None
     # What guardrails kept out of the prompt or rewrote; each guardrail defines its records.
     withheld: list[dict[str, Any]] = field(default_factory=list)
@@ -102,6 +135,12 @@ class TurnInfo:
         """Adds one hook call's time to the turn's total for that processor and hook."""
         total, calls = self.timings.get((processor_id, hook), (0.0, 0))
         self.timings[(processor_id, hook)] = (total + ms, calls + 1)
+
+    def search_withheld(self, message_ids: list[str]) -> None:
+        """Marks hits of the latest search a guardrail withheld from its result (guardrails screen a
+        tool's result right after it ran, before the next call)."""
+        if self.searches:
+            self.searches[-1].withheld.extend(message_ids)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape of the turn result's `memory`: only the keys that were recorded."""
@@ -120,6 +159,8 @@ class TurnInfo:
             out["recall_error"] = True
         if self.recalled is not None:
             out["recalled"] = [r.as_dict() for r in self.recalled]
+        if self.searches:
+            out["searches"] = [s.as_dict() for s in self.searches]
         if self.tokens is not None:
             out["tokens"] = self.tokens.as_dict()
         if self.withheld:
@@ -130,7 +171,7 @@ class TurnInfo:
 
     def manifest(self) -> dict[str, Any]:
         """The turn record's manifest, why the model saw what it saw: ids and numbers, never text."""
-        return {
+        manifest: dict[str, Any] = {
             "history": [h.id for h in self.history or ()],
             "recalled": [
                 {"id": r.id, "thread_id": r.thread_id, "score": r.score} for r in self.recalled or ()
@@ -144,3 +185,6 @@ class TurnInfo:
                 for (pid, hook), (ms, calls) in self.timings.items()
             ],
         }
+        if self.searches:  # only then: older records and turns without the tool look the same
+            manifest["searches"] = [s.as_dict() for s in self.searches]
+        return manifest

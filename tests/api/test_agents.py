@@ -35,7 +35,13 @@ def test_agents_list_the_registry(owner_client, agent):
         "description": "",
         "model": "test/scripted",
         "tools": [],
-        "memory": {"last_messages": 10, "semantic_recall": False, "working_memory": None, "read_only": False},
+        "memory": {
+            "last_messages": 10,
+            "semantic_recall": False,
+            "working_memory": None,
+            "read_only": False,
+            "search_tool": False,
+        },
     }
 
 

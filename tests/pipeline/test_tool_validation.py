@@ -37,6 +37,12 @@ def test_the_working_memory_tools_constant_schemas_are_valid(mode: str) -> None:
     jsonschema.validators.validator_for(params).check_schema(params)
 
 
+def test_the_search_tools_constant_schema_is_valid() -> None:
+    from memproc.processors.memory_search import PARAMETERS
+
+    jsonschema.validators.validator_for(PARAMETERS).check_schema(PARAMETERS)
+
+
 def test_a_tool_whose_schema_was_checked_still_validates_its_arguments() -> None:
     tool = Tool(name="lookup", description="", parameters=PARAMS, execute=lambda q: q, schema_checked=True)
     with pytest.raises(ToolError, match="Invalid arguments for lookup"):

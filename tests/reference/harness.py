@@ -15,13 +15,14 @@ from asgiref.sync import async_to_sync
 
 from memproc import Agent, Memory, tool
 from memproc.llm.types import ModelResponse, ToolCall
-from memproc.messages import Message, part_to_json, to_openai
+from memproc.messages import Message, ToolCallPart, ToolResultPart, part_to_json, thaw, to_openai
 from memproc.models import thread_key
 from memproc.processors import TokenLimiter, ToolCallFilter
+from memproc.processors.memory_search import WIDENING_REFUSED, search_result
 from memproc.processors.semantic_recall import cross_thread_message
 from memproc.selectors.messages import messages_recent
 from memproc.testing import HashEmbedder, ScriptedModel
-from tests.reference.model import Config, Expected, Msg, Round, Turn
+from tests.reference.model import SEARCH_TOOL, Config, Expected, Msg, Round, Searched, Turn
 
 DRIVERS = ("generate", "stream", "agenerate", "astream")
 # Through the HTTP API, as the client that is the resource's user: no system input, no per-call
@@ -87,6 +88,7 @@ def build_memory(config: Config, embedder: HashEmbedder) -> Memory:
         working_memory=working_memory,
         embedder=embedder,
         read_only=config.read_only,
+        search_tool={"top_k": config.search_top_k} if config.search_top_k is not None else False,
         **({"history_tokens": config.history_tokens} if config.history_tokens else {}),
     )
 
@@ -240,6 +242,9 @@ def compare_turn(requests: Sequence[Any], expected: Expected, *, schema: bool, t
     """The model's requests of one turn against the reference's."""
     got = [[m for m in r.messages if m.role != "system"] for r in requests]
     assert [shapes(r) for r in got] == [shapes(r) for r in expected.requests], "model requests differ"
+    for got_request, want_request in zip(got, expected.requests, strict=True):
+        for got_message, want_message in zip(got_request, want_request, strict=True):
+            compare_search_results(got_message.tool_results, want_message.parts)
     if not requests:
         return
     system = [m for m in requests[0].messages if m.role == "system"]
@@ -255,6 +260,35 @@ def compare_turn(requests: Sequence[Any], expected: Expected, *, schema: bool, t
                 assert data == want
         if m.id == "semantic-recall:other-threads":
             assert {r["id"] for r in m.metadata["recalled"]} == expected.cross_thread
+
+
+def search_answerer(turn: Turn) -> Callable[[ToolCallPart, Searched], ToolResultPart]:
+    """The tool result the reference's hits make, worded by memproc's own `search_result` from the
+    stored rows (the reference decides which messages; memproc says how they read)."""
+
+    def answer(call: ToolCallPart, searched: Searched) -> ToolResultPart:
+        if searched.refused:
+            return ToolResultPart(call.tool_call_id, SEARCH_TOOL, WIDENING_REFUSED, is_error=True)
+        rows = {
+            thread_id: {m.id: m for m in stored(turn.resource_id, thread_id)}
+            for thread_id in {t for _, t, _ in searched.hits}
+        }
+        found = [(rows[t][i], score) for i, t, score in searched.hits]
+        value = search_result(found, scope=searched.scope, thread_id=turn.thread_id)
+        return ToolResultPart(call.tool_call_id, SEARCH_TOOL, value)
+
+    return answer
+
+
+def compare_search_results(got: Sequence[ToolResultPart], want: Sequence[Any]) -> None:
+    """What each `search_memory` call answered against what the reference says it must."""
+    wanted = {p.tool_call_id: p for p in want if isinstance(p, ToolResultPart) and p.tool_name == SEARCH_TOOL}
+    for part in got:
+        if part.tool_name != SEARCH_TOOL:
+            continue
+        expected = wanted[part.tool_call_id]
+        assert part.is_error == expected.is_error, f"search_memory refused differently: {part.result!r}"
+        assert thaw(part.result) == thaw(expected.result), "search_memory answered differently"
 
 
 def system_tokens_counter(

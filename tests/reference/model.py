@@ -21,6 +21,8 @@ from typing import Any
 from memproc.messages import Message, TextPart, ToolCallPart, ToolResultPart
 
 WM_TOOL = "updateWorkingMemory"
+SEARCH_TOOL = "search_memory"
+MEMORY_TOOLS = (WM_TOOL, SEARCH_TOOL)  # memory's own tools: their calls are never saved
 REPLY_TOKENS = 3  # TokenLimiter's priming of every reply
 
 
@@ -93,6 +95,18 @@ class Config:
     # MessageHistory placed by hand among the input processors (rule 3): it then runs after
     # SemanticRecall, so recall does not know the window yet.
     history_by_hand: bool = False
+    search_top_k: int | None = None  # Memory(search_tool={"top_k": n}); None: no search tool
+
+    @property
+    def search_scope(self) -> str:
+        """The widest scope `search_memory` may search: recall's (the agent's, whatever a call
+        overrides), else "resource"."""
+        return self.recall.scope if self.recall is not None else "resource"
+
+    @property
+    def embeds(self) -> bool:
+        """Whether saved messages are embedded: recall or the search tool searches them."""
+        return self.recall is not None or self.search_top_k is not None
 
     def for_call(self, options: dict[str, Any]) -> Config:
         """Rule 22: per-call memory options override the agent's for one turn."""
@@ -139,9 +153,19 @@ class World:
 
     threads: dict[tuple[str, str], Thread] = field(default_factory=dict)
     resource_memory: dict[str, str] = field(default_factory=dict)
+    archived: set[tuple[str, str]] = field(default_factory=set)  # Memory.archive_thread
 
     def thread(self, resource_id: str, thread_id: str) -> Thread | None:
         return self.threads.get((resource_id, thread_id))
+
+    def left_out(self, turn: Turn, scope: str) -> set[tuple[str, str]]:
+        """The archived threads a search of `scope` leaves out: in resource scope, the resource's
+        archived threads but the turn's own (recall's `include_archived` is off)."""
+        if scope != "resource":
+            return set()
+        return {
+            k for k in self.archived if k[0] == turn.resource_id and k != (turn.resource_id, turn.thread_id)
+        }
 
 
 @dataclass
@@ -156,16 +180,35 @@ class Expected:
     ambiguous_recall: bool  # scores too close to call: the prompt is not compared this turn
 
 
+@dataclass(frozen=True)
+class Searched:
+    """What one `search_memory` call must answer: refused (the agent may not search that wide), or
+    its hits, best first, as (message id, thread id, score rounded as memproc reports it)."""
+
+    scope: str
+    refused: bool = False
+    hits: tuple[tuple[str, str, float], ...] = ()
+    ambiguous: bool = False
+
+
 # --- the turn ---------------------------------------------------------------------------------------
 
 
 def expected_turn(
-    world: World, config: Config, turn: Turn, *, embed: Any, counter: Any, system_tokens: Any
+    world: World,
+    config: Config,
+    turn: Turn,
+    *,
+    embed: Any,
+    counter: Any,
+    system_tokens: Any,
+    search_answer: Any = None,
 ) -> Expected:
     """What the real agent must do for `turn`. `embed(text) -> list[float]` is the agent's embedder;
     `counter.count_message(Message)` its token counter; `system_tokens(system_input, working_memory,
-    recalled_elsewhere)` the tokens of the system messages those make (their wording is the
-    processors' own, so the caller builds them with memproc's formatting)."""
+    recalled_elsewhere)` the tokens of the system messages those make; `search_answer(Searched)` the
+    tool result a search's hits make (their wording is the processors' own, so the caller builds
+    them with memproc's formatting)."""
     cfg = config.for_call(turn.options)
     thread = world.thread(turn.resource_id, turn.thread_id)
     stored = list(thread.messages) if thread else []
@@ -208,6 +251,8 @@ def expected_turn(
         result.blocked = True
         return result
 
+    # What `search_memory` never repeats: what memory loaded into the prompt and the caller's input.
+    in_prompt = {m.id for m in [*window, *recalled_here, *recalled_elsewhere, *turn.inputs] if m.id}
     responses: list[Msg] = []
     wm = wm_shown
     for round_ in turn.rounds:
@@ -221,9 +266,16 @@ def expected_turn(
             body = memory
         result.requests.append([*body, *new, *responses])
         if round_.calls:
+            results = []
+            for call, answer in zip(round_.calls, round_.results, strict=True):
+                if call.tool_name == SEARCH_TOOL:
+                    searched = memory_search(world, config, turn, call.args, in_prompt, embed)
+                    result.ambiguous_recall |= searched.ambiguous
+                    answer = search_answer(call, searched)
+                results.append(answer)
             responses += [
                 Msg("assistant", (*((TextPart(round_.text),) if round_.text else ()), *round_.calls)),
-                Msg("tool", round_.results),
+                Msg("tool", tuple(results)),
             ]
             for call in round_.calls:
                 if call.tool_name == WM_TOOL:
@@ -250,7 +302,7 @@ def apply_turn(world: World, config: Config, turn: Turn, expected: Expected, sav
         return
     key = (turn.resource_id, turn.thread_id)
     if saved:
-        embedded = cfg.recall is not None
+        embedded = cfg.embeds
         thread = world.threads.setdefault(key, Thread())
         thread.messages += [
             dataclasses.replace(
@@ -286,10 +338,11 @@ def new_input(inputs: Sequence[Msg], stored: Sequence[Msg]) -> list[Msg]:
 
 
 def savable(messages: Sequence[Msg]) -> list[Msg]:
-    """Rule 15 and 16: the working-memory tool's calls and results are never saved."""
+    """Rule 15 and 16: the working-memory tool's calls and results are never saved, nor the memory
+    search's."""
     kept = []
     for m in messages:
-        parts = tuple(p for p in m.parts if getattr(p, "tool_name", None) != WM_TOOL)
+        parts = tuple(p for p in m.parts if getattr(p, "tool_name", None) not in MEMORY_TOOLS)
         if parts:
             kept.append(dataclasses.replace(m, parts=parts))
     return kept
@@ -404,18 +457,12 @@ def recall(
     else:
         present = {m.id for m in [*window, *new]}
     q = embed(query)
-    candidates: list[tuple[float, str, tuple[str, str]]] = []
-    for key, thread in world.threads.items():
-        resource_id, thread_id = key
-        if resource_id != turn.resource_id or (r.scope == "thread" and thread_id != turn.thread_id):
-            continue
-        for m in thread.messages:
-            if m.embedded and m.id not in present:
-                candidates.append((cosine(q, embed(m.text)), m.id or "", key))
-    candidates.sort(key=lambda c: (-c[0], c[1]))
+    left_out = world.left_out(turn, r.scope)
+    ranked = _ranked(world, turn, r.scope, q, embed)
+    candidates = [c for c in ranked if c[1] not in present and c[2] not in left_out]
     above = [c for c in candidates if r.threshold is None or c[0] >= r.threshold]
     hits = above[: r.top_k]
-    ambiguous = _close(candidates, hits, r)
+    ambiguous = _close(candidates, hits, r) or _overfetch_short(ranked, hits, r, present, left_out)
     here: list[Msg] = []
     elsewhere: list[Msg] = []
     for _, message_id, key in hits:
@@ -439,6 +486,74 @@ def _close(candidates: Sequence[tuple[float, str, Any]], hits: Sequence[Any], r:
     if hits and len(candidates) > len(hits):
         return abs(hits[-1][0] - candidates[len(hits)][0]) < eps
     return False
+
+
+def memory_search(
+    world: World, config: Config, turn: Turn, args: Any, in_prompt: Collection[str], embed: Any
+) -> Searched:
+    """DESIGN §9, `search_memory(query, scope)`: scoped like recall. Only the turn's resource; scope
+    "thread" only this thread; the agent's recall scope (not a call's override) is the widest a
+    model may ask for, and a wider ask is refused; recall's threshold; never a message already in
+    the prompt (`in_prompt`); the `top_k` closest embedded messages, best first."""
+    widest = config.search_scope
+    scope = args.get("scope") or widest
+    if scope == "resource" and widest == "thread":
+        return Searched(scope, refused=True)
+    threshold = config.recall.threshold if config.recall is not None else None
+    left_out = world.left_out(turn, scope)
+    ranked = _ranked(world, turn, scope, embed(args["query"]), embed)
+    candidates = [c for c in ranked if c[1] not in in_prompt and c[2] not in left_out]
+    above = [c for c in candidates if threshold is None or c[0] >= threshold]
+    hits = above[: config.search_top_k or 0]
+    bounds = Recall(config.search_top_k or 0, 0, 0, scope, threshold)
+    return Searched(
+        scope,
+        hits=tuple((message_id, key[1], round(score, 4)) for score, message_id, key in hits),
+        ambiguous=_close(candidates, hits, bounds)
+        or _order_or_rounding_unclear(hits)
+        or _overfetch_short(ranked, hits, bounds, in_prompt, left_out),
+    )
+
+
+def _ranked(
+    world: World, turn: Turn, scope: str, q: Sequence[float], embed: Any
+) -> list[tuple[float, str, tuple[str, str]]]:
+    """Every embedded message of the turn's resource in `scope`, closest first (ties by id)."""
+    ranked = []
+    for key, thread in world.threads.items():
+        resource_id, thread_id = key
+        if resource_id != turn.resource_id or (scope == "thread" and thread_id != turn.thread_id):
+            continue
+        for m in thread.messages:
+            if m.embedded:
+                ranked.append((cosine(q, embed(m.text)), m.id or "", key))
+    ranked.sort(key=lambda c: (-c[0], c[1]))
+    return ranked
+
+
+def _overfetch_short(
+    ranked: Sequence[tuple[float, str, Any]],
+    hits: Sequence[tuple[float, str, Any]],
+    r: Recall,
+    present: Collection[str],
+    left_out: Collection[Any],
+) -> bool:
+    """Whether memproc's documented shortcut may return fewer hits: with archived threads to leave
+    out, it drops them from a search of (top_k + present) x 4 (ARCHIVED_OVERFETCH) results, so a
+    hit ranked past that is not found. The reference does not decide those examples."""
+    if not left_out or not hits:
+        return False
+    above = [c for c in ranked if r.threshold is None or c[0] >= r.threshold]
+    fetched = 4 * (r.top_k + sum(1 for c in above if c[1] in present))
+    return above.index(hits[-1]) >= fetched
+
+
+def _order_or_rounding_unclear(hits: Sequence[tuple[float, str, str]]) -> bool:
+    """Whether float32 rounding could reorder two hits or change a score's fourth decimal."""
+    eps = 1e-5
+    if any(abs(a[0] - b[0]) < eps for a, b in zip(hits, hits[1:], strict=False)):
+        return True
+    return any(abs((h[0] * 1e4) % 1 - 0.5) < 1e-2 for h in hits)
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:

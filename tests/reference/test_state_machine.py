@@ -28,6 +28,7 @@ from memproc.tools import DEFAULT_WORKING_MEMORY_TEMPLATE
 from tests.factories import UserFactory
 from tests.reference import harness
 from tests.reference.model import (
+    SEARCH_TOOL,
     WM_TOOL,
     Config,
     Msg,
@@ -71,6 +72,7 @@ configs = st.builds(
     tool_filter=st.booleans(),
     token_limit=st.one_of(st.none(), st.none(), st.integers(40, 400)),
     history_by_hand=st.sampled_from([False, False, True]),
+    search_top_k=st.one_of(st.none(), st.integers(1, 4)),
 )
 # Small patches that touch the same keys again and again: nested objects merge, null deletes.
 wm_patches = st.sampled_from(
@@ -150,7 +152,7 @@ class MemoryMachine(RuleBasedStateMachine):
         given = [Message.create(m.role, m.parts) for m in messages]
         self.memory.save_messages(given, thread_id=thread_id, resource_id=resource_id)
         thread = self.world.threads.setdefault((resource_id, thread_id), Thread())
-        embedded = self.config.recall is not None
+        embedded = self.config.embeds
         thread.messages += [
             dataclasses.replace(
                 m,
@@ -228,6 +230,16 @@ class MemoryMachine(RuleBasedStateMachine):
             )
             call = ToolCallPart(f"{self.prefix}-w{next(self.serial)}", WM_TOOL, {"memory": value})
             rounds.insert(data.draw(st.integers(0, len(rounds))), Round("", (call,), (_wm_answer(call),)))
+        if self.config.search_top_k is not None and data.draw(st.integers(0, 2), label="search") > 0:
+            for _ in range(data.draw(st.integers(1, 2), label="searches")):
+                args: dict[str, Any] = {"query": self.text("q", data)}
+                scope = data.draw(st.sampled_from([None, "thread", "resource"]), label="scope")
+                if scope is not None:
+                    args["scope"] = scope
+                call = ToolCallPart(f"{self.prefix}-s{next(self.serial)}", SEARCH_TOOL, args)
+                # The reference words the answer (expected_turn); this placeholder only holds its place.
+                answer = ToolResultPart(call.tool_call_id, SEARCH_TOOL, None)
+                rounds.insert(data.draw(st.integers(0, len(rounds))), Round("", (call,), (answer,)))
         block_output = data.draw(st.integers(0, 9), label="block output") == 0
         final = self.text("assistant", data) + (f" {harness.BLOCK_WORD}" if block_output else "")
         rounds.append(Round(final))
@@ -265,6 +277,23 @@ class MemoryMachine(RuleBasedStateMachine):
             return
         self.memory.delete_thread(thread_id, resource_id=resource_id)
         del self.world.threads[(resource_id, thread_id)]
+        self.world.archived.discard((resource_id, thread_id))
+
+    @rule(data=st.data())
+    def archive(self, data: st.DataObject) -> None:
+        """Memory.archive_thread / unarchive_thread: recall and the search tool leave archived threads
+        other than the turn's own out."""
+        if not self.world.threads:
+            return
+        # Any stored thread alike: turns mostly go to the first, so its siblings are what is left out.
+        key = data.draw(st.sampled_from(sorted(self.world.threads)), label="archived thread")
+        resource_id, thread_id = key
+        if key in self.world.archived:
+            self.memory.unarchive_thread(thread_id, resource_id=resource_id)
+            self.world.archived.discard(key)
+        else:
+            self.memory.archive_thread(thread_id, resource_id=resource_id)
+            self.world.archived.add(key)
 
     # --- checks ----------------------------------------------------------------------------------
 
@@ -289,6 +318,7 @@ class MemoryMachine(RuleBasedStateMachine):
             system_tokens=harness.system_tokens_counter(
                 agent, self.memory, self.counter, resource_id=turn.resource_id, read_only=cfg.read_only
             ),
+            search_answer=harness.search_answerer(turn),
         )
         # Scores within float32 rounding of each other: the hits are not well defined; skip the turn.
         assume(not expected.ambiguous_recall)

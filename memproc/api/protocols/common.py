@@ -14,7 +14,7 @@ from memproc.api.views.checks import attachments_check
 from memproc.conf import settings as memproc_settings
 from memproc.exceptions import MemprocError
 from memproc.messages import to_messages
-from memproc.tools import WORKING_MEMORY_TOOL
+from memproc.tools import SEARCH_MEMORY_TOOL, WORKING_MEMORY_TOOL
 
 THREAD_HEADER = "X-Memproc-Thread-Id"
 SYSTEM_ROLES = frozenset({"system", "developer"})
@@ -115,8 +115,13 @@ def without_system(messages: list[Mapping[str, Any]]) -> tuple[list[Mapping[str,
 
 
 def internal_tools(agent: Any) -> set[str]:
-    """Tools whose calls are memory housekeeping (working memory): never saved, so never shown either."""
-    return {WORKING_MEMORY_TOOL, *(t.name for t in agent.tools if getattr(t, "internal", False))}
+    """Tools whose calls are memory's own (working memory, the memory search): never saved, so never
+    shown either."""
+    return {
+        WORKING_MEMORY_TOOL,
+        SEARCH_MEMORY_TOOL,
+        *(t.name for t in agent.tools if getattr(t, "internal", False)),
+    }
 
 
 # --- streaming -------------------------------------------------------------------------------------

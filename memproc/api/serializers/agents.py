@@ -13,6 +13,7 @@ class AgentMemorySerializer(serializers.Serializer):
     semantic_recall = serializers.BooleanField()
     working_memory = serializers.JSONField(allow_null=True, help_text='null, or {"mode", "scope"}.')
     read_only = serializers.BooleanField()
+    search_tool = serializers.BooleanField(help_text="Whether the model may call search_memory.")
 
 
 class AgentSerializer(serializers.Serializer):
@@ -37,4 +38,5 @@ class AgentSerializer(serializers.Serializer):
             "semantic_recall": memory.uses_semantic_recall,
             "working_memory": {"mode": wm.mode, "scope": wm.scope} if wm is not None else None,
             "read_only": memory.read_only,
+            "search_tool": memory.search_options is not None,
         }

@@ -89,6 +89,32 @@ TURN_MANIFEST_SCHEMA = {
             },
         },
         "recall_error": {"type": "boolean", "description": "Recall failed; the turn ran without it."},
+        "searches": {
+            "type": "array",
+            "description": "The model's search_memory calls (only when it made some): scope, query length "
+            "(never its text), hits with score and source thread, hits a guardrail withheld, why a call was "
+            "refused.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "scope": {"type": "string", "enum": ["thread", "resource"]},
+                    "query_chars": {"type": "integer"},
+                    "hits": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "id": {"type": "string"},
+                                "thread_id": {"type": "string", "nullable": True},
+                                "score": {"type": "number"},
+                            },
+                        },
+                    },
+                    "withheld": {"type": "array", "items": {"type": "string"}},
+                    "error": {"type": "string"},
+                },
+            },
+        },
         "echoed": {"type": "integer", "description": "Messages the client re-sent that were already stored."},
         "working_memory": {
             "type": "object",
