@@ -647,6 +647,8 @@ export interface components {
             /** @description null, or {"mode", "scope"}. */
             working_memory: unknown;
             read_only: boolean;
+            /** @description Whether the model may call search_memory. */
+            search_tool: boolean;
         };
         ApiRoot: {
             /** Format: uri */
@@ -1035,6 +1037,19 @@ export interface components {
                 }[];
                 /** @description Recall failed; the turn ran without it. */
                 recall_error?: boolean;
+                /** @description The model's search_memory calls (only when it made some): scope, query length (never its text), hits with score and source thread, hits a guardrail withheld, why a call was refused. */
+                searches?: {
+                    /** @enum {string} */
+                    scope?: "thread" | "resource";
+                    query_chars?: number;
+                    hits?: {
+                        id?: string;
+                        thread_id?: string | null;
+                        score?: number;
+                    }[];
+                    withheld?: string[];
+                    error?: string;
+                }[];
                 /** @description Messages the client re-sent that were already stored. */
                 echoed?: number;
                 /** @description The working memory the model was given. */
