@@ -23,6 +23,7 @@ from memproc.api.views.memory import (
     MemoryForget,
     MemoryMessageExclude,
     MemoryMessageInclude,
+    MemoryThreadForget,
     MemoryView,
 )
 
@@ -47,6 +48,7 @@ urlpatterns = [
     path("memory/messages/<str:id>/exclude/", MemoryMessageExclude.as_view(), name="memory-message-exclude"),
     path("memory/messages/<str:id>/include/", MemoryMessageInclude.as_view(), name="memory-message-include"),
     path("memory/forget/", MemoryForget.as_view(), name="memory-forget"),
+    path("memory/threads/<str:id>/forget/", MemoryThreadForget.as_view(), name="memory-thread-forget"),
     # The clients' protocols (memproc.api.protocols): the AI SDK's useChat, and OpenAI's Chat Completions
     # (`base_url=".../v1"`; the SDKs call these paths without a trailing slash).
     path("agents/<str:id>/chat/", ChatView.as_view(), name="agent-chat"),

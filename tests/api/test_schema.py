@@ -38,6 +38,7 @@ ENDPOINTS = {
     "memory/messages/{id}/exclude/": {"post"},
     "memory/messages/{id}/include/": {"post"},
     "memory/forget/": {"post"},
+    "memory/threads/{id}/forget/": {"post"},
 }
 HTTP_METHODS = {"get", "put", "post", "patch", "delete"}
 

@@ -188,6 +188,7 @@ MATRIX: dict[tuple[str, str], tuple[Rule, Call]] = {
     ("memory-message-exclude", "POST"): (WRITE, Call(kwargs=lambda w: {"id": "victim-m1"}, query=victims)),
     ("memory-message-include", "POST"): (WRITE, Call(kwargs=lambda w: {"id": "victim-m1"}, query=victims)),
     ("memory-forget", "POST"): (DELETE, Call(query=victims, body=lambda w: {"message_ids": ["victim-m1"]})),
+    ("memory-thread-forget", "POST"): (DELETE, Call(kwargs=thread_kwargs, query=victims)),
     ("attachment-detail", "GET"): (READ, Call(kwargs=lambda w: {"id": str(w.attachment.pk)})),
     ("attachment-download", "GET"): (READ, Call(kwargs=lambda w: {"id": str(w.attachment.pk)})),
     # A turn on another owner's thread writes to it: messages, working memory, a turn record.

@@ -252,8 +252,8 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Forget messages or a thread, with what was derived from them
-         * @description Deletes the messages (or the thread) with their embeddings, the summaries that covered them, the working-memory changes their turns wrote (set back to the value before; held for an operator when a later change built on them: `receipt.status` is then `review`), files no other message uses, and their ids in turn records. Unknown ids are a 404 and nothing is forgotten. Answers the whole view and the receipt.
+         * Forget messages, with what was derived from them
+         * @description With them go their embeddings, the summaries that covered them, the working-memory changes their turns wrote (set back to the value before; held for an operator when a later change built on them: `receipt.status` is then `review`), files no other message uses, and their ids in turn records. Unknown ids are a 404 and nothing is forgotten. Answers the whole view and the receipt.
          */
         post: operations["memory_forget_create"];
         delete?: never;
@@ -296,6 +296,26 @@ export interface paths {
          * @description It is embedded again after the change commits.
          */
         post: operations["memory_messages_include_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/memory/threads/{id}/forget/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Forget a thread, with what was derived from it
+         * @description The thread, its messages, turn records and tripwire logs. With them go their embeddings, the summaries that covered them, the working-memory changes their turns wrote (set back to the value before; held for an operator when a later change built on them: `receipt.status` is then `review`), files no other message uses, and their ids in turn records. Unknown ids are a 404 and nothing is forgotten. Answers the whole view and the receipt.
+         */
+        post: operations["memory_threads_forget_create"];
         delete?: never;
         options?: never;
         head?: never;
@@ -792,12 +812,9 @@ export interface components {
             /** @description Markdown mode: text. Schema mode: any JSON value the schema allows (null removes it). */
             value: unknown;
         };
-        /** @description What to forget: some messages or one thread (of the resource), never both. */
         MemoryForget: {
             /** @description Message ids of the resource. */
-            message_ids?: string[];
-            /** @description A thread of the resource. */
-            thread_id?: string;
+            message_ids: string[];
         };
         MemoryForgotten: {
             resource_id: string;
@@ -1984,7 +2001,7 @@ export interface operations {
             path?: never;
             cookie?: never;
         };
-        requestBody?: {
+        requestBody: {
             content: {
                 "application/json": components["schemas"]["MemoryForget"];
             };
@@ -2152,6 +2169,84 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["MemoryView"];
+                };
+            };
+            /** @description Invalid input: `{field: [message]}` field errors. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or owned by another resource). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Throttled. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    memory_threads_forget_create: {
+        parameters: {
+            query?: {
+                /** @description Validate with this agent's working-memory configuration (mode, template, schema). Default: the thread's agent; else Markdown with the default template. */
+                agent?: string;
+                /** @description The resource whose memory to show; default: the caller's own. */
+                resource_id?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The thread id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemoryForgotten"];
                 };
             };
             /** @description Invalid input: `{field: [message]}` field errors. */

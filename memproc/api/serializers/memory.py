@@ -68,23 +68,13 @@ class MemoryFieldUpdateSerializer(serializers.Serializer):
 
 
 class MemoryForgetSerializer(serializers.Serializer):
-    """What to forget: some messages or one thread (of the resource), never both."""
-
     message_ids = serializers.ListField(
-        child=serializers.CharField(max_length=255),
-        required=False,
+        # An empty id is answered as an unknown one (404).
+        child=serializers.CharField(max_length=255, allow_blank=True),
         min_length=1,
         max_length=1000,
         help_text="Message ids of the resource.",
     )
-    thread_id = serializers.CharField(required=False, max_length=255, help_text="A thread of the resource.")
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if ("message_ids" in attrs) == ("thread_id" in attrs):
-            raise serializers.ValidationError(
-                {"non_field_errors": ["Give message_ids or thread_id (one of them)."]}
-            )
-        return attrs
 
 
 class ForgetReceiptSerializer(serializers.Serializer):

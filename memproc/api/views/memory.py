@@ -5,7 +5,8 @@ Every answer is the whole view, so a client re-renders from the response. The re
 own (`?resource_id=` names another one the resolver grants: staff with `memproc.view_thread` to read,
 `memproc.change_thread` to write); anything else is a 404.
 
-Forgetting is `POST memory/forget/` with `message_ids` or `thread_id` (memproc.services.forget).
+Forgetting is `POST memory/forget/` with `message_ids`, or `POST memory/threads/<id>/forget/`
+(memproc.services.forget).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from memproc.api.serializers.memory import (
     MemoryForgottenSerializer,
     MemoryViewSerializer,
 )
-from memproc.api.views.base import MemprocViewMixin, errors, path_id_ok
+from memproc.api.views.base import MemprocViewMixin, errors, id_parameter, path_id_ok
 from memproc.api.views.working_memory import (
     AGENT_PARAMETER,
     WorkingMemoryConfig,
@@ -258,44 +259,65 @@ class MemoryMessageInclude(MemoryRecallExcludeView):
         return super().post(request, id)
 
 
-class MemoryForget(MemoryViewBase):
-    @extend_schema(
-        tags=TAGS,
-        summary="Forget messages or a thread, with what was derived from them",
-        description=(
-            "Deletes the messages (or the thread) with their embeddings, the summaries that covered them, "
-            "the working-memory changes their turns wrote (set back to the value before; held for an "
-            "operator when a later change built on them: `receipt.status` is then `review`), files no "
-            "other message uses, and their ids in turn records. Unknown ids are a 404 and nothing is "
-            "forgotten. Answers the whole view and the receipt."
-        ),
-        parameters=[RESOURCE_PARAMETER, AGENT_PARAMETER],
-        request=MemoryForgetSerializer,
-        responses={200: MemoryForgottenSerializer, **errors(400, 404)},
-    )
-    def post(self, request: Request) -> Response:
+class MemoryForgetBase(MemoryViewBase):
+    """Forgetting is deleting: staff reaching another resource also need `memproc.delete_thread`."""
+
+    def forgotten(self, *, message_ids: list[str] | None = None, thread_id: str | None = None) -> Response:
+        request: Request = self.request
         resource_id, config = self.resource(), self.config()
         if (
             self.allowed_resources() is None
             and resource_id != default_resource(request)
             and not has_any_perm(request.user, THREAD_DELETE)
         ):
-            raise NotFound()  # forgetting is deleting: staff also need memproc.delete_thread
-        serializer = MemoryForgetSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        wanted = serializer.validated_data
-        ids = wanted.get("message_ids")
-        if not all(path_id_ok(i) for i in [*(ids or ()), wanted.get("thread_id", "x")]):
+            raise NotFound()
+        if not all(
+            path_id_ok(i) for i in [*(message_ids or ()), *([thread_id] if thread_id is not None else [])]
+        ):
             raise NotFound()
         try:
             receipt = forget(
-                resource_id=resource_id,
-                message_ids=ids,
-                thread_id=wanted.get("thread_id"),
-                actor=request.user,
+                resource_id=resource_id, message_ids=message_ids, thread_id=thread_id, actor=request.user
             )
         except MemprocValidationError as exc:
             raise NotFound() from exc  # an id the resource does not hold, as for any other item
         view = self.render(resource_id, config).data
         done = {"id": receipt.pk, "scope": receipt.scope, "status": receipt.status, "counts": receipt.counts}
         return Response(MemoryForgottenSerializer({**view, "receipt": done}).data)
+
+
+FORGOTTEN = (
+    "With them go their embeddings, the summaries that covered them, the working-memory changes their "
+    "turns wrote (set back to the value before; held for an operator when a later change built on them: "
+    "`receipt.status` is then `review`), files no other message uses, and their ids in turn records. "
+    "Unknown ids are a 404 and nothing is forgotten. Answers the whole view and the receipt."
+)
+
+
+class MemoryForget(MemoryForgetBase):
+    @extend_schema(
+        tags=TAGS,
+        summary="Forget messages, with what was derived from them",
+        description=FORGOTTEN,
+        parameters=[RESOURCE_PARAMETER, AGENT_PARAMETER],
+        request=MemoryForgetSerializer,
+        responses={200: MemoryForgottenSerializer, **errors(400, 404)},
+    )
+    def post(self, request: Request) -> Response:
+        serializer = MemoryForgetSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        return self.forgotten(message_ids=serializer.validated_data["message_ids"])
+
+
+class MemoryThreadForget(MemoryForgetBase):
+    @extend_schema(
+        tags=TAGS,
+        summary="Forget a thread, with what was derived from it",
+        description="The thread, its messages, turn records and tripwire logs. " + FORGOTTEN,
+        parameters=[id_parameter("The thread id."), RESOURCE_PARAMETER, AGENT_PARAMETER],
+        request=NO_BODY,
+        responses={200: MemoryForgottenSerializer, **errors(400, 404)},
+    )
+    def post(self, request: Request, id: str) -> Response:
+        self.no_body()
+        return self.forgotten(thread_id=id)

@@ -206,7 +206,7 @@
       return this.write("POST", "messages/" + encodeURIComponent(messageId) + "/" + (excluded ? "exclude/" : "include/"));
     }
 
-    // Forgets messages (or a thread: `{thread_id}`) with what memproc derived from them; the answer
+    // Forgets messages (a thread: POST threads/<id>/forget/) with what memproc derived from them; the answer
     // is the view with the receipt, whose status says whether an operator still has to decide.
     async forget(messageIds) {
       const done = await this.write("POST", "forget/", { message_ids: messageIds });
