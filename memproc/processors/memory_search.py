@@ -7,11 +7,12 @@ from typing import Any
 
 from memproc import logs
 from memproc.embedders import get_embedder
-from memproc.exceptions import ConfigurationError, ToolError
+from memproc.exceptions import ToolError
 from memproc.messages import Message
 from memproc.processors.base import ProcessorContext
 from memproc.processors.semantic_recall import (
     archived_threads,
+    check_search_options,
     embed_turn,
     is_quarantined,
     recalled_line,
@@ -83,12 +84,7 @@ class MemorySearch:
         threshold: float | None = None,
         include_archived: bool = False,
     ) -> None:
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise ConfigurationError("MemorySearch(top_k=...) must be an integer >= 1")
-        if scope not in SCOPES:
-            raise ConfigurationError("MemorySearch(scope=...) must be 'resource' or 'thread'")
-        if threshold is not None and not -1.0 <= threshold <= 1.0:
-            raise ConfigurationError("MemorySearch(threshold=...) is a cosine similarity in [-1, 1]")
+        check_search_options("MemorySearch", top_k=top_k, scope=scope, threshold=threshold)
         self._embedder = embedder
         self.vector_store = vector_store
         self.top_k = top_k

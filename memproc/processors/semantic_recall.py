@@ -27,6 +27,16 @@ CROSS_THREAD_HEADER = (
 ARCHIVED_OVERFETCH = 4
 
 
+def check_search_options(owner: str, *, top_k: Any, scope: Any, threshold: Any) -> None:
+    """What recall and the memory search tool both take: `top_k`, `scope`, `threshold`."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ConfigurationError(f"{owner}(top_k=...) must be an integer >= 1")
+    if scope not in ("resource", "thread"):
+        raise ConfigurationError(f"{owner}(scope=...) must be 'resource' or 'thread'")
+    if threshold is not None and not -1.0 <= threshold <= 1.0:
+        raise ConfigurationError(f"{owner}(threshold=...) is a cosine similarity in [-1, 1]")
+
+
 class SemanticRecall:
     """Input: embeds the last new user message, searches the scope (the resource's threads, or this
     thread) for the `top_k` most similar stored messages, and loads each hit with `message_range`
@@ -57,18 +67,13 @@ class SemanticRecall:
         threshold: float | None = None,
         include_archived: bool = False,
     ) -> None:
-        if top_k < 1:
-            raise ConfigurationError("SemanticRecall(top_k=...) must be >= 1")
-        if scope not in ("resource", "thread"):
-            raise ConfigurationError("SemanticRecall(scope=...) must be 'resource' or 'thread'")
+        check_search_options("SemanticRecall", top_k=top_k, scope=scope, threshold=threshold)
         if isinstance(message_range, dict):
             self.before, self.after = int(message_range.get("before", 0)), int(message_range.get("after", 0))
         else:
             self.before = self.after = int(message_range)
         if self.before < 0 or self.after < 0:
             raise ConfigurationError("SemanticRecall(message_range=...) must be >= 0")
-        if threshold is not None and not -1.0 <= threshold <= 1.0:
-            raise ConfigurationError("SemanticRecall(threshold=...) is a cosine similarity in [-1, 1]")
         self._embedder = embedder
         self.vector_store = vector_store
         self.top_k = top_k

@@ -33,7 +33,7 @@ from memproc.processors.working_memory import DEFAULT_TEMPLATE
 from memproc.services.forget.verify import verify
 from memproc.services.forget.working_memory import held_resolve
 from memproc.vectors import get_vector_store
-from tests.attachments.conftest import png, stored_files
+from tests.attachments.conftest import fs_storage, png, stored_files  # noqa: F401 (autouse: files on disk)
 
 pytestmark = pytest.mark.django_db
 R, T = "user-1", "t1"
@@ -43,17 +43,6 @@ FACT = DEFAULT_TEMPLATE.replace(
 )
 LATER = FACT.replace("- **Last Name**:", "- **Last Name**: Lovelace")
 COMPACTION = {"trigger_tokens": 40, "keep_tokens": 150, "model": "extractive"}
-
-
-@pytest.fixture(autouse=True)
-def files(settings, tmp_path):
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "memproc_attachments": {
-            "BACKEND": "django.core.files.storage.FileSystemStorage",
-            "OPTIONS": {"location": tmp_path / "attachments", "base_url": "/media/attachments/"},
-        },
-    }
 
 
 def update(memory: str) -> ModelResponse:
