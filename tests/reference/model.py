@@ -221,15 +221,11 @@ def expected_turn(
     recalled_here, recalled_elsewhere, ambiguous = recall(world, cfg, turn, stored, window, new, embed)
     first = new[0] if new else None
     memory = whole_pairs(sorted_by_sequence(stored, window + recalled_here), then=first)
-    if cfg.tool_filter:  # ToolCallFilter: no past tool calls or results in the prompt, but the calls
-        # that the turn's first input answers: the caller's messages stay a valid conversation.
-        answered = set(first.results) if first is not None and first.role == "tool" else set()
-        last = len(memory) - 1
-        memory = [
-            k
-            for i, m in enumerate(memory)
-            if (k := m.without_tool_parts(keep=answered if i == last else ())) is not None
-        ]
+    if cfg.tool_filter:  # ToolCallFilter: no past tool calls or results in the prompt, but those of
+        # a call the caller's own messages name (a call they answer, or echo), whole with its result:
+        # the caller's messages stay a valid conversation, and a call never stays without its result.
+        named = {i for m in new for i in (*m.calls, *m.results)}
+        memory = [k for m in memory if (k := m.without_tool_parts(keep=named)) is not None]
 
     wm_shown = working_memory_shown(world, cfg, turn)
     system = ["instructions", *("input" for _ in system_input)]
