@@ -145,3 +145,29 @@ def test_forget_takes_back_the_message_and_what_was_learnt_from_it(page, live_se
     turn(page, "what is my cat called", 4)
     prompt = prompt_text(model)
     assert CAT not in prompt and "Ada" not in prompt
+
+
+def test_the_chats_conversation_list_archives_and_brings_back(page, live_server, model):
+    login(page, live_server.url, f"/memory/?agent={AGENT}")
+    turn(page, CAT, 1)
+    chat = page.locator("memproc-chat")
+    chat.locator("details.threads > summary").click(position={"x": 4, "y": 4})
+    row = chat.locator(".threads li[data-thread-id]").first
+    row.wait_for()
+    thread_id = row.get_attribute("data-thread-id")
+    assert "current" in (row.get_attribute("class") or "")
+
+    row.get_by_role("button", name="Archive").click()
+    chat.locator(".threads li:text('No conversation yet.')").wait_for()
+    assert eventually(
+        lambda: models.Thread.objects.filter(public_id=thread_id, archived_at__isnull=False).exists()
+    )
+
+    chat.get_by_label("Show archived").check()
+    archived = chat.locator(f".threads li.archived[data-thread-id='{thread_id}']")
+    archived.wait_for()
+    archived.get_by_role("button", name="Unarchive").click()
+    chat.locator(f".threads li:not(.archived)[data-thread-id='{thread_id}']").wait_for()
+    assert eventually(
+        lambda: models.Thread.objects.filter(public_id=thread_id, archived_at__isnull=True).exists()
+    )

@@ -14,10 +14,13 @@
  * Attributes: `agent` (required); `api` (memproc's API root, default "/api/memproc/"); `thread` (a fixed
  * thread id instead of the stored one); `storage-key` (default "memproc-chat:<agent>"); `csrf-token`
  * (default: the `csrftoken` cookie); `placeholder`.
+ * A "Conversations" list (closed until opened; hidden with a fixed `thread`) lists the user's threads
+ * with this agent (`threads/?agent=`): open one, archive it, or, with "Show archived", bring one back.
  * Events (bubbling, composed): `memproc-chat:finish` (detail: the finish chunk's metadata),
  * `memproc-chat:tripwire` (detail: the tripwire), `memproc-chat:error` (detail: {message}).
  * Styling: CSS custom properties (--memproc-accent, --memproc-bg, --memproc-border, --memproc-font) and
- * the parts `messages`, `message`, `user`, `assistant`, `banner`, `composer`, `input`, `send`, `new`.
+ * the parts `messages`, `message`, `user`, `assistant`, `banner`, `composer`, `input`, `send`, `new`,
+ * `threads`.
  */
 (function () {
   "use strict";
@@ -260,6 +263,14 @@
     textarea { flex: 1; resize: vertical; font: inherit; padding: .4rem; min-height: 2.4rem; }
     button { font: inherit; cursor: pointer; }
     button:disabled { cursor: default; opacity: .6; }
+    .threads { padding: .4rem .8rem; border-bottom: 1px solid var(--border); font-size: .9em; }
+    .threads ul { list-style: none; margin: .3rem 0 0; padding: 0; }
+    .threads li { display: flex; gap: .4rem; align-items: center; padding: .15rem 0; }
+    .threads li .open { flex: 1; min-width: 0; text-align: left; overflow: hidden; text-overflow: ellipsis;
+      white-space: nowrap; background: none; border: 0; padding: .1rem 0; color: inherit; }
+    .threads li.current .open { font-weight: 600; }
+    .threads li.archived .open { color: #778; font-style: italic; }
+    .threads label { display: inline-flex; gap: .3rem; margin-left: .6rem; }
   `;
 
   class MemprocChat extends HTMLElement {
@@ -276,6 +287,19 @@
       this.bannerEl.setAttribute("role", "alert");
       this.bannerEl.setAttribute("part", "banner");
       this.bannerEl.hidden = true;
+      // The user's conversations with this agent: open one, archive or bring one back.
+      this.threadsEl = chat.appendChild(el("details", "threads"));
+      this.threadsEl.setAttribute("part", "threads");
+      const summary = this.threadsEl.appendChild(el("summary", "", "Conversations"));
+      const showArchived = el("label", "", "");
+      this.archivedBox = showArchived.appendChild(el("input"));
+      this.archivedBox.type = "checkbox";
+      showArchived.appendChild(document.createTextNode("Show archived"));
+      summary.appendChild(showArchived);
+      this.threadList = this.threadsEl.appendChild(el("ul"));
+      this.threadList.setAttribute("aria-label", "Conversations");
+      this.threadsEl.addEventListener("toggle", () => { if (this.threadsEl.open) this.loadThreads(); });
+      this.archivedBox.addEventListener("change", () => this.loadThreads());
       this.list = chat.appendChild(el("ol", "messages"));
       this.list.setAttribute("part", "messages");
       this.list.setAttribute("aria-live", "polite");
@@ -315,7 +339,68 @@
       }
       const known = this.getAttribute("thread") || this.stored();
       this.threadId = known || this.remember(newId());
+      this.threadsEl.hidden = this.hasAttribute("thread"); // a fixed thread: nothing to choose
       if (known) this.load(); // a new id has nothing stored yet
+    }
+
+    // --- the conversation list ---------------------------------------------------------------------
+
+    async loadThreads() {
+      const archived = this.archivedBox.checked ? "all" : "false";
+      const url = this.api + "threads/?agent=" + encodeURIComponent(this.agent) + "&archived=" + archived;
+      try {
+        const response = await fetch(url, { credentials: "same-origin", headers: this.headers() });
+        if (!response.ok) throw new Error("The conversations could not be loaded (" + response.status + ").");
+        const body = await response.json();
+        const threads = Array.isArray(body) ? body : body.results || [];
+        this.threadList.replaceChildren(...threads.map((thread) => this.renderThread(thread)));
+        if (!threads.length) this.threadList.appendChild(el("li", "", "No conversation yet."));
+      } catch (error) {
+        this.showBanner("error", error.message);
+      }
+    }
+
+    renderThread(thread) {
+      const item = el("li", thread.archived_at ? "archived" : "");
+      item.dataset.threadId = thread.id;
+      if (thread.id === this.threadId) item.classList.add("current");
+      const name = thread.title || thread.id;
+      const open = item.appendChild(el("button", "open", name + (thread.archived_at ? " (archived)" : "")));
+      open.type = "button";
+      open.title = name;
+      open.setAttribute("aria-label", "Open " + name);
+      open.addEventListener("click", () => this.openThread(thread.id));
+      const verb = thread.archived_at ? "Unarchive" : "Archive";
+      const toggle = item.appendChild(el("button", "archive", verb));
+      toggle.type = "button";
+      toggle.setAttribute("aria-label", verb + " " + name);
+      toggle.addEventListener("click", () => this.archiveThread(thread.id, !thread.archived_at));
+      return item;
+    }
+
+    openThread(id) {
+      if (this.controller) this.controller.abort();
+      this.threadId = this.remember(id);
+      this.list.replaceChildren();
+      this.showBanner(null);
+      this.load();
+      this.loadThreads();
+    }
+
+    async archiveThread(id, archive) {
+      const url = this.api + "threads/" + encodeURIComponent(id) + (archive ? "/archive/" : "/unarchive/");
+      try {
+        const response = await fetch(url, {
+          method: "POST",
+          credentials: "same-origin",
+          headers: this.headers({ "Content-Type": "application/json" }),
+          body: "{}",
+        });
+        if (!response.ok) throw new Error("The conversation could not be " + (archive ? "archived" : "brought back") + " (" + response.status + ").");
+      } catch (error) {
+        this.showBanner("error", error.message);
+      }
+      await this.loadThreads();
     }
 
     disconnectedCallback() {
