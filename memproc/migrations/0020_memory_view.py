@@ -20,7 +20,10 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="resource",
             name="pinned_fields",
-            field=models.JSONField(blank=True, default=list),
+            # A database default too: rows written by raw SQL or COPY that predate the column get [].
+            field=models.JSONField(
+                blank=True, db_default=models.Value([], output_field=models.JSONField()), default=list
+            ),
         ),
         migrations.AlterField(
             model_name="workingmemoryrevision",

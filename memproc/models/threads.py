@@ -24,7 +24,11 @@ class Resource(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     # Names of working-memory fields the user asserted in the memory view: the model's update tool
     # keeps their values (memproc.processors.working_memory_fields).
-    pinned_fields = models.JSONField(default=list, blank=True)
+    # A database default too, as for every column added after the first release: rows that raw SQL or
+    # COPY write without it (a site's own loader, the benchmarks) get [].
+    pinned_fields = models.JSONField(
+        default=list, db_default=Value([], output_field=models.JSONField()), blank=True
+    )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
