@@ -34,6 +34,10 @@ SCHEMA_SETTINGS = {
     "DESCRIPTION": "LLM agents with memory: agents, threads, messages, working memory, tripwires, "
     "attachments.",
     "PREPROCESSING_HOOKS": ["memproc.api.schema.memproc_endpoints"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "memproc.api.schema.required_choice_bodies",
+    ],
     # Two models have a `status` enum: name both rather than let drf-spectacular guess.
     "ENUM_NAME_OVERRIDES": {
         "TripwireStatusEnum": "memproc.models.TripwireLog.Status",
@@ -54,6 +58,17 @@ SWAGGER_UI_FILES = {
 def memproc_endpoints(endpoints: list[tuple[Any, ...]], **kwargs: Any) -> list[tuple[Any, ...]]:
     """Keeps memproc's views only, so the project's other DRF views stay out of this document."""
     return [e for e in endpoints if _view_module(e[3]).startswith("memproc.")]
+
+
+def required_choice_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """A body given as a raw schema that must be one of several shapes (`oneOf`, e.g. forget's
+    `message_ids` or `thread_id`) is required: drf-spectacular marks a raw schema optional."""
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            body = operation.get("requestBody") if isinstance(operation, dict) else None
+            if body and any("oneOf" in media.get("schema", {}) for media in body.get("content", {}).values()):
+                body["required"] = True
+    return result
 
 
 def _view_module(callback: Any) -> str:

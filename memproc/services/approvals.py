@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any, Protocol
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from memproc.db import atomic_write, memproc_db
@@ -47,6 +47,7 @@ __all__ = [
     "pending_decidable",
     "pending_record_run",
     "pending_suspend",
+    "pending_visible",
     "reject",
     "resume",
     "resume_stalled",
@@ -131,25 +132,22 @@ def may_decide(user: Any, pending: PendingToolCall) -> bool:
     return bool(callable(check) and check(user, pending))
 
 
-def pending_decidable(*, user: Any, states: tuple[str, ...] = (State.PENDING,)) -> list[PendingToolCall]:
-    """The calls in `states` that `user` may decide, oldest first. One query, then the permission of
-    each distinct permission once; a tool's own callable is asked per call."""
-    rows = list(
-        PendingToolCall.objects.using(memproc_db())
-        .filter(state__in=states, kind="approval")
-        .order_by("created_at")
-    )
-    granted: dict[str, bool] = {}
-    kept = []
-    for row in rows:
-        if row.permission:
-            if row.permission not in granted:
-                granted[row.permission] = may_decide(user, row)
-            if granted[row.permission]:
-                kept.append(row)
-        elif may_decide(user, row):
-            kept.append(row)
-    return kept
+def pending_decidable(
+    *, user: Any, states: Sequence[str] | None = (State.PENDING,)
+) -> QuerySet[PendingToolCall]:
+    """The calls (in `states`; None: any) that `user` may decide, oldest first: each distinct
+    permission is asked of the user once; a tool's own callable is asked per call."""
+    rows = PendingToolCall.objects.using(memproc_db()).filter(kind="approval")
+    if states is not None:
+        rows = rows.filter(state__in=states)
+    if user is None:
+        return rows.order_by("created_at")
+    if not getattr(user, "is_active", False) or not getattr(user, "is_authenticated", False):
+        return rows.none()
+    permissions = set(rows.exclude(permission="").values_list("permission", flat=True).distinct())
+    granted = [p for p in permissions if user.has_perm(p)]
+    by_callable = [row.pk for row in rows.filter(permission="") if may_decide(user, row)]
+    return rows.filter(Q(permission__in=granted) | Q(pk__in=by_callable)).order_by("created_at")
 
 
 def _get(pending_id: Any, **filters: Any) -> PendingToolCall:
@@ -160,7 +158,9 @@ def _get(pending_id: Any, **filters: Any) -> PendingToolCall:
         raise PendingCallNotFound("No such pending tool call") from None
 
 
-def _visible(pending_id: Any, user: Any) -> PendingToolCall:
+def pending_visible(pending_id: Any, *, user: Any) -> PendingToolCall:
+    """The call `pending_id` in any state, if `user` may decide it; else PendingCallNotFound, as
+    for a call that does not exist."""
     row = _get(pending_id)
     if not may_decide(user, row):
         raise PendingCallNotFound("No such pending tool call")
@@ -208,7 +208,7 @@ def approve(pending_id: Any, *, actor: Any = None, arguments: Mapping[str, Any] 
     schema: ValidationError) and resumes its turn: the turn's GenerateResult. PendingCallNotFound
     when there is no such call or `actor` may not decide it; PendingCallConflict when it is no longer
     pending."""
-    row = _visible(pending_id, actor)
+    row = pending_visible(pending_id, user=actor)
     if row.state != State.PENDING:
         raise PendingCallConflict("This tool call is no longer pending")
     edited = None
@@ -232,7 +232,7 @@ def reject(pending_id: Any, *, actor: Any = None, reason: str = "") -> Any:
     the model goes on. The resumed turn's GenerateResult; errors as `approve`."""
     if not isinstance(reason, str):
         raise ValidationError("reason must be a string")
-    row = _visible(pending_id, actor)
+    row = pending_visible(pending_id, user=actor)
     if row.state != State.PENDING:
         raise PendingCallConflict("This tool call is no longer pending")
     text = f"{REJECTED_TEXT}: {reason}" if reason else REJECTED_TEXT

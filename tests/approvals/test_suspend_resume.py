@@ -222,7 +222,7 @@ def test_staff_without_the_permission_can_neither_see_nor_decide(approval_agent,
     model.add(call(), "ok")
     pending = approval_agent.generate("Delete", thread_id="t1", resource_id="u1").pending
     plain = make_user("plain")
-    assert approvals.pending_decidable(user=plain) == []
+    assert list(approvals.pending_decidable(user=plain)) == []
     with pytest.raises(PendingCallNotFound):
         approvals.approve(pending.id, actor=plain)
     with pytest.raises(PendingCallNotFound):
@@ -255,7 +255,7 @@ def test_a_string_permission_and_a_callable_decide_who_may(make_agent, model):
         generic = make_user("generic", "memproc.change_pendingtoolcall")
         admin = make_user("admin", "auth.delete_user")
         owner = make_user("owner", staff=False)
-        assert approvals.pending_decidable(user=generic) == []
+        assert list(approvals.pending_decidable(user=generic)) == []
         assert [str(p.pk) for p in approvals.pending_decidable(user=admin)] == [first.id]
         assert [str(p.pk) for p in approvals.pending_decidable(user=owner)] == [second.id]
     finally:

@@ -258,6 +258,28 @@ class MemoryMessageInclude(MemoryRecallExcludeView):
         return super().post(request, id)
 
 
+# MemoryForgetSerializer's body, with what its validate() adds: exactly one of the two fields.
+FORGET_REQUEST = {
+    "type": "object",
+    "properties": {
+        "message_ids": {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1, "maxLength": 255},
+            "minItems": 1,
+            "maxItems": 1000,
+            "description": "Message ids of the resource.",
+        },
+        "thread_id": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255,
+            "description": "A thread of the resource.",
+        },
+    },
+    "oneOf": [{"required": ["message_ids"]}, {"required": ["thread_id"]}],
+}
+
+
 class MemoryForget(MemoryViewBase):
     @extend_schema(
         tags=TAGS,
@@ -270,7 +292,7 @@ class MemoryForget(MemoryViewBase):
             "forgotten. Answers the whole view and the receipt."
         ),
         parameters=[RESOURCE_PARAMETER, AGENT_PARAMETER],
-        request=MemoryForgetSerializer,
+        request={"application/json": FORGET_REQUEST},
         responses={200: MemoryForgottenSerializer, **errors(400, 404)},
     )
     def post(self, request: Request) -> Response:
