@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from functools import partial
 from typing import Any, Protocol
 
@@ -43,6 +43,7 @@ __all__ = [
     "connect_resumer",
     "expire_due",
     "may_decide",
+    "pending_client_call",
     "pending_complete",
     "pending_decidable",
     "pending_record_run",
@@ -119,12 +120,12 @@ def pending_complete(*, pending_id: Any) -> None:
 
 def may_decide(user: Any, pending: PendingToolCall) -> bool:
     """Whether `user` may decide `pending` (None: trusted code, always). Inactive users never may."""
+    if pending.kind == "client":
+        return False  # answered by the caller (submit_result), never decided by a person
     if user is None:
         return True
     if not getattr(user, "is_active", False) or not getattr(user, "is_authenticated", False):
         return False
-    if pending.kind == "client":
-        return False  # answered by the caller (submit_result), never decided by a person
     if pending.permission:
         return bool(user.has_perm(pending.permission))
     tool = _the_resumer().tool(pending)
@@ -242,12 +243,19 @@ def reject(pending_id: Any, *, actor: Any = None, reason: str = "") -> Any:
     return _the_resumer().resume(decided)
 
 
-def submit_result(pending_id: Any, *, result: Any, resource_id: str | None = None) -> Any:
-    """The caller's answer to a client-side tool call of its own resource: the turn resumes with it.
-    PendingCallNotFound for another resource's call, PendingCallConflict when it is not pending."""
+def pending_client_call(pending_id: Any, *, resources: Collection[str] | None) -> PendingToolCall:
+    """A client-side call of one of `resources` (None: any), in any state; else PendingCallNotFound."""
     row = _get(pending_id, kind="client")
-    if resource_id is not None and row.resource_id != resource_id:
+    if resources is not None and row.resource_id not in resources:
         raise PendingCallNotFound("No such pending tool call")
+    return row
+
+
+def submit_result(pending_id: Any, *, result: Any, resources: Collection[str] | None = None) -> Any:
+    """The caller's answer to a client-side tool call (of one of `resources`; None: any): the turn
+    resumes with it as the tool's result. PendingCallNotFound for another resource's call,
+    PendingCallConflict when it is not pending."""
+    row = pending_client_call(pending_id, resources=resources)
     if row.state != State.PENDING:
         raise PendingCallConflict("This tool call is no longer pending")
     decided = _decide(row, state=State.APPROVED, actor=None, result=result, ran_at=timezone.now())

@@ -180,3 +180,62 @@ def test_the_stream_ends_with_tool_approval_and_suspended_events(refund_agent, o
     assert data["pending"]["tool_name"] == "refund"
     approved = client_for(decider).post(API + f"pending/{data['pending']['id']}/approve/", {}, format="json")
     assert approved.json()["text"] == "Refunded."
+
+
+def test_chat_completions_answer_a_suspended_turn_with_finish_reason_tool_calls(
+    refund_agent, owner_client, model
+):
+    model.add(calls_refund())
+    response = owner_client.post(
+        API + "v1/chat/completions",
+        {
+            "model": "shop",
+            "messages": [{"role": "user", "content": "Refund A-1"}],
+            "metadata": {"thread_id": "t9"},
+        },
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    choice = response.json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    call = choice["message"]["tool_calls"][0]
+    assert call["function"]["name"] == "refund" and json.loads(call["function"]["arguments"])["amount"] == 10
+    assert response.json()["memproc"]["pending"]["tool_name"] == "refund"
+
+
+def test_chat_completions_stream_ends_a_suspended_turn_with_tool_calls(refund_agent, owner_client, model):
+    model.add(calls_refund())
+    response = owner_client.post(
+        API + "v1/chat/completions",
+        {
+            "model": "shop",
+            "stream": True,
+            "messages": [{"role": "user", "content": "Refund A-1"}],
+            "metadata": {"thread_id": "t9"},
+        },
+        format="json",
+    )
+    frames = [
+        f.removeprefix("data: ") for f in b"".join(response.streaming_content).decode().split("\n\n") if f
+    ]
+    assert frames[-1] == "[DONE]"
+    chunks = [json.loads(f) for f in frames[:-1]]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    assert chunks[-2]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "refund"
+
+
+def test_the_ai_sdk_chat_stream_of_a_suspended_turn_is_not_an_error(refund_agent, owner_client, model):
+    model.add(calls_refund())
+    response = owner_client.post(
+        API + "agents/shop/chat/",
+        {
+            "id": "chat-1",
+            "messages": [{"id": "ui-1", "role": "user", "parts": [{"type": "text", "text": "Refund A-1"}]}],
+            "trigger": "submit-message",
+        },
+        format="json",
+    )
+    assert response.status_code == 200
+    raw = b"".join(response.streaming_content).decode()
+    assert '"type":"error"' not in raw.replace(" ", "")
+    assert PendingToolCall.objects.filter(state="pending").count() == 1

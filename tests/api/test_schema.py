@@ -33,6 +33,7 @@ ENDPOINTS = {
     "pending/{id}/": {"get"},
     "pending/{id}/approve/": {"post"},
     "pending/{id}/reject/": {"post"},
+    "pending/{id}/result/": {"post"},
     "attachments/{id}/": {"get"},
     "attachments/{id}/download/": {"get"},
     "memory/": {"get"},

@@ -233,6 +233,11 @@ MATRIX: dict[tuple[str, str], tuple[Rule, Call]] = {
         DECIDE,
         Call(kwargs=lambda w: {"id": str(w.pending.pk)}, body=lambda w: {"reason": "no"}),
     ),
+    # A client-side tool's answer resumes a turn of the call's resource: a write to it.
+    ("pending-result", "POST"): (
+        WRITE,
+        Call(kwargs=lambda w: {"id": str(w.client_call.pk)}, body=lambda w: {"result": {"city": "Lisbon"}}),
+    ),
     ("tripwire-list", "GET"): (QUEUE_READ, Call()),
     ("tripwire-detail", "GET"): (QUEUE_READ, Call(kwargs=lambda w: {"id": str(w.log.pk)})),
     ("tripwire-review", "POST"): (
@@ -289,6 +294,7 @@ class World:
     attachment: models.Attachment
     log: models.TripwireLog
     pending: models.PendingToolCall
+    client_call: models.PendingToolCall
     users: dict[str, Any] = field(default_factory=dict)
 
 
@@ -349,11 +355,22 @@ def world(db: None, agent: Agent) -> World:
     attachment.file.save("victim.txt", ContentFile(data), save=True)
     log = TripwireLogFactory(thread_id=thread.public_id, resource_id=resource.pk, reason="Card number")
     pending = victim_pending_call(thread_id=thread.public_id, resource_id=resource.pk)
-    return World(victim_resource=resource.pk, attachment=attachment, log=log, pending=pending, users=users)
+    client_call = victim_pending_call(thread_id=thread.public_id, resource_id=resource.pk, kind="client")
+    return World(
+        victim_resource=resource.pk,
+        attachment=attachment,
+        log=log,
+        pending=pending,
+        client_call=client_call,
+        users=users,
+    )
 
 
-def victim_pending_call(*, thread_id: str, resource_id: str) -> models.PendingToolCall:
-    """A turn of the victim's suspended at a call of an approval-gated tool (`requires_approval=True`)."""
+def victim_pending_call(
+    *, thread_id: str, resource_id: str, kind: str = "approval"
+) -> models.PendingToolCall:
+    """A turn of the victim's suspended at a call of an approval-gated tool (`requires_approval=True`),
+    or of a client-side tool (`kind="client"`)."""
     from memproc.messages import Message, ToolCallPart
 
     asked = Message.create("user", CANARIES[1] + " refund")
@@ -365,7 +382,8 @@ def victim_pending_call(*, thread_id: str, resource_id: str) -> models.PendingTo
         tool_name="refund",
         tool_call_id="victim-call",
         arguments={"order": "A-1"},
-        permission="memproc.change_pendingtoolcall",
+        kind=kind,
+        permission="memproc.change_pendingtoolcall" if kind == "approval" else "",
         turn={
             "input": [
                 {"id": m.id, "role": m.role, "content": m.to_content(), "created_at": None} for m in [asked]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from memproc import models
-from memproc.api.serializers.fields import JSONObjectField
+from memproc.api.serializers.fields import JSONObjectField, validate_json_text
 
 
 class PendingCallSerializer(serializers.Serializer):
@@ -81,3 +83,6 @@ class RejectSerializer(serializers.Serializer):
 
 class ToolResultSerializer(serializers.Serializer):
     result = serializers.JSONField(help_text="The client-side tool's result, as the model will read it.")
+
+    def validate_result(self, value: Any) -> Any:
+        return validate_json_text(value)

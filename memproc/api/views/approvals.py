@@ -18,7 +18,12 @@ from rest_framework.response import Response
 
 from memproc import models
 from memproc.api.pagination import PendingCursorPagination
-from memproc.api.serializers.approvals import ApproveSerializer, PendingToolCallSerializer, RejectSerializer
+from memproc.api.serializers.approvals import (
+    ApproveSerializer,
+    PendingToolCallSerializer,
+    RejectSerializer,
+    ToolResultSerializer,
+)
 from memproc.api.serializers.turns import GenerateResultSerializer, generate_result_data
 from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
 from memproc.services import approvals
@@ -82,6 +87,25 @@ class PendingToolCallViewSet(
         body = RejectSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         result = approvals.reject(pending.pk, actor=request.user, reason=body.validated_data["reason"])
+        return Response(generate_result_data(result))
+
+    @extend_schema(
+        summary="Answer a client-side tool call of the caller's resource with its result: the turn "
+        "resumes and the answer is its result",
+        parameters=[PENDING_ID],
+        request=ToolResultSerializer,
+        responses={200: GenerateResultSerializer, **errors(400, 404, 409)},
+    )
+    @action(detail=True, methods=["post"])
+    def result(self, request: Request, id: str) -> Response:
+        # A write to the call's resource: the owner, or staff with memproc.change_thread.
+        resources = self.allowed_resources()
+        pending = approvals.pending_client_call(id, resources=resources)
+        body = ToolResultSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        result = approvals.submit_result(
+            pending.pk, result=body.validated_data["result"], resources=resources
+        )
         return Response(generate_result_data(result))
 
 
