@@ -118,3 +118,16 @@ def test_ten_concurrent_approvals_run_the_tool_once(approval_agent, model, delet
     assert deletions.runs == ["a.txt"]
     assert PendingToolCall.objects.get().state == "done"
     assert Message.objects.filter(thread__public_id="t1").count() == 4
+
+
+@pytest.mark.django_db
+def test_the_periodic_task_expires_due_calls_and_resumes_stalled_ones(approval_agent, model, deletions):
+    from memproc.tasks import TASKS
+
+    model.add(call(), "Too late.")
+    pending = approval_agent.generate("Delete a.txt", thread_id="t1", resource_id="u1").pending
+    assert TASKS["memproc.expire_pending_tool_calls"]() == {"expired": 0, "resumed": 0}
+    PendingToolCall.objects.filter(pk=pending.id).update(expires_at=PendingToolCall.objects.get().created_at)
+    assert TASKS["memproc.expire_pending_tool_calls"]() == {"expired": 1, "resumed": 0}
+    assert PendingToolCall.objects.get().state == "expired" and deletions.runs == []
+    assert Message.objects.filter(thread__public_id="t1").count() == 4
