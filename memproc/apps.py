@@ -13,10 +13,13 @@ class MemprocConfig(AppConfig):
         from django.db.models.signals import post_delete
 
         from memproc import checks, signals, tasks  # noqa: F401
+        from memproc.agents.approvals import AgentResumer
         from memproc.agents.registry import autodiscover
+        from memproc.services.approvals import connect_resumer
         from memproc.services.user_links import user_deleted
 
         post_delete.connect(
             user_deleted, sender=settings.AUTH_USER_MODEL, dispatch_uid="memproc.user_deleted"
         )
+        connect_resumer(AgentResumer())
         autodiscover()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
@@ -11,7 +12,11 @@ if TYPE_CHECKING:
 
 Phase = Literal["input", "input_step", "output_step", "tool_result", "output", "stream"]
 # "retry": an output hook rejected the draft streamed so far; a new attempt follows (rule 19).
-EventType = Literal["text-delta", "tool-call", "tool-result", "tripwire", "retry", "finish"]
+# "tool-approval": a call waits for a person's decision; "suspended": the turn stops there, saved
+# nowhere but its PendingToolCall, and resumes once the call is decided (memproc.services.approvals).
+EventType = Literal[
+    "text-delta", "tool-call", "tool-result", "tripwire", "retry", "tool-approval", "suspended", "finish"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +40,30 @@ class Tripwire:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingCall:
+    """A tool call the turn waits on: `result.pending` of a suspended turn and the stream's
+    `tool-approval` / `suspended` events. `id` is its PendingToolCall's; `kind` is "approval" (a
+    person decides) or "client" (the caller answers with the result)."""
+
+    id: str
+    tool_name: str
+    tool_call_id: str
+    args: dict[str, Any]
+    kind: str = "approval"
+    expires_at: datetime | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "tool_name": self.tool_name,
+            "tool_call_id": self.tool_call_id,
+            "args": dict(self.args),
+            "kind": self.kind,
+            "expires_at": self.expires_at.isoformat() if self.expires_at else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class GenerateResult:
     text: str
     messages: list[Message]
@@ -47,6 +76,12 @@ class GenerateResult:
     steps: int = 0
     # What memory did: history ids, recalled messages, working memory, token count after limiting.
     memory: dict[str, Any] = field(default_factory=dict)
+    # The call a suspended turn waits on; None for a turn that ran to its end (or was blocked).
+    pending: PendingCall | None = None
+
+    @property
+    def suspended(self) -> bool:
+        return self.pending is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,3 +94,4 @@ class StreamEvent:
     result: GenerateResult | None = None
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
+    pending: PendingCall | None = None

@@ -180,3 +180,17 @@ class RequestTooLarge(MemprocError, ValueError):
     def __init__(self, message: str, *, limit: int, size: int | None = None) -> None:
         super().__init__(message)
         self.metadata: dict[str, Any] = {"limit": limit} if size is None else {"size": size, "limit": limit}
+
+
+class PendingCallNotFound(MemprocError, LookupError):
+    """No waiting tool call has the id, or the caller may not decide it (the API answers 404 for
+    both, so a call one may not decide is not revealed)."""
+
+    code = "pending_not_found"
+
+
+class PendingCallConflict(MemprocError):
+    """The tool call is no longer pending: someone decided it first, or it expired. The API
+    answers 409; nothing changed."""
+
+    code = "pending_conflict"

@@ -11,6 +11,9 @@ has no agent, e.g. an operator's edit), besides its own:
   ("model", "api", "admin", "code"), `text` (the new value).
 - `thread_created`: `thread` (memproc.models.Thread).
 - `thread_deleted`: nothing else (the row is gone).
+- `tool_call_decided`: `pending` (memproc.models.PendingToolCall, as decided), `state` ("approved",
+  "rejected" or "expired"), `actor` (the user, or None for code and the expiry job). Sent before
+  the turn resumes.
 """
 
 from functools import partial
@@ -27,6 +30,7 @@ messages_saved = Signal()
 working_memory_updated = Signal()
 thread_created = Signal()
 thread_deleted = Signal()
+tool_call_decided = Signal()
 
 
 def send_after_commit(signal: Signal, sender: Any, **kwargs: Any) -> None:

@@ -15,6 +15,9 @@ Wire names (never renamed; payloads are ids and small scalars, JSON-serialisable
   Celery beat)
 - ``memproc.outbox_dispatch``     ``{"limit": int}`` (re-sends background jobs that could not be sent
   when their work committed, e.g. while the broker was down; schedule it every minute with Celery beat)
+- ``memproc.expire_pending_tool_calls`` ``{}`` (rejects, as expired, the tool calls that waited past
+  their time and resumes their turns; resumes decided turns whose worker died; schedule it every
+  minute with Celery beat)
 - ``memproc.compact_thread``      ``{"thread_id": str, "resource_id": str, "through_sequence": int,
   "trigger_tokens": int, "keep_tokens": int, "model": "provider/model" | "extractive" | None,
   "agent_id": str | None, "agent_model": str | None}`` (folds a long thread's older messages into
@@ -49,6 +52,7 @@ from memproc.agents import get_agent
 from memproc.agents.embedder import agent_embedder, agent_vector_store
 from memproc.exceptions import EmbedderUnavailable, ModelRateLimitError, ModelUnavailableError
 from memproc.selectors.threads import thread_key_for
+from memproc.services import approvals
 from memproc.services.compaction.job import thread_compact
 from memproc.services.purge import expired_purge, resource_purge
 from memproc.services.recall import messages_embed
@@ -153,6 +157,12 @@ def outbox_dispatch(limit: int = 500) -> dict[str, int]:
     return background.outbox_dispatch(limit=limit)
 
 
+def expire_pending_tool_calls() -> dict[str, int]:
+    """Expires the tool calls that waited too long and resumes stalled decided turns
+    (memproc.services.approvals); returns the counts."""
+    return {"expired": approvals.expire_due(), "resumed": approvals.resume_stalled()}
+
+
 def compact_thread(
     thread_id: str,
     through_sequence: int,
@@ -205,6 +215,7 @@ TASKS: dict[str, Callable[..., Any]] = {
     "memproc.outbox_dispatch": outbox_dispatch,
     "memproc.compact_thread": compact_thread,
     "memproc.index_merge": index_merge,
+    "memproc.expire_pending_tool_calls": expire_pending_tool_calls,
 }
 
 
@@ -262,3 +273,4 @@ if shared_task is not None:
     outbox_dispatch_task = _celery_task("memproc.outbox_dispatch")
     compact_thread_task = _celery_task("memproc.compact_thread")
     index_merge_task = _celery_task("memproc.index_merge")
+    expire_pending_tool_calls_task = _celery_task("memproc.expire_pending_tool_calls")

@@ -32,6 +32,12 @@ DEFAULT_WORKING_MEMORY_TEMPLATE = """# User Information
 - **Facts**:
 - **Projects**:"""
 
+# How long a call of an approval-gated tool waits for a decision before it is rejected as expired.
+DEFAULT_APPROVAL_TIMEOUT = 24 * 60 * 60  # seconds
+
+# What `requires_approval=True` asks of a decider: the permission to change a PendingToolCall.
+APPROVAL_PERMISSION = "memproc.change_pendingtoolcall"
+
 _SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
@@ -62,7 +68,8 @@ class Tool:
     name: str
     description: str
     parameters: dict[str, Any]
-    execute: Callable[..., Any]
+    # None: a client-side tool, answered by the caller (the turn suspends until it is).
+    execute: Callable[..., Any] | None
     wants_context: bool = False
     # Calls of tools marked internal (working memory) are never saved to history.
     internal: bool = False
@@ -70,12 +77,65 @@ class Tool:
     # metaschema check (~2 ms) was a third of a W3 turn's memory work.
     schema_checked: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
+    # A call waits for a person: True (the permission APPROVAL_PERMISSION), a Django permission
+    # "app_label.codename", or a callable (user, pending) -> bool. False: the call runs at once.
+    requires_approval: bool | str | Callable[[Any, Any], bool] = False
+    # Seconds a waiting call may wait before it is rejected as expired; None: it never expires.
+    approval_timeout: float | None = DEFAULT_APPROVAL_TIMEOUT
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "a").replace("-", "a").isalnum():
             raise ConfigurationError(f"Tool name {self.name!r} must be letters, digits, '_' or '-'")
         if self.parameters.get("type") != "object":
             raise ConfigurationError(f"Tool {self.name!r}: parameters must be a JSON schema of type object")
+        if self.execute is not None and not callable(self.execute):
+            raise ConfigurationError(f"Tool {self.name!r}: execute must be callable, or None (client-side)")
+        approval = self.requires_approval
+        if isinstance(approval, str):
+            app, dot, codename = approval.partition(".")
+            if not (app and dot and codename) or " " in approval:
+                raise ConfigurationError(
+                    f"Tool {self.name!r}: requires_approval={approval!r} must name a permission as "
+                    "'app_label.codename'"
+                )
+        elif not isinstance(approval, bool) and not callable(approval):
+            raise ConfigurationError(
+                f"Tool {self.name!r}: requires_approval must be True, False, a permission "
+                f"'app_label.codename' or a callable (user, pending) -> bool, not {approval!r}"
+            )
+        if approval is not False and self.execute is None:
+            raise ConfigurationError(
+                f"Tool {self.name!r}: a client-side tool (no function) is answered by the caller; "
+                "it cannot also require approval"
+            )
+        timeout = self.approval_timeout
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+        ):
+            raise ConfigurationError(
+                f"Tool {self.name!r}: approval_timeout must be a positive number or None"
+            )
+
+    @property
+    def waits(self) -> str | None:
+        """What a call of this tool waits for: "approval", "client" (no function), or None."""
+        if self.execute is None:
+            return "client"
+        return "approval" if self.requires_approval is not False else None
+
+    @property
+    def approval_permission(self) -> str:
+        """The Django permission a decider needs; "" when a callable decides."""
+        if self.requires_approval is True:
+            return APPROVAL_PERMISSION
+        return self.requires_approval if isinstance(self.requires_approval, str) else ""
+
+    def validate(self, args: Mapping[str, Any]) -> None:
+        """Checks `args` against the schema: ToolError with the first problem."""
+        try:
+            self.validator.validate(dict(args))
+        except jsonschema.ValidationError as exc:
+            raise ToolError(f"Invalid arguments for {self.name}: {exc.message}") from exc
 
     @cached_property
     def validator(self) -> Any:
@@ -87,10 +147,9 @@ class Tool:
 
     def run(self, args: Mapping[str, Any], context: ToolContext) -> Any:
         """Validates `args` against the schema and calls the function; bad args raise ToolError."""
-        try:
-            self.validator.validate(dict(args))
-        except jsonschema.ValidationError as exc:
-            raise ToolError(f"Invalid arguments for {self.name}: {exc.message}") from exc
+        self.validate(args)
+        if self.execute is None:
+            raise ToolError(f"{self.name} is a client-side tool: the caller answers it")
         kwargs = dict(args)
         if self.wants_context:
             kwargs["context"] = context
@@ -105,10 +164,20 @@ class Tool:
 
 
 def tool(
-    fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: bool | str | Callable[[Any, Any], bool] = False,
+    approval_timeout: float | None = DEFAULT_APPROVAL_TIMEOUT,
 ) -> Any:
     """Makes a Tool from a function; the schema comes from its type hints, the description from its
-    docstring. A parameter named `context` receives a ToolContext and is not shown to the model."""
+    docstring. A parameter named `context` receives a ToolContext and is not shown to the model.
+
+    `requires_approval` makes a call wait for a person (memproc.services.approvals): True needs
+    the permission `memproc.change_pendingtoolcall`, a string names the Django permission needed, a
+    callable `(user, pending) -> bool` decides who may. A waiting call expires after
+    `approval_timeout` seconds (None: never)."""
 
     def build(func: Callable[..., Any]) -> Tool:
         params, wants_context = schema_for(func)
@@ -118,6 +187,8 @@ def tool(
             parameters=params,
             execute=func,
             wants_context=wants_context,
+            requires_approval=requires_approval,
+            approval_timeout=approval_timeout,
         )
 
     return build(fn) if fn is not None else build

@@ -6,6 +6,7 @@ write goes through a service (thread deletes, working-memory edits, tripwire rev
 """
 
 from memproc.admin import (  # noqa: F401
+    approvals,
     attachments,
     embeddings,
     forgetting,

@@ -66,6 +66,8 @@ def memproc_status(exc: BaseException) -> tuple[int, dict[str, Any]]:
         return status.HTTP_409_CONFLICT, {"messages": [str(exc)]}
     if isinstance(exc, memproc_exceptions.ValidationError):
         return status.HTTP_400_BAD_REQUEST, {"non_field_errors": [str(exc)]}
+    if isinstance(exc, memproc_exceptions.PendingCallConflict):
+        return status.HTTP_409_CONFLICT, error_body(str(exc), exc.code)
     if isinstance(exc, WorkingMemoryConflict):
         return status.HTTP_409_CONFLICT, error_body(str(exc), exc.code)
     if isinstance(exc, memproc_exceptions.EmbedderUnavailable):

@@ -122,3 +122,9 @@ class TripwireCursorPagination(MemprocCursorPagination):
 
 def _is_text(value: Any) -> bool:
     return isinstance(value, str) and "\x00" not in value
+
+
+class PendingCursorPagination(MemprocCursorPagination):
+    """The queue of waiting tool calls, oldest first (the first to expire)."""
+
+    ordering = ("created_at", "id")

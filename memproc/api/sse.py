@@ -23,7 +23,7 @@ from memproc.messages import part_to_json, thaw
 logger = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/event-stream"
-FINAL_EVENTS = frozenset({"finish", "tripwire"})
+FINAL_EVENTS = frozenset({"finish", "tripwire", "suspended"})
 
 
 def frame(event: str, data: Any) -> bytes:
@@ -41,6 +41,8 @@ def event_data(event: StreamEvent, render_result: Callable[[Any], dict[str, Any]
         return {"id": call.id, "name": call.name, "args": thaw(call.args)}
     if event.type == "tool-result" and event.tool_result is not None:
         return part_to_json(event.tool_result)
+    if event.type == "tool-approval" and event.pending is not None:
+        return {"pending": event.pending.as_dict()}
     if event.result is not None:
         return render_result(event.result)
     if event.type in ("tripwire", "retry") and event.tripwire is not None:

@@ -16,6 +16,7 @@ from memproc.api.views import (
     ThreadViewSet,
     TripwireViewSet,
 )
+from memproc.api.views.approvals import PendingToolCallViewSet
 from memproc.api.views.memory import (
     MemoryFieldPin,
     MemoryFieldUnpin,
@@ -32,6 +33,7 @@ router.register("agents", AgentViewSet, basename="agent")
 router.register("threads", ThreadViewSet, basename="thread")
 router.register("tripwires", TripwireViewSet, basename="tripwire")
 router.register("attachments", AttachmentViewSet, basename="attachment")
+router.register("pending", PendingToolCallViewSet, basename="pending")
 
 urlpatterns = [
     path("", ApiRoot.as_view(), name="api-root"),

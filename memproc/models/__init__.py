@@ -3,7 +3,8 @@
 Import from here (`from memproc.models import Thread`); the modules are `threads` (resources,
 threads, the thread key, messages), `working_memory` (its revisions), `embeddings`, `review`
 (tripwire logs, turn records), `files` (attachments), `forgetting` (forget receipts), `outbox`,
-`idempotency` and `summaries` (thread summaries and their revisions).
+`idempotency`, `summaries` (thread summaries and their revisions) and `approvals` (tool calls that
+wait for a decision).
 """
 
 # USER_LINK: memproc's links to users (who edited, who reviewed) carry no database constraint and are
@@ -11,6 +12,7 @@ threads, the thread key, messages), `working_memory` (its revisions), `embedding
 # may keep memproc's tables in a database of their own (a router), apart from its users, and neither
 # a constraint nor the collector can reach across databases.
 
+from memproc.models.approvals import PendingToolCall
 from memproc.models.embeddings import MessageEmbedding
 from memproc.models.files import Attachment, attachment_upload_to
 from memproc.models.forgetting import ForgetReceipt
@@ -44,6 +46,7 @@ __all__ = [
     "Message",
     "MessageEmbedding",
     "OutboxJob",
+    "PendingToolCall",
     "Resource",
     "SummaryRevision",
     "Thread",

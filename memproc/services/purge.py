@@ -23,6 +23,7 @@ logger = logging.getLogger(__name__)
 # Leaves first, so no cascade makes Django load rows (least of all vectors); revisions and tripwire
 # logs before the threads their queries name. Attachments go before all of these (their files too).
 DELETE_ORDER = (
+    "pending_tool_calls",
     "embeddings",
     "working_memory_revisions",
     "turn_records",
@@ -47,6 +48,7 @@ class PurgeCounts:
     turn_records: int = 0
     tripwire_logs: int = 0
     idempotency_records: int = 0  # answers kept for Idempotency-Key retries: they hold the messages
+    pending_tool_calls: int = 0  # suspended turns (issue 37): they hold the turn's input
     resource: int = 0  # the Resource row itself: 0 or 1
 
     @property
@@ -59,7 +61,8 @@ class PurgeCounts:
 
 def resource_purge(*, resource_id: str, dry_run: bool = False) -> PurgeCounts:
     """Deletes a resource's threads, messages, embeddings, working memory (with its revisions),
-    attachments, turn records, tripwire logs and the answers kept for its Idempotency-Key retries
+    attachments, turn records, tripwire logs, suspended turns (PendingToolCall, whatever their
+    state) and the answers kept for its Idempotency-Key retries
     (a repeat of such a key then runs as a new request), then the Resource row; with `dry_run`, only
     counts them.
 
@@ -67,7 +70,11 @@ def resource_purge(*, resource_id: str, dry_run: bool = False) -> PurgeCounts:
     a file still referenced by another attachment row is kept. Another resource's data is never
     touched, and purging a resource with nothing stored is a no-op.
     """
-    querysets = {**resource_rows(resource_id=resource_id), "idempotency_records": _kept_answers(resource_id)}
+    querysets = {
+        **resource_rows(resource_id=resource_id),
+        "idempotency_records": _kept_answers(resource_id),
+        "pending_tool_calls": models.PendingToolCall.objects.filter(resource_id=resource_id),
+    }
     if dry_run:
         return PurgeCounts(resource_id=resource_id, **{k: qs.count() for k, qs in querysets.items()})
     with transaction.atomic(using=memproc_db()):

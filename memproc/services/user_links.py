@@ -22,6 +22,7 @@ USER_LINKS = (
     (models.SummaryRevision, "actor"),
     (models.TripwireLog, "reviewed_by"),
     (models.ForgetReceipt, "actor"),
+    (models.PendingToolCall, "decided_by"),
 )
 
 

@@ -13,6 +13,7 @@ from memproc import background
 from memproc.db import atomic_write, memproc_db
 from memproc.models import message_keys, thread_key
 from memproc.processors.turn import Turn
+from memproc.services.approvals import pending_complete
 from memproc.services.attachments import attachments_commit, attachments_link
 from memproc.services.compaction.job import compaction_enqueue
 from memproc.services.messages import messages_delete, messages_insert
@@ -28,18 +29,28 @@ __all__ = ["blocked_save", "turn_commit"]
 
 
 def turn_commit(
-    turn: Turn, *, plan: TurnPlan, record: dict[str, Any] | None = None, turn_id: uuid.UUID | None = None
+    turn: Turn,
+    *,
+    plan: TurnPlan,
+    record: dict[str, Any] | None = None,
+    turn_id: uuid.UUID | None = None,
+    resumed: Any = None,
 ) -> None:
     """Rule 9: the turn's messages, working-memory changes and record are saved together or not at
     all; embeddings, titles and a due compaction fold are enqueued in the same transaction and run
     after commit. A turn that saves nothing writes its record alone.
 
     Each working-memory revision names the turn (`turn_id`, its record's id) and the messages it saved:
-    the lineage that lets forgetting a message take back what the model wrote from it."""
+    the lineage that lets forgetting a message take back what the model wrote from it.
+
+    A turn `resumed` from a PendingToolCall completes it in the same transaction."""
     writes = turn.writes
     if not (writes.messages or writes.working_memory):
-        if record is not None:
-            turn_record_alone(**record)
+        with atomic_write(memproc_db()):
+            if record is not None:
+                turn_record_alone(**record)
+            if resumed is not None:
+                pending_complete(pending_id=resumed)
         return
     assert turn.thread_id and turn.resource_id
     key = thread_key(turn.resource_id, turn.thread_id)
@@ -63,6 +74,8 @@ def turn_commit(
             attachments_link(resource_id=turn.resource_id, messages=writes.messages)
         if record is not None:
             turn_record_insert(**record)
+        if resumed is not None:
+            pending_complete(pending_id=resumed)
         memory_now: tuple[str, int] | None = None  # the value the previous change left
         lineage = message_keys(turn.resource_id, [m.id for m in writes.messages])
         for wm in writes.working_memory:
@@ -138,8 +151,13 @@ def _enqueue_embedding(turn: Turn, *, agent_id: str) -> None:
     )
 
 
-def blocked_save(*, tripwire_fields: dict[str, Any], record: dict[str, Any] | None) -> None:
-    """The tripwire log, then the turn's record pointing at it (each in its own transaction)."""
+def blocked_save(
+    *, tripwire_fields: dict[str, Any], record: dict[str, Any] | None, resumed: Any = None
+) -> None:
+    """The tripwire log, then the turn's record pointing at it (each in its own transaction); a
+    blocked turn `resumed` from a PendingToolCall completes it."""
     log = tripwire_log(**tripwire_fields)
     if record is not None:
         turn_record_alone(**record, tripwire_id=log.pk)
+    if resumed is not None:
+        pending_complete(pending_id=resumed)

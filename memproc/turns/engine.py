@@ -18,6 +18,7 @@ the result and the turn record.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 import uuid
 from collections.abc import Sequence
@@ -28,21 +29,23 @@ from django.utils import timezone
 
 from memproc import logs, telemetry
 from memproc.conf import settings
-from memproc.events import GenerateResult, StreamEvent, Tripwire
-from memproc.messages import Message, MessageInput
+from memproc.events import GenerateResult, PendingCall, StreamEvent, Tripwire
+from memproc.messages import Message, MessageInput, thaw
 from memproc.processors.conversation import Conversation
 from memproc.processors.message_history import savable
 from memproc.processors.runner import Blocked, ProcessorRunner
 from memproc.processors.turn import Turn, TurnWrites
 from memproc.processors.working_memory import WorkingMemory
+from memproc.services.approvals import pending_suspend
 from memproc.services.attachments import attachments_discard
 from memproc.signals import send_after_commit, turn_completed
 from memproc.turns.commit import blocked_save, turn_commit
 from memproc.turns.effects import Blocking, EngineStep
 from memproc.turns.input import ThreadRef, TurnInput
-from memproc.turns.loop import ModelLoop, feedback_message
+from memproc.turns.loop import ModelLoop, Suspend, feedback_message
 from memproc.turns.plan import TurnPlan
 from memproc.turns.records import turn_record_alone
+from memproc.turns.resume import Resumption, suspended_state
 from memproc.turns.start import turn_start
 from memproc.turns.stream_policy import StreamGate, screening_chain
 
@@ -70,8 +73,11 @@ class TurnEngine(ModelLoop):
         thread: ThreadRef | None = None,
         streaming: bool = False,
         replace_from: str | None = None,
+        resume: Resumption | None = None,
     ) -> None:
         self.plan = plan
+        # A suspended turn resumed after its waiting call was decided (memproc.turns.resume).
+        self.resume = resume
         self.input_chain = plan.input_chain
         self.output_chain = plan.output_chain
         self.streaming = streaming
@@ -88,8 +94,8 @@ class TurnEngine(ModelLoop):
         self.thread_ref = thread
         self.replace_from = replace_from
         self.turn: Turn | None = None
-        self.usage: dict[str, Any] = {}
-        self.steps = 0
+        self.usage: dict[str, Any] = dict(resume.usage) if resume is not None else {}
+        self.steps = resume.steps if resume is not None else 0
         self.last_prompt: list[Message] = []
         # The response as far as it got, for the tripwire log of an output-side block (rule 20).
         self.draft: list[Message] = []
@@ -217,10 +223,14 @@ class TurnEngine(ModelLoop):
         feedback: list[Message] = []
         while True:
             turn.writes = TurnWrites()
+            if self.resume is not None:  # the changes the model made before the turn suspended
+                turn.writes.working_memory = list(self.resume.working_memory)
             self.draft = []
             try:
                 responses = yield from self._model_loop(feedback)
                 record = yield Blocking(self._finish, (responses,))
+            except Suspend as suspend:
+                return (yield from self._suspended(suspend))
             except Blocked as blocked:
                 tripwire = blocked.tripwire
                 if tripwire.retry and tripwire.phase == "output" and self.retries < self.max_retries:
@@ -258,7 +268,13 @@ class TurnEngine(ModelLoop):
         )
         with telemetry.span("memproc.save", parent=self.span) as save_span:
             save_span.set_attribute("memproc.save.messages", len(turn.writes.messages))
-            turn_commit(turn, plan=self.plan, record=record, turn_id=self.record_id)
+            turn_commit(
+                turn,
+                plan=self.plan,
+                record=record,
+                turn_id=self.record_id,
+                resumed=self.resume.pending_id if self.resume is not None else None,
+            )
         saved = turn.writes.messages or savable(
             [*self.conversation.new_input, *responses], internal_tools=turn.internal_tool_names
         )
@@ -313,9 +329,77 @@ class TurnEngine(ModelLoop):
         return result
 
     def _save_blocked(self, result: GenerateResult, **fields: Any) -> None:
-        blocked_save(**fields)
+        blocked_save(**fields, resumed=self.resume.pending_id if self.resume is not None else None)
         self.result = result
         self.saved = True
+
+    def _suspended(self, suspend: Suspend) -> EngineStep:
+        """The turn stops at a call that waits: its PendingToolCall is written and nothing else (no
+        message, no working memory); the result and the stream say what waits."""
+        turn = self.turn
+        assert turn is not None
+        pending = yield Blocking(self._save_suspended, (suspend,))
+        result = GenerateResult(
+            text=_final_text(suspend.responses),
+            messages=[],
+            tripwire=None,
+            usage=self.usage,
+            thread_id=turn.thread_id,
+            resource_id=turn.resource_id,
+            prompt=self.last_prompt,
+            steps=self.steps,
+            memory=turn.memory_report(),
+            pending=pending,
+        )
+        self.result = result
+        self.gate.drop()  # held text is released with the turn's end, once its guardrails ran
+        if self.streaming:
+            if pending.kind == "approval":
+                yield StreamEvent(type="tool-approval", tool_call=suspend.call, pending=pending)
+            yield StreamEvent(type="suspended", result=result, pending=pending)
+        return result
+
+    def _save_suspended(self, suspend: Suspend) -> PendingCall:
+        turn = self.turn
+        assert turn is not None
+        tool = suspend.tool
+        now = timezone.now()
+        timeout = tool.approval_timeout if tool.waits == "approval" else None
+        state = suspended_state(
+            turn,
+            responses=suspend.responses,
+            calls=suspend.calls,
+            results=suspend.results,
+            step=suspend.step,
+            steps=self.steps,
+            usage=self.usage,
+            memory_options=dict(self.plan.memory_options),
+        )
+        row = pending_suspend(
+            fields={
+                "agent_id": self.plan.agent_id,
+                "thread_id": turn.thread_id or "",
+                "resource_id": turn.resource_id or "",
+                "tool_name": suspend.call.name,
+                "tool_call_id": suspend.call.id,
+                "arguments": thaw(suspend.call.args),
+                "kind": tool.waits,
+                "permission": tool.approval_permission,
+                "turn": state,
+                "created_at": now,
+                "expires_at": now + dt.timedelta(seconds=timeout) if timeout else None,
+            },
+            previous_id=self.resume.pending_id if self.resume is not None else None,
+        )
+        self.saved = True
+        return PendingCall(
+            id=str(row.pk),
+            tool_name=row.tool_name,
+            tool_call_id=row.tool_call_id,
+            args=dict(row.arguments),
+            kind=row.kind,
+            expires_at=row.expires_at,
+        )
 
 
 def _send_turn_completed(*, result: GenerateResult, agent_id: str, record: dict[str, Any] | None) -> None:

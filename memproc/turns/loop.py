@@ -22,6 +22,7 @@ from memproc.processors.conversation import Conversation
 from memproc.processors.parallel import with_hook
 from memproc.processors.runner import Blocked, ProcessorRunner, StepView
 from memproc.processors.turn import Turn
+from memproc.services.approvals import pending_record_run
 from memproc.services.attachments import attachments_resolve
 from memproc.turns.effects import (
     Blocking,
@@ -32,15 +33,34 @@ from memproc.turns.effects import (
     ModelStreamOpen,
 )
 from memproc.turns.plan import TurnPlan
+from memproc.turns.resume import Resumption
 from memproc.turns.stream_policy import StreamGate
 from memproc.turns.tools import tool_run
 
-__all__ = ["FEEDBACK", "ModelLoop", "feedback_message"]
+__all__ = ["FEEDBACK", "ModelLoop", "Suspend", "feedback_message"]
 
 FEEDBACK = (
     "[Processor Feedback] Your previous response was not accepted: {reason}. "
     "Please write a new response that addresses this feedback."
 )
+
+
+class Suspend(Exception):  # noqa: N818 - a control signal of the loop, as Blocked is
+    """A call that waits (approval, client-side): the turn stops before it, to resume later."""
+
+    def __init__(
+        self,
+        *,
+        call: ToolCall,
+        tool: Any,
+        calls: list[ToolCall],
+        results: list[ToolResultPart],
+        responses: list[Message],
+        step: int,
+    ) -> None:
+        super().__init__(call.name)
+        self.call, self.tool, self.calls, self.results = call, tool, calls, results
+        self.responses, self.step = responses, step
 
 
 class ModelLoop:
@@ -69,6 +89,8 @@ class ModelLoop:
     _resolved: dict[int, tuple[Message, Message]]
     # Whether the model call under way passed a stream part on (to the gate, so maybe the client).
     call_output: bool = False
+    # The suspended turn this one resumes (memproc.turns.resume), or None.
+    resume: Resumption | None = None
 
     def _model_loop(self, feedback: list[Message]) -> EngineStep:
         """Model, then tools, then model again, until an answer without tool calls or the step limit.
@@ -78,7 +100,21 @@ class ModelLoop:
         responses: list[Message] = []
         step_feedback: list[Message] = []
         step = 0
+        # A resumed turn starts in the step it suspended in, with that step's calls still to run.
+        carried: tuple[list[ToolCall], list[ToolResultPart]] | None = None
+        resume = self.resume
+        if resume is not None:
+            responses, step = list(resume.responses), resume.step
+            carried = (list(resume.calls), list(resume.results))
         while step < self.plan.max_steps:
+            if carried is not None:
+                to_run, results = carried
+                carried = None
+                results = yield from self._run_tools(to_run, results, responses, step)
+                responses = [*responses, self._tool_message(results)]
+                self.draft = responses
+                step += 1
+                continue
             if self.has_step_hooks:
                 view = yield Blocking(
                     partial(self.runner.run_input_step, self.input_chain, step=step, responses=responses)
@@ -132,8 +168,34 @@ class ModelLoop:
                     yield from self.gate.other(StreamEvent(type="tool-call", tool_call=call))
             if not to_run:
                 break
-            results: list[ToolResultPart] = []
-            for call in to_run:
+            results = yield from self._run_tools(to_run, [], responses, step)
+            responses = [*responses, self._tool_message(results)]
+            self.draft = responses
+            step += 1
+        return responses
+
+    def _run_tools(
+        self, to_run: list[ToolCall], results: list[ToolResultPart], responses: list[Message], step: int
+    ) -> EngineStep:
+        """Runs one step's calls in order after the `results` they have already; a call that waits
+        (approval, client-side) suspends the turn there (`Suspend`), unless it is the call a resume
+        decided, whose result comes from its decision."""
+        turn = self.turn
+        assert turn is not None
+        results = list(results)
+        answered = {r.tool_call_id for r in results}
+        for call in to_run:
+            if call.id in answered:
+                continue
+            resume = self.resume
+            tool = turn.tools.get(call.name)
+            if resume is not None and call.id == resume.tool_call_id:
+                part = yield Blocking(self._decided_result, (call,))
+            elif tool is not None and tool.waits is not None:
+                raise Suspend(
+                    call=call, tool=tool, calls=to_run, results=results, responses=responses, step=step
+                )
+            else:
                 tool_span = telemetry.start_span(
                     f"execute_tool {call.name}",
                     parent=self.span,
@@ -149,23 +211,33 @@ class ModelLoop:
                         tool_span.set_attribute("error.type", "tool_error")
                 finally:
                     tool_span.end()
-                self.draft = [*responses, self._tool_message([*results, part])]
-                part = yield from self._hooks(
-                    "process_tool_result",
-                    self.runner.run_tool_result,
-                    self.tool_result_chain,
-                    part,
-                    step=step,
-                    responses=responses,
-                    result=part,
-                )
-                results.append(part)
-                if self.streaming:
-                    yield from self.gate.other(StreamEvent(type="tool-result", tool_result=part))
-            responses = [*responses, self._tool_message(results)]
-            self.draft = responses
-            step += 1
-        return responses
+            self.draft = [*responses, self._tool_message([*results, part])]
+            part = yield from self._hooks(
+                "process_tool_result",
+                self.runner.run_tool_result,
+                self.tool_result_chain,
+                part,
+                step=step,
+                responses=responses,
+                result=part,
+            )
+            results.append(part)
+            if self.streaming:
+                yield from self.gate.other(StreamEvent(type="tool-result", tool_result=part))
+        return results
+
+    def _decided_result(self, call: ToolCall) -> ToolResultPart:
+        """The result of the call a resume decided (a blocking step): a rejection, the client's
+        answer, the result a resume before this one recorded, or the tool run now, once, its result
+        recorded before the turn goes on."""
+        resume = self.resume
+        turn = self.turn
+        assert resume is not None and turn is not None
+        if not resume.ran:
+            part = tool_run(call, turn=turn)
+            pending_record_run(pending_id=resume.pending_id, result=part.result, is_error=part.is_error)
+            resume.ran, resume.result, resume.is_error = True, part.result, part.is_error
+        return ToolResultPart(call.id, call.name, resume.result, is_error=resume.is_error)
 
     def _recovering_step(self, request: ModelRequest, responses: list[Message], step: int) -> EngineStep:
         """One model call. A `ModelError` goes to the `process_api_error` hooks, which may return a

@@ -27,8 +27,9 @@ from memproc.turns.effects import (
 )
 from memproc.turns.engine import TurnEngine
 from memproc.turns.plan import TurnPlan
+from memproc.turns.resume import Resumption, resumed_input
 
-__all__ = ["OpenStreams", "StartedTurn", "perform", "turn_begin", "turn_events", "turn_run"]
+__all__ = ["OpenStreams", "StartedTurn", "perform", "turn_begin", "turn_events", "turn_resume", "turn_run"]
 
 
 def turn_run(plan: TurnPlan, messages: MessageInput, **options: Any) -> GenerateResult:
@@ -39,6 +40,18 @@ def turn_run(plan: TurnPlan, messages: MessageInput, **options: Any) -> Generate
             next(events)
         except StopIteration as stop:
             return stop.value
+
+
+def turn_resume(plan: TurnPlan, pending: Any) -> GenerateResult:
+    """The suspended turn of a decided PendingToolCall, resumed and run to its end (or its next
+    waiting call) in this thread: its result (memproc.turns.resume)."""
+    return turn_run(
+        plan,
+        resumed_input(pending),
+        thread_id=pending.thread_id or None,
+        resource_id=pending.resource_id or None,
+        resume=Resumption.of(pending),
+    )
 
 
 def turn_events(

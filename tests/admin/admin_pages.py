@@ -57,6 +57,7 @@ def sample_objects(data: Crowded) -> dict[str, list[Any]]:
         "turnrecord": [data.turn_record.pk, data.turns.last.pk],
         "outboxjob": [data.outbox_job.pk],
         "forgetreceipt": [data.forget_receipt.pk],
+        "pendingtoolcall": [data.pending_call.pk],
         "threadsummary": [thread.pk],
         "summaryrevision": [models.SummaryRevision.objects.filter(thread=thread).first().pk],
     }

@@ -67,6 +67,7 @@ class Crowded:
     turn_record: models.TurnRecord  # long agent id, blocked, linked to `tripwire`
     outbox_job: models.OutboxJob
     forget_receipt: models.ForgetReceipt  # held for review, long resource and thread ids
+    pending_call: models.PendingToolCall  # waiting for approval, long tool name and arguments
 
 
 def make_crowded(conversation: Conversation) -> Crowded:
@@ -202,6 +203,36 @@ def make_crowded(conversation: Conversation) -> Crowded:
         held=[{"scope": "resource", "key": RESOURCE, "from_version": 3}],
         actor=reviewer,
     )
+    pending_call = models.PendingToolCall.objects.create(
+        agent_id=AGENT,
+        thread_id=THREAD,
+        resource_id=RESOURCE,
+        tool_name="refund_order_to_original_payment_method_with_customer_notification",
+        tool_call_id="call_01JC7X7Y9Z2W4V6T8R0P3N5M7K9",
+        arguments={
+            "order": "88231",
+            "amount": 84.20,
+            "currency": "GBP",
+            "note": "Parcel arrived soaked through; the customer chose a refund to the card they paid with.",
+            "tracking_url": TRACKING_URL,
+        },
+        permission="memproc.change_pendingtoolcall",
+        turn={
+            "input": [],
+            "responses": [
+                {
+                    "id": "pending-reply",
+                    "role": "assistant",
+                    "content": {"parts": [{"type": "text", "text": "I will refund £84.20 to your card."}]},
+                    "created_at": None,
+                }
+            ],
+            "calls": [],
+            "results": [],
+            "step": 0,
+        },
+        expires_at=now + timedelta(hours=24),
+    )
     return Crowded(
         conversation=conversation,
         turns=make_turns(),
@@ -213,4 +244,5 @@ def make_crowded(conversation: Conversation) -> Crowded:
         turn_record=records[2],
         outbox_job=outbox_job,
         forget_receipt=forget_receipt,
+        pending_call=pending_call,
     )

@@ -57,7 +57,16 @@ def test_generate_answers_the_turn_and_saves_it(owner_client, agent, model, user
     response = generate(owner_client, messages="Hi, I am Ada", thread_id="t-new")
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == {"text", "messages", "tripwire", "thread_id", "resource_id", "usage", "memory"}
+    assert set(body) == {
+        "text",
+        "messages",
+        "tripwire",
+        "thread_id",
+        "resource_id",
+        "usage",
+        "memory",
+        "pending",
+    }
     assert body["text"] == "Hello, Ada."
     assert body["tripwire"] is None
     assert body["thread_id"] == "t-new"

@@ -86,7 +86,16 @@ def test_stream_sends_deltas_then_the_result(owner_client, agent, model, resourc
     assert [e for e, _ in events] == ["text-delta", "text-delta", "text-delta", "finish"]
     assert "".join(d["text"] for e, d in events if e == "text-delta") == "Hi there Ada"
     result = events[-1][1]
-    assert set(result) == {"text", "messages", "tripwire", "thread_id", "resource_id", "usage", "memory"}
+    assert set(result) == {
+        "text",
+        "messages",
+        "tripwire",
+        "thread_id",
+        "resource_id",
+        "usage",
+        "memory",
+        "pending",
+    }
     assert (result["text"], result["thread_id"], result["tripwire"]) == ("Hi there Ada", "t-stream", None)
     assert models.Message.objects.filter(thread__public_id="t-stream").count() == 2
 

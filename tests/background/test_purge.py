@@ -104,6 +104,7 @@ def test_a_dry_run_counts_and_changes_nothing(stored):
         "turn_records": 2,
         "tripwire_logs": 2,
         "idempotency_records": 0,
+        "pending_tool_calls": 0,
         "resource": 1,
     }
     assert snapshot(ALICE) == EXPECTED
@@ -164,3 +165,25 @@ def test_the_command_deletes_with_yes(stored):
     out = StringIO()
     call_command("memproc_purge", ALICE, "--yes", stdout=out)
     assert out.getvalue().strip() == "Nothing is stored for resource 'alice'."
+
+
+def test_a_purge_deletes_the_resources_suspended_turns_and_no_others(make_agent, model):
+    from memproc import tool
+    from memproc.llm.types import ModelResponse, ToolCall
+
+    @tool(requires_approval=True)
+    def wire_money(to: str) -> str:
+        """Wires money."""
+        return "sent"
+
+    agent = make_agent(tools=[wire_money])
+    for resource_id in (ALICE, BOB):
+        model.add(
+            ModelResponse(tool_calls=[ToolCall("w1", "wire_money", {"to": "x"})], finish_reason="tool_calls")
+        )
+        assert agent.generate("My card is 4111", thread_id="t", resource_id=resource_id).suspended
+    assert resource_purge(resource_id=ALICE, dry_run=True).pending_tool_calls == 1
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        counts = resource_purge(resource_id=ALICE)
+    assert counts.pending_tool_calls == 1
+    assert list(models.PendingToolCall.objects.values_list("resource_id", flat=True)) == [BOB]

@@ -47,6 +47,12 @@ def lookup(q: str) -> str:
     return f"facts about {q}"
 
 
+@tool(requires_approval=True)
+def gated_lookup(q: str) -> str:
+    """Looks a topic up, once a person approved it."""
+    return f"facts about {q}"
+
+
 class InputGuard:
     """Blocks a turn whose new input says the block word (rule 4)."""
 
@@ -108,7 +114,7 @@ def build_agent(
         instructions=INSTRUCTIONS,
         model=model,
         memory=memory,
-        tools=[lookup],
+        tools=[lookup, gated_lookup],
         input_processors=inputs,
         output_processors=[OutputGuard()],
     )

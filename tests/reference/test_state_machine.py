@@ -12,9 +12,11 @@ import dataclasses
 import itertools
 import os
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 from hypothesis import HealthCheck, assume, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
@@ -22,7 +24,9 @@ from rest_framework.test import APIClient
 
 from memproc.agents import register, unregister
 from memproc.messages import Message, ToolCallPart, ToolResultPart
+from memproc.models import PendingToolCall
 from memproc.processors.tokens import get_token_counter
+from memproc.services import approvals
 from memproc.testing import HashEmbedder, ScriptedModel
 from memproc.tools import DEFAULT_WORKING_MEMORY_TEMPLATE
 from tests.factories import UserFactory
@@ -221,7 +225,19 @@ class MemoryMachine(RuleBasedStateMachine):
                 calls.append(ToolCallPart(f"{self.prefix}-c{next(self.serial)}", "lookup", {"q": topic}))
             text = self.text("assistant", data) if data.draw(st.booleans(), label="says") else ""
             rounds.append(Round(text, tuple(calls), tuple(_answer(c) for c in calls)))
-        wm_on = cfg.working_memory is not None and not cfg.read_only
+        # A call of an approval-gated tool suspends the turn (nothing saved); the decision resumes it,
+        # and the turn ends as one that ran through with the decided result (issue 37).
+        decision = None
+        if rounds and not api and not block_input:
+            decision = data.draw(
+                st.sampled_from([None, None, None, "approve", "reject", "expire"]), label="gate"
+            )
+        if decision is not None:
+            first = rounds[-1]
+            gated = ToolCallPart(first.calls[-1].tool_call_id, "gated_lookup", dict(first.calls[-1].args))
+            results = (*first.results[:-1], _decided(gated, decision))
+            rounds[-1] = Round(first.text, (*first.calls[:-1], gated), results)
+        wm_on = cfg.working_memory is not None and not cfg.read_only and decision is None
         if wm_on and data.draw(st.integers(0, 2), label="working memory update") > 0:
             value: Any = (
                 data.draw(wm_updates, label="wm update")
@@ -246,7 +262,7 @@ class MemoryMachine(RuleBasedStateMachine):
 
         turn = Turn(thread_id, resource_id, inputs, rounds, options, block_input, block_output)
         forms = [data.draw(st.sampled_from(["str", "dict", "message"]), label="form") for _ in inputs]
-        self.run_turn(turn, forms, driver)
+        self.run_turn(turn, forms, driver, decision=decision)
 
     @rule(data=st.data())
     def clone(self, data: st.DataObject) -> None:
@@ -304,7 +320,7 @@ class MemoryMachine(RuleBasedStateMachine):
         for (resource_id, thread_id), thread in self.world.threads.items():
             assert harness.shapes(harness.stored(resource_id, thread_id)) == harness.shapes(thread.messages)
 
-    def run_turn(self, turn: Turn, forms: list[str], driver: str) -> None:
+    def run_turn(self, turn: Turn, forms: list[str], driver: str, *, decision: str | None = None) -> None:
         cfg = self.config.for_call(turn.options)
         model = ScriptedModel(harness.script(turn.rounds))
         agent = harness.build_agent(self.config, self.memory, model)
@@ -327,6 +343,17 @@ class MemoryMachine(RuleBasedStateMachine):
             try:
                 client = self.clients[[str(u.pk) for u in self.users].index(turn.resource_id)]
                 tripwire = harness.run_api(client, agent.id, driver, turn)
+            finally:
+                unregister(agent.id)
+        elif decision is not None:
+            register(agent, replace=True)
+            try:
+                result = harness.run(agent, driver, harness.call_input(turn, forms), turn)
+                tripwire = result.tripwire  # blocked before the call (a token limit): never suspended
+                if result.pending is not None:
+                    now = harness.stored(turn.resource_id, turn.thread_id)
+                    assert [m.id for m in now] == [m.id for m in before], "a suspended turn saved messages"
+                    tripwire = _decide(result.pending.id, decision).tripwire
             finally:
                 unregister(agent.id)
         else:
@@ -365,6 +392,40 @@ class MemoryMachine(RuleBasedStateMachine):
 
 def _answer(call: ToolCallPart) -> ToolResultPart:
     return ToolResultPart(call.tool_call_id, "lookup", f"facts about {call.args['q']}")
+
+
+def _decided(call: ToolCallPart, decision: str) -> ToolResultPart:
+    """What the model reads for a gated call after `decision`."""
+    if decision == "approve":
+        return ToolResultPart(call.tool_call_id, call.tool_name, f"facts about {call.args['q']}")
+    text = approvals.EXPIRED_TEXT if decision == "expire" else f"{approvals.REJECTED_TEXT}: not now"
+    return ToolResultPart(call.tool_call_id, call.tool_name, text, is_error=True)
+
+
+def _decide(pending_id: str, decision: str) -> Any:
+    """Decides the waiting call; the resumed turn's result."""
+    if decision == "approve":
+        return approvals.approve(pending_id)
+    if decision == "reject":
+        return approvals.reject(pending_id, reason="not now")
+    PendingToolCall.objects.filter(pk=pending_id).update(expires_at=timezone.now() - timedelta(seconds=1))
+    results: list[Any] = []  # expire_due answers a count: keep the resumed turn's result
+    resumer = approvals._the_resumer()
+
+    class Keeping:
+        def tool(self, pending: Any) -> Any:
+            return resumer.tool(pending)
+
+        def resume(self, pending: Any) -> Any:
+            results.append(resumer.resume(pending))
+            return results[-1]
+
+    approvals.connect_resumer(Keeping())
+    try:
+        assert approvals.expire_due() == 1
+    finally:
+        approvals.connect_resumer(resumer)
+    return results[0]
 
 
 def _wm_answer(call: ToolCallPart) -> ToolResultPart:

@@ -62,6 +62,7 @@ ACTORS: dict[str, dict[str, Any]] = {
     "staff_change_delete_thread": {"is_staff": True, "perms": ["change_thread", "delete_thread"]},
     "staff_view_tripwirelog": {"is_staff": True, "perms": ["view_tripwirelog"]},
     "staff_change_tripwirelog": {"is_staff": True, "perms": ["change_tripwirelog"]},
+    "staff_change_pendingtoolcall": {"is_staff": True, "perms": ["change_pendingtoolcall"]},
     "superuser": {"is_staff": True, "is_superuser": True},
     "anonymous": None,
 }
@@ -74,6 +75,8 @@ THREAD_WRITERS = frozenset({"owner", "staff_change_thread", "staff_change_delete
 THREAD_DELETERS = frozenset({"owner", "staff_change_delete_thread", "superuser"})
 QUEUE_READERS = frozenset({"staff_view_tripwirelog", "staff_change_tripwirelog", "superuser"})
 QUEUE_REVIEWERS = frozenset({"staff_change_tripwirelog", "superuser"})
+# Who may decide a call of a `requires_approval=True` tool: `memproc.change_pendingtoolcall`.
+DECIDERS = frozenset({"staff_change_pendingtoolcall", "superuser"})
 
 
 # --- what is asked: every (route name, method) of memproc.urls, classified ------------------------------
@@ -97,6 +100,9 @@ DELETE = Rule(THREAD_DELETERS, "not_found")
 LIST = Rule(THREAD_READERS, "not_found", is_list=True)
 QUEUE_READ = Rule(QUEUE_READERS, "forbidden")
 QUEUE_REVIEW = Rule(QUEUE_REVIEWERS, "forbidden")
+# A waiting tool call shows only to who may decide it; to anyone else it is a 404, a list without it.
+DECIDE = Rule(DECIDERS, "not_found")
+DECIDE_LIST = Rule(DECIDERS, "not_found", is_list=True)
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,7 @@ class Call:
     body: Callable[[World], Any] = lambda w: None
     query: str | Callable[[World], str] = ""
     streams: bool = False  # a StreamingHttpResponse whose frames must be read to finish the turn
+    listed: Callable[[World], str] = lambda w: VICTIM_THREAD  # the victim's row id in a list
 
 
 def thread_kwargs(world: World) -> dict[str, str]:
@@ -217,6 +224,21 @@ MATRIX: dict[tuple[str, str], tuple[Rule, Call]] = {
             }
         ),
     ),
+    ("pending-list", "GET"): (DECIDE_LIST, Call(listed=lambda w: str(w.pending.pk))),
+    ("pending-detail", "GET"): (DECIDE, Call(kwargs=lambda w: {"id": str(w.pending.pk)})),
+    ("pending-approve", "POST"): (
+        DECIDE,
+        Call(kwargs=lambda w: {"id": str(w.pending.pk)}, body=lambda w: {}),
+    ),
+    ("pending-reject", "POST"): (
+        DECIDE,
+        Call(kwargs=lambda w: {"id": str(w.pending.pk)}, body=lambda w: {"reason": "no"}),
+    ),
+    # A client-side tool's answer resumes a turn of the call's resource: a write to it.
+    ("pending-result", "POST"): (
+        WRITE,
+        Call(kwargs=lambda w: {"id": str(w.client_call.pk)}, body=lambda w: {"result": {"city": "Lisbon"}}),
+    ),
     ("tripwire-list", "GET"): (QUEUE_READ, Call()),
     ("tripwire-detail", "GET"): (QUEUE_READ, Call(kwargs=lambda w: {"id": str(w.log.pk)})),
     ("tripwire-review", "POST"): (
@@ -272,6 +294,8 @@ class World:
     victim_resource: str
     attachment: models.Attachment
     log: models.TripwireLog
+    pending: models.PendingToolCall
+    client_call: models.PendingToolCall
     users: dict[str, Any] = field(default_factory=dict)
 
 
@@ -331,7 +355,49 @@ def world(db: None, agent: Agent) -> World:
     )
     attachment.file.save("victim.txt", ContentFile(data), save=True)
     log = TripwireLogFactory(thread_id=thread.public_id, resource_id=resource.pk, reason="Card number")
-    return World(victim_resource=resource.pk, attachment=attachment, log=log, users=users)
+    pending = victim_pending_call(thread_id=thread.public_id, resource_id=resource.pk)
+    client_call = victim_pending_call(thread_id=thread.public_id, resource_id=resource.pk, kind="client")
+    return World(
+        victim_resource=resource.pk,
+        attachment=attachment,
+        log=log,
+        pending=pending,
+        client_call=client_call,
+        users=users,
+    )
+
+
+def victim_pending_call(
+    *, thread_id: str, resource_id: str, kind: str = "approval"
+) -> models.PendingToolCall:
+    """A turn of the victim's suspended at a call of an approval-gated tool (`requires_approval=True`),
+    or of a client-side tool (`kind="client"`)."""
+    from memproc.messages import Message, ToolCallPart
+
+    asked = Message.create("user", CANARIES[1] + " refund")
+    called = Message.create("assistant", [ToolCallPart("victim-call", "refund", {"order": "A-1"})])
+    return models.PendingToolCall.objects.create(
+        agent_id=AGENT,
+        thread_id=thread_id,
+        resource_id=resource_id,
+        tool_name="refund",
+        tool_call_id="victim-call",
+        arguments={"order": "A-1"},
+        kind=kind,
+        permission="memproc.change_pendingtoolcall" if kind == "approval" else "",
+        turn={
+            "input": [
+                {"id": m.id, "role": m.role, "content": m.to_content(), "created_at": None} for m in [asked]
+            ],
+            "responses": [
+                {"id": called.id, "role": "assistant", "content": called.to_content(), "created_at": None}
+            ],
+            "calls": [{"id": "victim-call", "name": "refund", "args": {"order": "A-1"}}],
+            "results": [],
+            "step": 0,
+            "steps": 1,
+        },
+    )
 
 
 def database_state() -> dict[str, list[dict[str, Any]]]:
@@ -384,7 +450,7 @@ def test_who_may_do_what(world: World, endpoint: tuple[str, str], actor: str) ->
 
     if rule.is_list and allowed:
         ids = [row["id"] for row in json.loads(content)["results"]]
-        assert (VICTIM_THREAD in ids) == (actor in rule.allowed), where
+        assert (MATRIX[endpoint][1].listed(world) in ids) == (actor in rule.allowed), where
     if not allowed or (rule.is_list and actor not in rule.allowed):
         text = content.decode(errors="replace")
         assert not any(canary in text for canary in CANARIES), where

@@ -87,7 +87,24 @@ def tripwire_extension(result: GenerateResult) -> dict[str, Any]:
         "thread_id": result.thread_id,
         "resource_id": result.resource_id,
         "tripwire": result.tripwire.as_dict() if result.tripwire is not None else None,
+        "pending": result.pending.as_dict() if result.pending is not None else None,
     }
+
+
+def pending_tool_calls(result: GenerateResult) -> list[dict[str, Any]]:
+    """A suspended turn's waiting call as Chat Completions `tool_calls` (decided or answered at
+    memproc's `pending/<id>/`, named in the `memproc.pending` extension)."""
+    pending = result.pending
+    if pending is None:
+        return []
+    arguments = json.dumps(pending.args, cls=JSONEncoder, ensure_ascii=False)
+    return [
+        {
+            "id": pending.tool_call_id,
+            "type": "function",
+            "function": {"name": pending.tool_name, "arguments": arguments},
+        }
+    ]
 
 
 def completion_body(
@@ -99,6 +116,10 @@ def completion_body(
         "content": None if tripwire is not None else response_text(result),
         "refusal": tripwire.reason if tripwire is not None else None,
     }
+    finish_reason = "content_filter" if tripwire is not None else "stop"
+    if result.pending is not None:
+        message["tool_calls"] = pending_tool_calls(result)
+        finish_reason = "tool_calls"
     return {
         "id": completion_id,
         "object": "chat.completion",
@@ -110,7 +131,7 @@ def completion_body(
                 "index": 0,
                 "message": message,
                 "logprobs": None,
-                "finish_reason": "content_filter" if tripwire is not None else "stop",
+                "finish_reason": finish_reason,
             }
         ],
         "usage": openai_usage(result.usage),
@@ -181,6 +202,13 @@ class ChunkEncoder:
             return []
         if event.type == "finish":
             return [self.chunk({}, "stop"), *self.usage(event.result, event.usage)]
+        if event.type == "suspended" and event.result is not None:
+            calls = [{"index": 0, **call} for call in pending_tool_calls(event.result)]
+            return [
+                self.chunk({"tool_calls": calls}),
+                self.chunk({}, "tool_calls", memproc=tripwire_extension(event.result)),
+                *self.usage(event.result, event.usage),
+            ]
         if event.type == "tripwire" and event.tripwire is not None:
             extension = tripwire_extension(event.result) if event.result is not None else {}
             return [

@@ -8,6 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from memproc import models
+from memproc.api.serializers.approvals import PendingCallSerializer
 from memproc.api.serializers.fields import IdField, JSONObjectField
 from memproc.api.serializers.messages import (
     MessageSerializer,
@@ -59,6 +60,10 @@ class GenerateResultSerializer(serializers.Serializer):
     resource_id = serializers.CharField(allow_null=True)
     usage = JSONObjectField(help_text="Token usage reported by the model.")
     memory = JSONObjectField(help_text="What memory did: history ids, recalled messages, working memory.")
+    pending = PendingCallSerializer(
+        allow_null=True,
+        help_text="The tool call a suspended turn waits on (decide it at pending/<id>/); null otherwise.",
+    )
 
 
 def generate_result_data(result: Any) -> dict[str, Any]:

@@ -24,6 +24,7 @@ LABELS = {
     "turn_records": "turn records",
     "tripwire_logs": "tripwire logs",
     "idempotency_records": "answers kept for Idempotency-Key retries",
+    "pending_tool_calls": "tool calls waiting for a decision (suspended turns)",
     "resource": "resource row (with its working memory)",
 }
 EXPIRED_LABELS = {
