@@ -322,6 +322,116 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/pending/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Tool calls waiting for a decision that the caller may decide
+         * @description memproc's policies, set on its own views so the project's REST_FRAMEWORK is never edited:
+         *     authentication follows the project (plus DRF tokens as `Bearer`, as on the protocol endpoints);
+         *     permission, throttling, parsing and errors are memproc's.
+         */
+        get: operations["pending_list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/pending/{id}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One tool call the caller may decide (any state)
+         * @description memproc's policies, set on its own views so the project's REST_FRAMEWORK is never edited:
+         *     authentication follows the project (plus DRF tokens as `Bearer`, as on the protocol endpoints);
+         *     permission, throttling, parsing and errors are memproc's.
+         */
+        get: operations["pending_retrieve"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/pending/{id}/approve/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Approve the call (optionally with edited arguments): the turn resumes, the tool runs once, and the answer is the turn's result
+         * @description memproc's policies, set on its own views so the project's REST_FRAMEWORK is never edited:
+         *     authentication follows the project (plus DRF tokens as `Bearer`, as on the protocol endpoints);
+         *     permission, throttling, parsing and errors are memproc's.
+         */
+        post: operations["pending_approve_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/pending/{id}/reject/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Reject the call with a reason: the tool does not run, the model reads the rejection and the turn goes on; the answer is the turn's result
+         * @description memproc's policies, set on its own views so the project's REST_FRAMEWORK is never edited:
+         *     authentication follows the project (plus DRF tokens as `Bearer`, as on the protocol endpoints);
+         *     permission, throttling, parsing and errors are memproc's.
+         */
+        post: operations["pending_reject_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/pending/{id}/result/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Answer a client-side tool call of the caller's resource with its result: the turn resumes and the answer is its result
+         * @description memproc's policies, set on its own views so the project's REST_FRAMEWORK is never edited:
+         *     authentication follows the project (plus DRF tokens as `Bearer`, as on the protocol endpoints);
+         *     permission, throttling, parsing and errors are memproc's.
+         */
+        post: operations["pending_result_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/resources/{id}/export/": {
         parameters: {
             query?: never;
@@ -682,6 +792,12 @@ export interface components {
             /** Format: uri */
             docs: string;
         };
+        Approve: {
+            /** @description Arguments to run instead of the model's, checked against the tool's schema. */
+            arguments?: {
+                [key: string]: unknown;
+            } | null;
+        };
         Attachment: {
             /** Format: uuid */
             readonly id: string;
@@ -789,6 +905,8 @@ export interface components {
             memory: {
                 [key: string]: unknown;
             };
+            /** @description The tool call a suspended turn waits on (decide it at pending/<id>/); null otherwise. */
+            pending: components["schemas"]["PendingCall"] | null;
         };
         /** @description The multipart form of a generate/stream request: the fields, plus files for the last user message. */
         GenerateUpload: {
@@ -801,6 +919,12 @@ export interface components {
             /** @description Files to attach. */
             files?: string[];
         };
+        /**
+         * @description * `approval` - approval
+         *     * `client` - client
+         * @enum {string}
+         */
+        KindEnum: "approval" | "client";
         MemoryField: {
             name: string;
             /** @description Markdown mode: text. Schema mode: any JSON value the schema allows (null removes it). */
@@ -896,6 +1020,19 @@ export interface components {
          * @enum {string}
          */
         ModeEnum: "markdown" | "schema";
+        PaginatedPendingToolCallList: {
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?cursor=cD00ODY%3D"
+             */
+            next?: string | null;
+            /**
+             * Format: uri
+             * @example http://api.example.org/accounts/?cursor=cj0xJnA9NDg3
+             */
+            previous?: string | null;
+            results: components["schemas"]["PendingToolCall"][];
+        };
         PaginatedThreadList: {
             /**
              * Format: uri
@@ -928,6 +1065,45 @@ export interface components {
                 [key: string]: unknown;
             };
         };
+        /** @description `pending` of a suspended turn's result: the call it waits on. */
+        PendingCall: {
+            /** @description The PendingToolCall's id: decide it at pending/<id>/. */
+            id: string;
+            tool_name: string;
+            tool_call_id: string;
+            args: {
+                [key: string]: unknown;
+            };
+            kind: components["schemas"]["KindEnum"];
+            /** Format: date-time */
+            expires_at: string | null;
+        };
+        PendingToolCall: {
+            /** Format: uuid */
+            readonly id: string;
+            readonly agent_id: string;
+            readonly thread_id: string;
+            readonly resource_id: string;
+            readonly tool_name: string;
+            readonly tool_call_id: string;
+            readonly arguments: {
+                [key: string]: unknown;
+            };
+            readonly kind: string;
+            readonly state: components["schemas"]["StateEnum"];
+            /** @description What the model wrote before the call. */
+            readonly text: string;
+            /** Format: date-time */
+            readonly created_at: string;
+            /** Format: date-time */
+            readonly expires_at: string | null;
+            readonly decided_by: string | null;
+            /** Format: date-time */
+            readonly decided_at: string | null;
+            readonly reason: string;
+            readonly edited_arguments: unknown;
+            readonly result: unknown;
+        };
         /**
          * @description * `input` - Input
          *     * `input_step` - Input step
@@ -938,6 +1114,13 @@ export interface components {
          * @enum {string}
          */
         PhaseEnum: "input" | "input_step" | "output_step" | "tool_result" | "output" | "stream";
+        Reject: {
+            /**
+             * @description Told to the model.
+             * @default
+             */
+            reason?: string;
+        };
         /**
          * @description * `system` - System
          *     * `user` - User
@@ -946,6 +1129,15 @@ export interface components {
          * @enum {string}
          */
         RoleEnum: "system" | "user" | "assistant" | "tool";
+        /**
+         * @description * `pending` - Pending
+         *     * `approved` - Approved
+         *     * `rejected` - Rejected
+         *     * `expired` - Expired
+         *     * `done` - Done
+         * @enum {string}
+         */
+        StateEnum: "pending" | "approved" | "rejected" | "expired" | "done";
         Thread: {
             /** @description The thread id, within its resource. */
             readonly id: string;
@@ -984,6 +1176,10 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
+        };
+        ToolResult: {
+            /** @description The client-side tool's result, as the model will read it. */
+            result: unknown;
         };
         Tripwire: {
             reason: string;
@@ -2280,6 +2476,372 @@ export interface operations {
             };
             /** @description Not found (or owned by another resource). */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Throttled. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    pending_list: {
+        parameters: {
+            query?: {
+                /** @description The `next` or `previous` link's cursor; any other value is a 400. */
+                cursor?: string;
+                /** @description Items per page (default 50, at most 200). */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PaginatedPendingToolCallList"];
+                };
+            };
+            /** @description Invalid input: `{field: [message]}` field errors. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Throttled. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    pending_retrieve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The pending tool call's id (a UUID). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PendingToolCall"];
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or owned by another resource). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Throttled. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    pending_approve_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The pending tool call's id (a UUID). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["Approve"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GenerateResult"];
+                };
+            };
+            /** @description Invalid input: `{field: [message]}` field errors. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or owned by another resource). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description A conflict: a concurrent change, or a message id already in use. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Throttled. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    pending_reject_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The pending tool call's id (a UUID). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["Reject"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GenerateResult"];
+                };
+            };
+            /** @description Invalid input: `{field: [message]}` field errors. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or owned by another resource). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description A conflict: a concurrent change, or a message id already in use. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Throttled. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    pending_result_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The pending tool call's id (a UUID). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ToolResult"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GenerateResult"];
+                };
+            };
+            /** @description Invalid input: `{field: [message]}` field errors. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Not authenticated. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not allowed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found (or owned by another resource). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description A conflict: a concurrent change, or a message id already in use. */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
