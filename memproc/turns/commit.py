@@ -46,11 +46,14 @@ def turn_commit(
     A turn `resumed` from a PendingToolCall completes it in the same transaction."""
     writes = turn.writes
     if not (writes.messages or writes.working_memory):
+        if resumed is None:  # a turn without memory may run where there is no database at all
+            if record is not None:
+                turn_record_alone(**record)
+            return
         with atomic_write(memproc_db()):
             if record is not None:
                 turn_record_alone(**record)
-            if resumed is not None:
-                pending_complete(pending_id=resumed)
+            pending_complete(pending_id=resumed)
         return
     assert turn.thread_id and turn.resource_id
     key = thread_key(turn.resource_id, turn.thread_id)
