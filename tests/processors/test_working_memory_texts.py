@@ -178,3 +178,41 @@ def test_a_refused_update_is_a_tool_error_and_changes_nothing():
             memory={"name": "a very long name " * 5}, context=context(None)
         )
     assert state["current"] == "{}"
+
+
+def test_an_update_with_nothing_read_starts_from_empty():
+    memory = WorkingMemory(template="# Notes\n-")
+    state: dict = {}
+    assert memory.update_tool(state, "r").execute(memory="# Notes\n- tea", context=context(None)) == {
+        "success": True
+    }
+    assert state["current"] == "# Notes\n- tea"
+
+
+def test_a_schema_update_records_its_schema_and_the_pins_it_kept():
+    memory = WorkingMemory(schema=SCHEMA)
+    turn = Turn(agent=None, thread_id="t", resource_id="r", store=None, input_messages=[])
+    state = {"current": '{"name": "Ada", "city": "Rome"}', "pinned": ("name", "city"), "read": ("x", 3)}
+    answer = memory.update_tool(state, "r").execute(
+        memory={"name": "Bob", "city": "Paris"}, context=context(turn)
+    )
+    assert answer["note"] == PINNED_RESULT.format(names="name, city") and answer["pinned"] == ["name", "city"]
+    assert json.loads(state["current"]) == {"name": "Ada", "city": "Rome"}
+    [pending] = turn.writes.working_memory
+    assert (pending.schema, pending.mode, pending.pinned, pending.expected) == (
+        SCHEMA,
+        "schema",
+        ("name", "city"),
+        ("x", 3),
+    )
+
+
+def test_a_markdown_update_keeps_a_pinned_line_by_the_template():
+    template = "# User\n- **Name**:\n- **City**:"
+    memory = WorkingMemory(template=template)
+    state = {"current": "# User\n- **Name**: Ada\n- **City**: Rome", "pinned": ("Name",)}
+    answer = memory.update_tool(state, "r").execute(
+        memory="# User\n- **Name**: Bob\n- **City**: Paris", context=context(None)
+    )
+    assert answer["pinned"] == ["Name"]
+    assert state["current"] == "# User\n- **Name**: Ada\n- **City**: Paris"
