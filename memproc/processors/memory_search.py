@@ -6,13 +6,12 @@ import logging
 from typing import Any
 
 from memproc import logs
-from memproc.embedders import get_embedder
 from memproc.exceptions import ToolError
 from memproc.messages import Message
 from memproc.processors.base import ProcessorContext
 from memproc.processors.semantic_recall import (
+    SearchSettings,
     archived_threads,
-    check_search_options,
     embed_turn,
     is_quarantined,
     recalled_line,
@@ -56,7 +55,7 @@ WIDENING_REFUSED = (
 UNAVAILABLE = "search_memory is unavailable right now; answer without it."
 
 
-class MemorySearch:
+class MemorySearch(SearchSettings):
     """Input: offers the model the `search_memory` tool (nothing is added to the prompt). A call
     searches like SemanticRecall, with its search (`semantic_recall.search`): only the turn's
     resource, only this thread in scope "thread" (the agent's recall scope, which a call may narrow,
@@ -84,17 +83,15 @@ class MemorySearch:
         threshold: float | None = None,
         include_archived: bool = False,
     ) -> None:
-        check_search_options("MemorySearch", top_k=top_k, scope=scope, threshold=threshold)
-        self._embedder = embedder
-        self.vector_store = vector_store
-        self.top_k = top_k
-        self.scope = scope
-        self.threshold = threshold
-        self.include_archived = bool(include_archived)
-
-    @property
-    def embedder(self) -> Any:
-        return get_embedder(self._embedder)
+        self._search_settings(
+            "MemorySearch",
+            embedder=embedder,
+            vector_store=vector_store,
+            top_k=top_k,
+            scope=scope,
+            threshold=threshold,
+            include_archived=include_archived,
+        )
 
     def process_input(self, ctx: ProcessorContext) -> list[Message] | None:
         if ctx.turn is not None and ctx.store is not None:

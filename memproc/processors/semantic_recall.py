@@ -37,7 +37,34 @@ def check_search_options(owner: str, *, top_k: Any, scope: Any, threshold: Any) 
         raise ConfigurationError(f"{owner}(threshold=...) is a cosine similarity in [-1, 1]")
 
 
-class SemanticRecall:
+class SearchSettings:
+    """What recall and the memory search tool both are configured with, checked in one place."""
+
+    def _search_settings(
+        self,
+        owner: str,
+        *,
+        embedder: Any,
+        vector_store: Any,
+        top_k: int,
+        scope: str,
+        threshold: float | None,
+        include_archived: bool,
+    ) -> None:
+        check_search_options(owner, top_k=top_k, scope=scope, threshold=threshold)
+        self._embedder = embedder
+        self.vector_store = vector_store
+        self.top_k = top_k
+        self.scope = scope
+        self.threshold = threshold
+        self.include_archived = bool(include_archived)
+
+    @property
+    def embedder(self) -> Any:
+        return get_embedder(self._embedder)
+
+
+class SemanticRecall(SearchSettings):
     """Input: embeds the last new user message, searches the scope (the resource's threads, or this
     thread) for the `top_k` most similar stored messages, and loads each hit with `message_range`
     neighbours from the hit's own thread. Messages already in the prompt are dropped; this thread's
@@ -67,23 +94,21 @@ class SemanticRecall:
         threshold: float | None = None,
         include_archived: bool = False,
     ) -> None:
-        check_search_options("SemanticRecall", top_k=top_k, scope=scope, threshold=threshold)
+        self._search_settings(
+            "SemanticRecall",
+            embedder=embedder,
+            vector_store=vector_store,
+            top_k=top_k,
+            scope=scope,
+            threshold=threshold,
+            include_archived=include_archived,
+        )
         if isinstance(message_range, dict):
             self.before, self.after = int(message_range.get("before", 0)), int(message_range.get("after", 0))
         else:
             self.before = self.after = int(message_range)
         if self.before < 0 or self.after < 0:
             raise ConfigurationError("SemanticRecall(message_range=...) must be >= 0")
-        self._embedder = embedder
-        self.vector_store = vector_store
-        self.top_k = top_k
-        self.scope = scope
-        self.threshold = threshold
-        self.include_archived = bool(include_archived)
-
-    @property
-    def embedder(self) -> Any:
-        return get_embedder(self._embedder)
 
     def process_input(self, ctx: ProcessorContext) -> list[Message] | None:
         turn, store = ctx.turn, ctx.store
