@@ -132,11 +132,13 @@ def thread_unarchive(*, thread: models.Thread) -> models.Thread:
 
 @transaction.atomic
 def thread_delete(*, thread: models.Thread) -> None:
-    """Deletes a thread, its messages and embeddings, attachment files no other message uses, and
-    the answers kept for its turns' Idempotency-Keys (they hold its messages)."""
+    """Deletes a thread, its messages and embeddings, attachment files no other message uses, the
+    answers kept for its turns' Idempotency-Keys (they hold its messages) and its suspended turns
+    (they hold its unsaved input; a decision after the delete finds nothing to resume)."""
     attachments_release(message_keys=list(thread.messages.values_list("id", flat=True)))
     thread_id, resource_id, agent_id = thread.public_id, thread.resource_id, thread.agent_id
     models.IdempotencyRecord.objects.filter(resource_id=resource_id, thread_id=thread_id).delete()
+    models.PendingToolCall.objects.filter(resource_id=resource_id, thread_id=thread_id).delete()
     thread.delete()
     send_after_commit(
         thread_deleted, models.Thread, agent_id=agent_id, thread_id=thread_id, resource_id=resource_id

@@ -104,6 +104,7 @@ def test_the_document_is_versioned_and_holds_the_resource_only(stored):
         "working_memory_revisions",
         "turn_records",
         "tripwire_logs",
+        "pending_tool_calls",
         "attachments",
     }
     assert document["resource"]["working_memory"] == "# User\n- Name: Ana"
@@ -157,6 +158,7 @@ def test_export_purge_import_export_gives_the_same_document(stored, committing):
         "working_memory_revisions": 1,
         "turn_records": 2,
         "tripwire_logs": 1,
+        "pending_tool_calls": 0,
     }
     assert report.missing_files == [] and report.unknown_users == []
     assert stable(stored.export(resource_id=R)) == stable(before)

@@ -257,6 +257,7 @@ def test_a_document_from_before_thread_keys_imports_beside_other_resources_threa
         "working_memory_revisions": 1,
         "turn_records": 1,
         "tripwire_logs": 1,
+        "pending_tool_calls": 0,
     }
     key = thread_key(LEGACY, SHARED)
     thread = Memory().get_thread(SHARED, resource_id=LEGACY)
@@ -282,5 +283,6 @@ def test_a_document_from_before_thread_keys_imports_beside_other_resources_threa
         "working_memory_revisions": [
             {**r, "turn_id": None, "message_ids": []} for r in document["working_memory_revisions"]
         ],
+        "pending_tool_calls": [],
     }
     assert stable(Memory().export(resource_id=LEGACY)) == stable(current)

@@ -110,7 +110,9 @@ def test_a_scope_that_shrank_is_still_answered(loaded) -> None:
     store.search(embedder_id=M, vector=vectors[7], top_k=5, thread_id="big")
     from memproc.models import MessageEmbedding
 
-    MessageEmbedding.objects.filter(thread_id__endswith="big").exclude(message__public_id="big-m00007").delete()
+    MessageEmbedding.objects.filter(thread_id__endswith="big").exclude(
+        message__public_id="big-m00007"
+    ).delete()
     sql, hits = search_sql_of(
         lambda: store.search(embedder_id=M, vector=vectors[7], top_k=5, thread_id="big")
     )

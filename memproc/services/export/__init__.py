@@ -5,7 +5,8 @@ The document (`FORMAT`, `VERSION` 1)::
 
     {"format": "memproc.export", "version": 1, "exported_at": ...,
      "resource": {...}, "threads": [{..., "messages": [...]}], "working_memory_revisions": [...],
-     "turn_records": [...], "tripwire_logs": [...], "attachments": [{..., "file": ..., "url": ...}]}
+     "turn_records": [...], "tripwire_logs": [...], "pending_tool_calls": [...],
+     "attachments": [{..., "file": ..., "url": ...}]}
 
 Threads, and every row that names one, carry the thread id callers use, never the stored key: a
 thread id names a thread within its resource, the document's (a turn record or tripwire log names

@@ -91,6 +91,8 @@ def _sections(resource_id: str, url_for: UrlFor, operator_data: bool) -> Iterato
         rows["tripwire_logs"].order_by("created_at", "pk") if operator_data else rows["tripwire_logs"].none()
     )
     yield "tripwire_logs", (_tripwire(r, users) for r in tripwires.iterator())
+    pending = models.PendingToolCall.objects.filter(resource_id=resource.pk).order_by("created_at", "pk")
+    yield "pending_tool_calls", (_pending(r, users) for r in pending.iterator())
     attachments = rows["attachments"].order_by("created_at", "pk")
     yield "attachments", (_attachment(a, url_for) for a in attachments.iterator())
 
@@ -239,6 +241,31 @@ def _tripwire(r: models.TripwireLog, users: Callable[[Any], str | None]) -> dict
         "reviewed_at": iso(r.reviewed_at),
         "note": r.note,
         "created_at": iso(r.created_at),
+    }
+
+
+def _pending(r: models.PendingToolCall, users: Callable[[Any], str | None]) -> dict[str, Any]:
+    """A suspended turn, whatever its state: its `turn` holds the owner's unsaved input. An import
+    brings it back as it was (a pending one can then be decided where it was imported)."""
+    return {
+        "id": str(r.pk),
+        "agent_id": r.agent_id,
+        "thread_id": r.thread_id,
+        "kind": r.kind,
+        "state": r.state,
+        "tool_name": r.tool_name,
+        "tool_call_id": r.tool_call_id,
+        "arguments": r.arguments,
+        "edited_arguments": r.edited_arguments,
+        "turn": r.turn,
+        "result": r.result,
+        "result_is_error": r.result_is_error,
+        "decided_by": users(r.decided_by_id),
+        "decided_at": iso(r.decided_at),
+        "reason": r.reason,
+        "created_at": iso(r.created_at),
+        "expires_at": iso(r.expires_at),
+        "completed_at": iso(r.completed_at),
     }
 
 

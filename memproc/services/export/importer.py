@@ -132,12 +132,17 @@ class _Import:
             if turn.tripwire_id not in known_logs:  # a log kept by another resource's export
                 turn.tripwire_id = None
         models.TurnRecord.objects.bulk_create(turns, batch_size=500)
+        pending = _absent(rows.pending)
+        for call in pending:
+            call.decided_by = users(rows.deciders.get(call.pk))
+        models.PendingToolCall.objects.bulk_create(pending, batch_size=500)
         self.count("threads", len(threads), len(rows.threads))
         self.count("messages", len(messages), len(rows.messages))
         self.count("attachments", written, len(rows.attachments) - len(self.report.missing_files))
         self.count("working_memory_revisions", len(revisions), len(rows.revisions))
         self.count("turn_records", len(turns), len(rows.turns))
         self.count("tripwire_logs", len(tripwires), len(rows.tripwires))
+        self.count("pending_tool_calls", len(pending), len(rows.pending))
         if embed:
             self.report.embedding_jobs = _embeddings_enqueue(messages, rows.threads)
         return self.report

@@ -46,6 +46,8 @@ class Rows:
     summaries: list[models.ThreadSummary] = field(default_factory=list)
     actors: dict[uuid.UUID, str] = field(default_factory=dict)
     reviewers: dict[uuid.UUID, str] = field(default_factory=dict)
+    pending: list[models.PendingToolCall] = field(default_factory=list)
+    deciders: dict[uuid.UUID, str] = field(default_factory=dict)
     files: dict[uuid.UUID, str] = field(default_factory=dict)
 
 
@@ -82,6 +84,11 @@ def document_rows(document: Mapping[str, Any]) -> Rows:
         rows.tripwires.append(log)
         if isinstance(item.get("reviewed_by"), str):
             rows.reviewers[log.pk] = item["reviewed_by"]
+    for i, item in enumerate(_items(document, "pending_tool_calls")):  # absent before approvals
+        call = _pending(item, f"pending_tool_calls[{i}]", rows.resource.pk)
+        rows.pending.append(call)
+        if isinstance(item.get("decided_by"), str):
+            rows.deciders[call.pk] = item["decided_by"]
     for i, item in enumerate(_items(document, "attachments")):
         where = f"attachments[{i}]"
         attachment = _attachment(item, where, rows.resource.pk)
@@ -257,6 +264,36 @@ def _tripwire(data: Mapping[str, Any], where: str) -> models.TripwireLog:
         reviewed_at=_time(data, "reviewed_at", where, optional=True),
         note=_text(data, "note", where),
         created_at=_time(data, "created_at", where),
+    )
+
+
+def _pending(data: Mapping[str, Any], where: str, resource_id: str) -> models.PendingToolCall:
+    Call = models.PendingToolCall
+    kind = _text(data, "kind", where)
+    if kind not in ("approval", "client"):
+        raise ValidationError(f"{where}.kind: expected 'approval' or 'client'")
+    edited = data.get("edited_arguments")
+    if edited is not None and not isinstance(edited, Mapping):
+        raise ValidationError(f"{where}.edited_arguments: expected an object or null")
+    return Call(
+        id=_uuid(data, "id", where),
+        agent_id=_id(data, "agent_id", where),
+        thread_id=_thread_ref(data, "thread_id", where),
+        resource_id=resource_id,
+        kind=kind,
+        state=_choice(data, "state", where, Call.State.choices),
+        tool_name=_id(data, "tool_name", where),
+        tool_call_id=_id(data, "tool_call_id", where),
+        arguments=_obj(data, "arguments", where),
+        edited_arguments=_storable(dict(edited), f"{where}.edited_arguments") if edited is not None else None,
+        turn=_obj(data, "turn", where),
+        result=_storable(data.get("result"), f"{where}.result"),
+        result_is_error=bool(data.get("result_is_error", False)),
+        decided_at=_time(data, "decided_at", where, optional=True),
+        reason=_text(data, "reason", where),
+        created_at=_time(data, "created_at", where),
+        expires_at=_time(data, "expires_at", where, optional=True),
+        completed_at=_time(data, "completed_at", where, optional=True),
     )
 
 
