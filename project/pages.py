@@ -12,10 +12,13 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import render, resolve_url
+from django.templatetags.static import static
 from django.urls import path, reverse
 from django.views.decorators.csrf import ensure_csrf_cookie
+from django.views.generic import RedirectView
 
 OFFLINE_MODEL = "local/echo"
 
@@ -134,8 +137,23 @@ def memory(request):
     return render(request, "memory.html", {"agents": cards, "agent": agent, "current": current})
 
 
+class SignIn(auth_views.LoginView):
+    """The demo's own sign-in page: any active account of the site, not only staff (the admin's sign-in
+    page admits staff only), with the demo login printed while DEBUG is on."""
+
+    template_name = "login.html"
+    redirect_authenticated_user = True
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        return {**super().get_context_data(**kwargs), "demo_login": demo_login_shown()}
+
+
 urlpatterns = [
     path("", home, name="chat"),
+    path("login/", SignIn.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(next_page="about"), name="logout"),
+    # Browsers ask every page's /favicon.ico; the admin's pages name no icon of their own.
+    path("favicon.ico", RedirectView.as_view(url=static("demo/favicon.svg"), permanent=True)),
     path("about/", landing, name="about"),
     path("widget/", widget, name="widget"),
     path("memory/", memory, name="memory"),

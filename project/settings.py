@@ -88,6 +88,9 @@ def database_from_env() -> dict:
 
 
 DATABASES = {"default": database_from_env()}
+# On SQLite (no DATABASE_URL) recall searches exactly in process, as the demo intends: the check that
+# suggests pgvector for large scopes (shown by `migrate`) would only be noise at the demo's start.
+SILENCED_SYSTEM_CHECKS = [] if os.environ.get("DATABASE_URL") else ["memproc.W001"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS: list[dict] = []
@@ -126,7 +129,7 @@ if os.environ.get("MEMPROC_S3_BUCKET"):  # attachments on S3 (the `s3` extra); c
         },
     }
 
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 
 REST_FRAMEWORK = {

@@ -181,6 +181,17 @@ def test_staff_with_view_thread_read_any_stored_resource_but_not_a_missing_one(s
     assert response.status_code == 404
 
 
+def test_staff_read_their_own_resource_before_anything_is_stored(staff):
+    """The demo's memory panel asks for the signed-in user's working memory on a fresh site: an empty
+    value, not a 404 (and no console error)."""
+    staff.user_permissions.add(Permission.objects.get(codename="view_thread"))
+    own = str(staff.pk)
+    response = client_for(staff).get(resource_wm(own))
+    assert response.status_code == 200
+    assert (response.json()["working_memory"], response.json()["version"]) == ("", 0)
+    assert not models.Resource.objects.filter(pk=own).exists()
+
+
 def test_staff_need_change_thread_to_write_another_resources_memory(staff, other_resource):
     models.Resource.objects.filter(pk=other_resource.pk).update(working_memory="theirs")
     staff_client = client_for(staff)

@@ -43,10 +43,10 @@ def page(live_server, monkeypatch):
 def login(page, base: str) -> None:
     page.goto(f"{base}/")
     page.click("#sign-in")  # the landing page says why the chat needs a login
-    assert "/admin/login/" in page.url
+    assert "/login/" in page.url and "/admin/" not in page.url  # the demo's own sign-in page
     page.fill("#id_username", "admin")
     page.fill("#id_password", "memproc-demo")
-    page.click("input[type=submit]")
+    page.click("button[type=submit]")
     # the page then adds ?agent=… to its address (history.replaceState): either form is the landing page
     page.wait_for_url(re.compile(re.escape(base) + r"/(\?.*)?$"))
     page.wait_for_selector("body[data-ready=true]", state="attached")

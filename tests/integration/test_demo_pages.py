@@ -114,6 +114,40 @@ def test_demo_agents_run_the_shipped_guardrails_so_an_injection_is_never_recalle
 
 
 @pytest.mark.django_db
+def test_the_demo_signs_in_any_active_account_not_only_staff(client, settings, django_user_model):
+    settings.DEBUG = True
+    quiet_setup()
+    django_user_model.objects.create_user("reader", password="pw-reader")  # not staff
+    page = client.get("/login/?next=/")
+    assert page.status_code == 200 and "login.html" in [t.name for t in page.templates]
+    assert 'id="demo-username">admin<' in page.content.decode()  # DEBUG: the demo login is printed
+    wrong = client.post("/login/", {"username": "reader", "password": "nope", "next": "/"})
+    assert wrong.status_code == 200 and "do not match an active account" in wrong.content.decode()
+    signed_in = client.post("/login/", {"username": "reader", "password": "pw-reader", "next": "/"})
+    assert signed_in.status_code == 302 and signed_in["Location"] == "/"
+    chat = client.get("/").content.decode()
+    assert "Signed in as reader" in chat and "Sign out" in chat
+    assert reverse("admin:index") not in chat  # no Admin link for someone the admin would refuse
+    assert client.post("/logout/").status_code == 302
+    assert "landing.html" in [t.name for t in client.get("/").templates]
+
+
+@pytest.mark.django_db
+def test_favicon_and_the_memory_panel_need_no_404(client, django_user_model):
+    """The browser's console stays clean on a fresh demo: /favicon.ico leads to the demo's icon, and a
+    staff user's working memory reads as empty before anything is stored."""
+    from django.contrib.staticfiles import finders
+
+    icon = client.get("/favicon.ico")
+    assert icon.status_code == 301 and icon["Location"] == "/static/demo/favicon.svg"
+    assert "<svg" in Path(finders.find("demo/favicon.svg")).read_text()
+    staff = django_user_model.objects.create_superuser("boss", password="pw")
+    client.force_login(staff)
+    memory = client.get(f"/api/memproc/resources/{staff.pk}/working-memory/?agent=assistant")
+    assert memory.status_code == 200 and memory.json()["working_memory"] == ""
+
+
+@pytest.mark.django_db
 def test_landing_explains_the_login_with_the_demo_credentials(client, settings):
     settings.DEBUG = True
     page = client.get("/")
@@ -126,7 +160,7 @@ def test_landing_explains_the_login_with_the_demo_credentials(client, settings):
     quiet_setup()
     html = client.get("/").content.decode()
     assert 'id="demo-username">admin<' in html and 'id="demo-password">memproc-demo<' in html
-    assert "/admin/login/?next=%2F" in html
+    assert '"/login/?next=%2F"' in html
     assert "local/echo" in html and "prompt-injection-detector" in html
 
     settings.DEBUG = False  # a deployed site never prints a password
@@ -263,7 +297,7 @@ def test_landing_says_why_to_sign_in_and_leads_to_the_chat(open_page, live_serve
     for viewport, name in ((DESKTOP, "demo-landing-desktop.png"), (MOBILE, "demo-landing-mobile.png")):
         page = open_page(viewport, signed_in=False)
         page.goto(f"{base}/")
-        assert "/admin/login/" not in page.url  # no silent redirect
+        assert "/login/" not in page.url  # no silent redirect
         assert page.inner_text("#demo-username") == "admin"
         assert page.inner_text("#demo-password") == "memproc-demo"
         assert "Offline stand-in model" in page.inner_text("body")
@@ -273,7 +307,7 @@ def test_landing_says_why_to_sign_in_and_leads_to_the_chat(open_page, live_serve
     page.click("#sign-in")
     page.fill("#id_username", "admin")
     page.fill("#id_password", "memproc-demo")
-    page.click("input[type=submit]")
+    page.click("button[type=submit]")
     # the page then adds ?agent=… to its address (history.replaceState): either form is the landing page
     page.wait_for_url(re.compile(re.escape(base) + r"/(\?.*)?$"))
     page.wait_for_selector("#composer")

@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from memproc.agents import get_agent
+from memproc.api.permissions import default_resource
 from memproc.api.serializers.working_memory import WorkingMemorySerializer, WorkingMemoryUpdateSerializer
 from memproc.api.views.base import MemprocViewMixin, errors
 from memproc.exceptions import ValidationError as MemprocValidationError
@@ -150,9 +151,14 @@ class ResourceWorkingMemoryView(MemprocViewMixin, WorkingMemoryMixin, views.APIV
 
     def resource_key(self, resource_id: str) -> str:
         """The caller's own resource, stored or not yet; any stored resource for a caller the resolver
-        grants every resource (staff with `memproc.view_thread` to read, `memproc.change_thread` to write)."""
+        grants every resource (staff with `memproc.view_thread` to read, `memproc.change_thread` to write).
+        The caller's own resource is never a 404, stored or not: its working memory is empty until then."""
         self.require_resource(resource_id)
-        if self.allowed_resources() is None and not Resource.objects.filter(pk=resource_id).exists():
+        if (
+            self.allowed_resources() is None
+            and resource_id != default_resource(self.request)
+            and not Resource.objects.filter(pk=resource_id).exists()
+        ):
             raise NotFound()
         return resource_id
 
