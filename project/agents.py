@@ -69,7 +69,11 @@ register(
         instructions="You are a friendly assistant. Use what you remember about the user.",
         model=MODEL,
         memory=Memory(
-            last_messages=10, semantic_recall={"top_k": 3}, working_memory=True, generate_title=True
+            last_messages=10,
+            # A floor on similarity: the panel lists related messages, not the least unrelated ones.
+            semantic_recall={"top_k": 3, "threshold": 0.2},
+            working_memory=True,
+            generate_title=True,
         ),
         input_processors=input_guardrails(personal_data="redact"),
         output_processors=output_guardrails(),

@@ -39,7 +39,11 @@ def agent_card(agent: Any) -> dict[str, Any]:
         "model": agent.model_id,
         "offline": agent.model_id == OFFLINE_MODEL,
         "history": memory.last_messages if memory is not None and memory.last_messages is not False else None,
-        "recall": {"top_k": recall["top_k"], "scope": recall["scope"]} if recall else None,
+        "recall": (
+            {"top_k": recall["top_k"], "scope": recall["scope"], "threshold": recall["threshold"]}
+            if recall
+            else None
+        ),
         "working_memory": {"scope": wm.scope, "mode": wm.mode} if wm is not None else None,
         "token_limit": limiter.limit if limiter is not None else None,
         "input_processors": [processor_card(p) for p in agent.input_processors],

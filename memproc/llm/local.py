@@ -272,8 +272,19 @@ def _asks_for_title(messages: Sequence[Message]) -> bool:
     return any(m.role == "system" and "title of a conversation" in m.text for m in messages)
 
 
-def _title_from(text: str, *, words: int = 6) -> str:
-    """The first few words of the first message, capitalised: a plausible offline title."""
-    picked = re.findall(r"[\w'-]+", text)[:words]
+# Words a title does not end on ("My name is Ada and I" reads as cut off; "My name is Ada" does not).
+_DANGLING = frozenset(
+    "a an and are as at but by for from i in is it my of on or our so that the their this to was "
+    "we what when where which who why with you your".split()
+)
+
+
+def _title_from(text: str, *, words: int = 10) -> str:
+    """The first clause of the first message, at most `words` words, not ending on a word that leaves
+    it dangling; capitalised: a plausible offline title."""
+    clause = re.split(r"[.,;:!?\n]", text.strip(), maxsplit=1)[0]
+    picked = re.findall(r"[\w'-]+", clause)[:words]
+    while len(picked) > 2 and picked[-1].lower() in _DANGLING:
+        picked.pop()
     title = " ".join(picked) or "New conversation"
     return title[:1].upper() + title[1:]

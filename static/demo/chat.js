@@ -279,7 +279,7 @@
     const facts = [
       ["Model", a.offline ? "local/echo (offline stand-in: repeats your message)" : a.model],
       ["History", a.history ? `the last ${a.history} messages` : "none"],
-      ["Recall", a.recall ? `top ${a.recall.top_k} similar messages from ${a.recall.scope === "resource" ? "all your conversations" : "this conversation"}` : "off"],
+      ["Recall", a.recall ? `top ${a.recall.top_k} similar messages${a.recall.threshold != null ? ` (score ≥ ${a.recall.threshold})` : ""} from ${a.recall.scope === "resource" ? "all your conversations" : "this conversation"}` : "off"],
       ["Working memory", a.working_memory ? `${a.working_memory.scope} scope: ${scopeWords(a.working_memory.scope)}` : "none"],
       ["Token limit", a.token_limit ? `${a.token_limit} tokens (token-limiter)` : "none (no token limiter)"],
       ["Guardrails in", (a.input_processors || []).map((p) => p.id + (p.strategy ? ` (${p.strategy})` : "")).join(", ") || "none"],

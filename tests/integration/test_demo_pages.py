@@ -57,7 +57,7 @@ def test_agent_card_reads_memory_scope_token_limit_and_processors():
     card = agent_card(agent)
     assert card["offline"] is True and card["model"] == "local/echo"
     assert card["history"] == 5
-    assert card["recall"] == {"top_k": 2, "scope": "resource"}
+    assert card["recall"] == {"top_k": 2, "scope": "resource", "threshold": None}
     assert card["working_memory"] == {"scope": "thread", "mode": "markdown"}
     assert card["token_limit"] == 1234
     assert card["input_processors"] == [

@@ -6,6 +6,7 @@ from memproc.llm import ModelRequest, ToolSpec
 from memproc.llm.local import DEFAULT_WORKING_MEMORY_TEMPLATE, EchoModel
 from memproc.messages import Message, ToolCallPart, ToolResultPart
 from memproc.processors.working_memory import DEFAULT_TEMPLATE, TOOL_NAME
+from memproc.services.titles import TITLE_INSTRUCTIONS
 from memproc.tools import WORKING_MEMORY_TOOL
 
 UPDATE_TOOL = ToolSpec(
@@ -294,3 +295,21 @@ def test_stream_yields_the_working_memory_tool_call():
 def test_calls_the_tool_the_working_memory_processor_offers_and_starts_from_its_template():
     assert TOOL_NAME == WORKING_MEMORY_TOOL == UPDATE_TOOL.name
     assert DEFAULT_WORKING_MEMORY_TEMPLATE == DEFAULT_TEMPLATE
+
+
+def titled(first_message: str) -> str:
+    request = ModelRequest(messages=[system(TITLE_INSTRUCTIONS), user(first_message)])
+    return EchoModel().generate(request).text
+
+
+def test_offline_titles_end_at_the_first_clause_and_never_dangle():
+    assert titled("My name is Ada and I live in Lisbon, where I work as a biologist.") == (
+        "My name is Ada and I live in Lisbon"
+    )
+    assert titled("Where do I live and what is my job?") == "Where do I live and what is my job"
+    assert titled("one two three four five six seven eight nine and ten more") == (
+        "One two three four five six seven eight nine"
+    )
+    assert titled("hello") == "Hello"
+    assert titled("...") == "New conversation"
+    assert titled("plan a trip to the") == "Plan a trip"
