@@ -93,7 +93,11 @@
     .banner { margin: .4rem 0; padding: .45rem .6rem; border-radius: 8px; background: #fff4e0;
       border: 1px solid #e3b96b; color: #6b4a00; }
     .empty-list { color: #889; font-style: italic; border: 0; }
-    button { font: inherit; font-size: .85em; cursor: pointer; }
+    button { font: inherit; font-size: .85em; cursor: pointer; padding: .15rem .6rem; border-radius: 6px;
+      border: 1px solid var(--border); background: var(--memproc-bg, #fff); color: var(--accent); }
+    button:hover:not(:disabled) { border-color: var(--accent); }
+    button:focus-visible { outline: 3px solid color-mix(in srgb, var(--accent) 45%, transparent); outline-offset: 1px; }
+    button.save { background: var(--accent); color: #fff; border-color: var(--accent); }
     button.on { background: var(--accent); color: #fff; border: 1px solid var(--accent); }
     button.forget.armed { background: #b3261e; color: #fff; border: 1px solid #b3261e; }
     button:disabled { cursor: default; opacity: .6; }
