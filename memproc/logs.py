@@ -24,12 +24,14 @@ reading `exc_info` (Sentry's keeps frame locals) would send it on.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from typing import Any
 
 from memproc import redaction
 
-__all__ = ["FIELDS", "TurnContextFilter", "bind", "current", "failure", "rebind", "unbind"]
+__all__ = ["FIELDS", "TurnContextFilter", "bind", "bound", "current", "failure", "lent", "rebind", "unbind"]
 
 FIELDS = ("agent_id", "thread_id", "resource_id", "turn_id")
 _EMPTY: dict[str, str] = dict.fromkeys(FIELDS, "")
@@ -65,6 +67,24 @@ def unbind(token: Token[Any]) -> None:
         _turn.reset(token)
     except ValueError:
         _turn.set(None)
+
+
+def bound() -> dict[str, str] | None:
+    """The binding in force here (None outside a turn), for `lent`."""
+    return _turn.get()
+
+
+@contextmanager
+def lent(outer: dict[str, str] | None) -> Iterator[None]:
+    """A generator-driven turn runs in its caller's context: while its driver hands an event to the
+    caller, the caller's own binding (`outer`) is in force, so a stream the caller drops unread
+    does not leave the turn's fields on the caller's later log lines."""
+    inner = _turn.get()
+    _turn.set(outer)
+    try:
+        yield
+    finally:
+        _turn.set(inner)
 
 
 def current() -> dict[str, str]:

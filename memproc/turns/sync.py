@@ -14,6 +14,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 
+from memproc import logs
 from memproc.events import GenerateResult, StreamEvent
 from memproc.messages import MessageInput
 from memproc.turns.effects import (
@@ -78,6 +79,7 @@ def _drive(
     returns it (unperformed) instead of the turn's result."""
     send: Any = None
     error: BaseException | None = None
+    outer = logs.bound()
     while True:
         try:
             item = steps.throw(error) if error is not None else steps.send(send)
@@ -85,7 +87,8 @@ def _drive(
             return stop.value
         send, error = None, None
         if isinstance(item, StreamEvent):
-            yield item
+            with logs.lent(outer):
+                yield item
             continue
         if until_model and isinstance(item, ModelGenerate | ModelStreamOpen):
             return PendingModel(item)
