@@ -19,7 +19,7 @@ protocol, v1 (header `x-vercel-ai-ui-message-stream: v1`; SSE `data:` frames, th
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from django.db import transaction
@@ -34,6 +34,7 @@ from rest_framework.utils.encoders import JSONEncoder
 
 from memproc.agents import get_agent
 from memproc.api.parsers import MemprocJSONParser
+from memproc.api.protocols.aisdk_resume import TOOL_DONE, ToolAnswer, is_tool_part, tool_answer
 from memproc.api.protocols.auth import ProtocolAuthMixin
 from memproc.api.protocols.common import (
     THREAD_HEADER,
@@ -41,21 +42,23 @@ from memproc.api.protocols.common import (
     internal_tools,
     new_part,
     turn_input_check,
+    waiting_tools,
     without_system,
 )
 from memproc.api.serializers.fields import IdField
 from memproc.api.sse import error_data, stream_response
 from memproc.api.views.base import MemprocViewMixin
 from memproc.events import GenerateResult, StreamEvent
+from memproc.llm.types import ToolCall
 from memproc.messages import new_id, thaw
 from memproc.selectors.messages import messages_existing
 from memproc.services.attachments import attachment_check_size
-from memproc.turns.asgi import turn_events
+from memproc.turns.asgi import turn_events, turn_resume_events
 from memproc.turns.input import ThreadRef
+from memproc.turns.resume import Resumption
 
 STREAM_HEADER = "x-vercel-ai-ui-message-stream"
 UI_ROLES = ("system", "user", "assistant")
-TOOL_DONE = ("output-available", "output-error")
 
 
 class ChatRequest(serializers.Serializer):
@@ -88,11 +91,6 @@ class ChatRequest(serializers.Serializer):
 def is_block_notice(message: Mapping[str, Any]) -> bool:
     """The assistant message of a blocked turn: it holds the stream's `data-tripwire` part."""
     return any(p.get("type") == "data-tripwire" for p in message.get("parts") or ())
-
-
-def _is_tool_part(part: Mapping[str, Any]) -> bool:
-    kind = str(part.get("type", ""))
-    return kind == "dynamic-tool" or kind.startswith("tool-")
 
 
 def _tool_name(part: Mapping[str, Any]) -> str:
@@ -137,7 +135,7 @@ def memproc_messages(ui: Mapping[str, Any]) -> list[dict[str, Any]]:
         calls: list[dict[str, Any]] = []
         results: list[dict[str, Any]] = []
         for part in step:
-            if not _is_tool_part(part) or part.get("state") not in TOOL_DONE:
+            if not is_tool_part(part) or part.get("state") not in TOOL_DONE:
                 continue
             call_id, name = str(part.get("toolCallId", "")), _tool_name(part)
             args = part.get("input")
@@ -179,16 +177,40 @@ def chunk(data: Mapping[str, Any]) -> bytes:
 
 
 class UIMessageStreamEncoder:
-    """A turn's stream events as UI message chunks (one assistant message, one step per model call)."""
+    """A turn's stream events as UI message chunks (one assistant message, one step per model call).
 
-    def __init__(self, *, message_id: str, thread_id: str | None, hidden_tools: set[str]) -> None:
+    A call that waits (`waiting_tools`: approval-gated and client-side ones) ends the turn's stream:
+    the calls after it in its step run only once it is decided, so they are held back (shown when
+    they get a result or wait in turn), and `useChat` sees a last step whose calls all have an answer
+    or wait for one. A continued message (`continues`, a resumed turn) goes on in the client's last
+    step: `announced` are the calls the client shows already, `held` those it does not, `denied` the
+    rejected ones (`tool-output-denied`)."""
+
+    def __init__(
+        self,
+        *,
+        message_id: str,
+        thread_id: str | None,
+        hidden_tools: set[str],
+        waiting_tools: Collection[str] = (),
+        continues: bool = False,
+        announced: Collection[str] = (),
+        held: Sequence[ToolCall] = (),
+        denied: Collection[str] = (),
+    ) -> None:
         self.message_id = message_id
         self.thread_id = thread_id
         self.hidden_tools = hidden_tools
+        self.waiting_tools = set(waiting_tools)
+        self.announced = set(announced)
+        self.held = {call.id: call for call in held if call.id not in self.announced}
+        self.denied = set(denied)
         self.text_id: str | None = None
         self.texts = 0
-        self.step_open = False
+        self.step_open = continues  # a continued message goes on in the client's last step
+        self.step_started = False  # this stream sent the open step's `start-step`
         self.step_done = False  # the step's tools ran: the next model output is a new step
+        self.step_waits = False  # a call of the open step waits: the calls after it are held
 
     def begin(self) -> list[bytes]:
         return [
@@ -210,8 +232,9 @@ class UIMessageStreamEncoder:
     def _close_step(self) -> list[dict[str, Any]]:
         out = self._close_text()
         if self.step_open:
-            out.append({"type": "finish-step"})
-            self.step_open = False
+            if self.step_started:
+                out.append({"type": "finish-step"})
+            self.step_open = self.step_started = False
         return out
 
     def _step(self) -> list[dict[str, Any]]:
@@ -219,8 +242,25 @@ class UIMessageStreamEncoder:
         self.step_done = False
         if not self.step_open:
             out.append({"type": "start-step"})
-            self.step_open = True
+            self.step_open = self.step_started = True
+            self.step_waits = False
         return out
+
+    def _input(self, call_id: str, name: str, args: Any) -> dict[str, Any]:
+        self.announced.add(call_id)
+        self.held.pop(call_id, None)
+        return {"type": "tool-input-available", "toolCallId": call_id, "toolName": name, "input": thaw(args)}
+
+    def _shown(self, call_id: str, name: str, args: Any) -> list[dict[str, Any]]:
+        """A call the client must know before its result or approval request: its input, in the open
+        step (a held call belongs to the step it was made in)."""
+        if call_id in self.announced:
+            return []
+        out: list[dict[str, Any]] = []
+        if not self.step_open:
+            out.append({"type": "start-step"})
+            self.step_open = self.step_started = True
+        return [*out, *self._close_text(), self._input(call_id, name, args)]
 
     def event(self, event: StreamEvent) -> list[bytes]:
         return [chunk(c) for c in self.chunks(event)]
@@ -237,30 +277,49 @@ class UIMessageStreamEncoder:
             call = event.tool_call
             if call.name in self.hidden_tools:
                 return []
-            return [
-                *self._step(),
-                *self._close_text(),
-                {
-                    "type": "tool-input-available",
-                    "toolCallId": call.id,
-                    "toolName": call.name,
-                    "input": thaw(call.args),
-                },
-            ]
+            out = self._step()
+            if self.step_waits:  # runs only once the call before it is decided
+                self.held[call.id] = call
+                return out
+            self.step_waits = call.name in self.waiting_tools
+            return [*out, *self._close_text(), self._input(call.id, call.name, call.args)]
         if event.type == "tool-result" and event.tool_result is not None:
             self.step_done = True
             result = event.tool_result
             if result.tool_name in self.hidden_tools:
                 return []
+            held = self.held.get(result.tool_call_id)
+            out = self._shown(held.id, held.name, held.args) if held is not None else []
+            if result.tool_call_id in self.denied:
+                return [*out, {"type": "tool-output-denied", "toolCallId": result.tool_call_id}]
             if result.is_error:
                 text = result.result if isinstance(result.result, str) else json.dumps(thaw(result.result))
-                return [{"type": "tool-output-error", "toolCallId": result.tool_call_id, "errorText": text}]
+                failed = {"type": "tool-output-error", "toolCallId": result.tool_call_id, "errorText": text}
+                return [*out, failed]
             return [
+                *out,
                 {
                     "type": "tool-output-available",
                     "toolCallId": result.tool_call_id,
                     "output": thaw(result.result),
-                }
+                },
+            ]
+        if event.type == "tool-approval" and event.tool_call is not None and event.pending is not None:
+            call = event.tool_call
+            return [
+                *self._shown(call.id, call.name, call.args),
+                {"type": "tool-approval-request", "approvalId": event.pending.id, "toolCallId": call.id},
+            ]
+        if event.type == "suspended" and event.pending is not None:
+            waiting = event.pending
+            return [
+                *self._shown(waiting.tool_call_id, waiting.tool_name, waiting.args),
+                *self._close_step(),
+                {
+                    "type": "finish",
+                    "finishReason": "tool-calls",
+                    "messageMetadata": self.metadata(event.result),
+                },
             ]
         if event.type == "retry" and event.tripwire is not None:
             return [*self._close_text(), {"type": "data-retry", "data": event.tripwire.as_dict()}]
@@ -289,6 +348,8 @@ class UIMessageStreamEncoder:
             "thread_id": result.thread_id or self.thread_id,
             "message_ids": [m.id for m in result.messages],
             "usage": thaw(result.usage),
+            # The call a suspended turn waits on; null once none waits (metadata merges on continuing).
+            "pending": result.pending.as_dict() if result.pending is not None else None,
         }
 
     def error(self, exc: BaseException) -> list[bytes]:
@@ -329,6 +390,15 @@ class ChatView(ChatViewMixin, views.APIView):
         data = serializer.validated_data
         thread_id = data["id"]
         resource_id, thread = self.settle_owner(thread_id, data.get("resource_id"))
+        answer = tool_answer(
+            data["messages"][-1],
+            user=request.user,
+            agent_id=agent.id,
+            thread_id=thread_id,
+            resource_id=resource_id,
+        )
+        if answer is not None:
+            return self.resumed(request, agent, answer, thread_id=thread_id)
         conversation = drop_blocked(data["messages"], is_block_notice)
         ui_part = new_part(conversation, thread_exists=thread is not None, agent=agent)
         replaces = self.replaced_from(thread, ui_part, data) if thread is not None else None
@@ -339,7 +409,10 @@ class ChatView(ChatViewMixin, views.APIView):
             unanswerable="The chat must end with a new user message for the agent to answer.",
         )
         encoder = UIMessageStreamEncoder(
-            message_id=new_id(), thread_id=thread_id, hidden_tools=internal_tools(agent)
+            message_id=new_id(),
+            thread_id=thread_id,
+            hidden_tools=internal_tools(agent),
+            waiting_tools=waiting_tools(agent),
         )
         events = turn_events(
             request,
@@ -350,6 +423,23 @@ class ChatView(ChatViewMixin, views.APIView):
             thread=ThreadRef.of(thread, thread_id=thread_id, resource_id=resource_id),
             replace_from=replaces,
         )
+        return stream_response(events, encoder, {STREAM_HEADER: "v1", THREAD_HEADER: thread_id})
+
+    def resumed(self, request: Request, agent: Any, answer: ToolAnswer, *, thread_id: str) -> Any:
+        """The turn of the call the request decided, resumed and streamed as the continuation of the
+        assistant message that answered it (same `messageId`, in its last step)."""
+        pending = answer.pending
+        encoder = UIMessageStreamEncoder(
+            message_id=answer.message_id,
+            thread_id=thread_id,
+            hidden_tools=internal_tools(agent),
+            waiting_tools=waiting_tools(agent),
+            continues=True,
+            announced=answer.shown,
+            held=Resumption.of(pending).calls,
+            denied={pending.tool_call_id} if answer.denied else (),
+        )
+        events = turn_resume_events(request, agent, pending)
         return stream_response(events, encoder, {STREAM_HEADER: "v1", THREAD_HEADER: thread_id})
 
     def replaced_from(self, thread: Any, ui_part: list[Any], data: Mapping[str, Any]) -> str | None:
