@@ -14,6 +14,19 @@ protocol, v1 (header `x-vercel-ai-ui-message-stream: v1`; SSE `data:` frames, th
   unknown agent, another owner's thread) are ordinary JSON responses with their statuses.
 * `trigger: "regenerate-message"`, or a `messageId` naming an already answered user message (an
   edit), replaces that message and everything after it in the thread.
+* Calls that wait (memproc.services.approvals): a turn that suspends at an approval-gated tool ends
+  its stream with the call's `tool-input-available`, then `tool-approval-request` (`approvalId`: the
+  PendingToolCall's id), then `finish` with `finishReason: "tool-calls"` and the call in the
+  metadata's `pending`; at a client-side tool, with `tool-input-available` only (`useChat`'s
+  `onToolCall` fires). Calls after the waiting one in its step are shown once they run. Nothing is
+  saved yet.
+* The answer (memproc.api.protocols.aisdk_resume): a request whose last message is that assistant
+  message with the tool part `approval-responded` (`addToolApprovalResponse`) approves or rejects the
+  call as the signed-in user; with a client call's `output-available` / `output-error` part
+  (`addToolOutput`), that is its result. The resumed turn streams back as the continuation of the same
+  message (the same `messageId`; a rejected call is `tool-output-denied`) and saves the whole turn
+  once. 403: the user may not decide the call; 404: no such call in this chat; 409: no longer
+  pending; 400: a result the tool's `output_schema` refuses.
 """
 
 from __future__ import annotations
