@@ -271,9 +271,8 @@ def pending_client_call(pending_id: Any, *, resources: Collection[str] | None) -
 
 
 def _thread_calls(*, agent_id: str, thread_id: str, resource_id: str) -> QuerySet[PendingToolCall]:
-    # An agent without memory keeps no thread: its calls have thread_id "".
     return PendingToolCall.objects.using(memproc_db()).filter(
-        agent_id=agent_id, resource_id=resource_id, thread_id__in=[thread_id, ""]
+        agent_id=agent_id, resource_id=resource_id, thread_id=thread_id
     )
 
 

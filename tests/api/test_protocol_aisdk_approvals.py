@@ -452,3 +452,37 @@ def test_the_result_endpoint_checks_the_output_schema_too(owner_client, shop, mo
 def test_a_bad_output_schema_fails_where_the_tool_is_defined():
     with pytest.raises(ConfigurationError, match="output_schema"):
         Tool("t", "d", {"type": "object"}, None, output_schema={"type": 3})
+
+
+# --- agents and policies ----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_an_agent_without_memory_resumes_from_the_chat_too(
+    owner_client, make_agent, model, decider, resource
+):
+    make_agent(id="shop", tools=[refund], memory=None)
+    user, message, _ = suspend(owner_client, model)
+    chunks = frames(chat(owner_client, "c1", user, approval(message, "call-1", True)))
+    assert chunks[0]["messageId"] == message["id"] and chunks[-1]["finishReason"] == "stop"
+    assert RUNS == [{"order": "A-1", "amount": 10}] and not models.Message.objects.exists()
+
+
+@pytest.mark.django_db
+def test_under_the_hold_policy_the_call_is_shown_before_its_approval_request(
+    owner_client, make_agent, model, decider, resource
+):
+    make_agent(id="shop", tools=[refund], stream_policy="hold")
+    _, message, chunks = suspend(owner_client, model)
+    kinds = [c["type"] for c in chunks]
+    assert kinds.index("tool-input-available") < kinds.index("tool-approval-request")
+    assert message["parts"][-1]["state"] == "approval-requested"
+
+
+@pytest.mark.django_db
+def test_a_client_tool_that_returns_nothing(owner_client, make_agent, model, resource):
+    make_agent(id="shop", tools=[Tool("confirm", "Asks the user.", {"type": "object"}, None)])
+    user, message, _ = suspend(owner_client, model, "c1", calls(ToolCall("k-1", "confirm", {})), "OK.")
+    nothing = answered(message, "k-1", state="output-available")
+    assert frames(chat(owner_client, "c1", user, nothing))[-1]["finishReason"] == "stop"
+    assert model.requests[-1].messages[-1].tool_results[0].result is None

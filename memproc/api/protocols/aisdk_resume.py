@@ -114,8 +114,11 @@ def _answer_client_call(step: list[Mapping[str, Any]], *, where: dict[str, str])
     row = next((r for r in rows if r.state == r.State.PENDING), rows[0])
     part = done[row.tool_call_id]
     failed = part.get("state") == "output-error"
-    body = ToolResultSerializer(data={"result": part.get("errorText") if failed else part.get("output")})
-    body.is_valid(raise_exception=True)
+    result = part.get("errorText") if failed else part.get("output")
+    if result is not None:  # a tool that returns nothing answers null (the output_schema may refuse it)
+        body = ToolResultSerializer(data={"result": result})
+        body.is_valid(raise_exception=True)
+        result = body.validated_data["result"]
     return approvals.pending_submit_result(
-        row.pk, result=body.validated_data["result"], resources=[where["resource_id"]], is_error=failed
+        row.pk, result=result, resources=[where["resource_id"]], is_error=failed
     )
