@@ -201,7 +201,8 @@ class ChatViewMixin(ProtocolAuthMixin, MemprocViewMixin):
 @extend_schema(exclude=True)
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
 class ChatView(ChatViewMixin, views.APIView):
-    """`POST agents/<id>/chat/`: one turn, streamed in the AI SDK's UI-message stream protocol."""
+    """`POST agents/<id>/chat/`: one turn, streamed in the AI SDK's UI-message stream protocol; or, when
+    the request answers a call its turn waits on, that turn resumed and streamed."""
 
     def post(self, request: Request, id: str) -> Any:
         agent = self.agent(id)
