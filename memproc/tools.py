@@ -82,6 +82,9 @@ class Tool:
     requires_approval: bool | str | Callable[[Any, Any], bool] = False
     # Seconds a waiting call may wait before it is rejected as expired; None: it never expires.
     approval_timeout: float | None = DEFAULT_APPROVAL_TIMEOUT
+    # A JSON schema of the result a caller submits for a client-side tool (checked when it answers);
+    # None: any JSON value.
+    output_schema: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "a").replace("-", "a").isalnum():
@@ -108,6 +111,14 @@ class Tool:
                 f"Tool {self.name!r}: a client-side tool (no function) is answered by the caller; "
                 "it cannot also require approval"
             )
+        if self.output_schema is not None:
+            try:
+                self.output_validator  # noqa: B018 - built now, so a bad schema fails at definition
+            except (TypeError, AttributeError, jsonschema.SchemaError) as exc:
+                raise ConfigurationError(
+                    f"Tool {self.name!r}: output_schema must be a valid JSON schema "
+                    f"({getattr(exc, 'message', exc)})"
+                ) from exc
         timeout = self.approval_timeout
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
@@ -140,6 +151,20 @@ class Tool:
     @cached_property
     def validator(self) -> Any:
         return schema_validator(self.parameters, check=not self.schema_checked)
+
+    def validate_output(self, result: Any) -> None:
+        """Checks a result against `output_schema` (none: anything passes): ToolError with the first
+        problem."""
+        if self.output_schema is None:
+            return
+        try:
+            self.output_validator.validate(result)
+        except jsonschema.ValidationError as exc:
+            raise ToolError(f"Invalid result for {self.name}: {exc.message}") from exc
+
+    @cached_property
+    def output_validator(self) -> Any:
+        return schema_validator(self.output_schema or {})
 
     @property
     def spec(self) -> ToolSpec:

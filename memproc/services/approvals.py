@@ -40,13 +40,18 @@ __all__ = [
     "RESUME_LEASE",
     "Resumer",
     "approve",
+    "client_calls_in_thread",
     "connect_resumer",
     "expire_due",
     "may_decide",
+    "pending_approve",
     "pending_client_call",
     "pending_complete",
     "pending_decidable",
+    "pending_in_thread",
     "pending_record_run",
+    "pending_reject",
+    "pending_submit_result",
     "pending_suspend",
     "pending_visible",
     "reject",
@@ -204,11 +209,13 @@ def _decide(row: PendingToolCall, *, state: str, actor: Any, **fields: Any) -> P
     return decided
 
 
-def approve(pending_id: Any, *, actor: Any = None, arguments: Mapping[str, Any] | None = None) -> Any:
+def pending_approve(
+    pending_id: Any, *, actor: Any = None, arguments: Mapping[str, Any] | None = None
+) -> PendingToolCall:
     """Approves the call (with `arguments` in place of the model's, checked against the tool's
-    schema: ValidationError) and resumes its turn: the turn's GenerateResult. PendingCallNotFound
-    when there is no such call or `actor` may not decide it; PendingCallConflict when it is no longer
-    pending."""
+    schema: ValidationError) without resuming its turn: the decided row, for a caller that resumes the
+    turn itself (a protocol that streams it, memproc.turns.asgi.turn_resume_events). Errors as
+    `approve`."""
     row = pending_visible(pending_id, user=actor)
     if row.state != State.PENDING:
         raise PendingCallConflict("This tool call is no longer pending")
@@ -224,22 +231,34 @@ def approve(pending_id: Any, *, actor: Any = None, arguments: Mapping[str, Any] 
         except ToolError as exc:
             raise ValidationError(str(exc)) from exc
         edited = dict(arguments)
-    decided = _decide(row, state=State.APPROVED, actor=actor, edited_arguments=edited)
+    return _decide(row, state=State.APPROVED, actor=actor, edited_arguments=edited)
+
+
+def approve(pending_id: Any, *, actor: Any = None, arguments: Mapping[str, Any] | None = None) -> Any:
+    """Approves the call (with `arguments` in place of the model's, checked against the tool's
+    schema: ValidationError) and resumes its turn: the turn's GenerateResult. PendingCallNotFound
+    when there is no such call or `actor` may not decide it; PendingCallConflict when it is no longer
+    pending."""
+    decided = pending_approve(pending_id, actor=actor, arguments=arguments)
     return _the_resumer().resume(decided)
 
 
-def reject(pending_id: Any, *, actor: Any = None, reason: str = "") -> Any:
-    """Rejects the call: its turn resumes with a tool result saying so (the tool never runs), and
-    the model goes on. The resumed turn's GenerateResult; errors as `approve`."""
+def pending_reject(pending_id: Any, *, actor: Any = None, reason: str = "") -> PendingToolCall:
+    """Rejects the call without resuming its turn: the decided row (see `pending_approve`). Errors as
+    `reject`."""
     if not isinstance(reason, str):
         raise ValidationError("reason must be a string")
     row = pending_visible(pending_id, user=actor)
     if row.state != State.PENDING:
         raise PendingCallConflict("This tool call is no longer pending")
     text = f"{REJECTED_TEXT}: {reason}" if reason else REJECTED_TEXT
-    decided = _decide(
-        row, state=State.REJECTED, actor=actor, reason=reason, result=text, result_is_error=True
-    )
+    return _decide(row, state=State.REJECTED, actor=actor, reason=reason, result=text, result_is_error=True)
+
+
+def reject(pending_id: Any, *, actor: Any = None, reason: str = "") -> Any:
+    """Rejects the call: its turn resumes with a tool result saying so (the tool never runs), and
+    the model goes on. The resumed turn's GenerateResult; errors as `approve`."""
+    decided = pending_reject(pending_id, actor=actor, reason=reason)
     return _the_resumer().resume(decided)
 
 
@@ -251,14 +270,72 @@ def pending_client_call(pending_id: Any, *, resources: Collection[str] | None) -
     return row
 
 
-def submit_result(pending_id: Any, *, result: Any, resources: Collection[str] | None = None) -> Any:
-    """The caller's answer to a client-side tool call (of one of `resources`; None: any): the turn
-    resumes with it as the tool's result. PendingCallNotFound for another resource's call,
-    PendingCallConflict when it is not pending."""
+def _thread_calls(*, agent_id: str, thread_id: str, resource_id: str) -> QuerySet[PendingToolCall]:
+    return PendingToolCall.objects.using(memproc_db()).filter(
+        agent_id=agent_id, resource_id=resource_id, thread_id=thread_id
+    )
+
+
+def pending_in_thread(
+    pending_id: Any, *, agent_id: str, thread_id: str, resource_id: str, kind: str = "approval"
+) -> PendingToolCall:
+    """The call `pending_id` of `kind` (any state) of `agent_id`'s turns in that thread of that
+    resource; else PendingCallNotFound, as for a call that does not exist. It says nothing about
+    who may decide it (`may_decide`)."""
+    rows = _thread_calls(agent_id=agent_id, thread_id=thread_id, resource_id=resource_id)
+    try:
+        key = pending_id if isinstance(pending_id, uuid.UUID) else uuid.UUID(str(pending_id))
+        return rows.get(pk=key, kind=kind)
+    except (PendingToolCall.DoesNotExist, ValueError):
+        raise PendingCallNotFound("No such pending tool call") from None
+
+
+def client_calls_in_thread(
+    tool_call_ids: Collection[str], *, agent_id: str, thread_id: str, resource_id: str
+) -> list[PendingToolCall]:
+    """The client-side calls (any state) with those model call ids of `agent_id`'s turns in that
+    thread of that resource, the newest first."""
+    if not tool_call_ids:
+        return []
+    rows = _thread_calls(agent_id=agent_id, thread_id=thread_id, resource_id=resource_id)
+    return list(rows.filter(kind="client", tool_call_id__in=list(tool_call_ids)).order_by("-created_at"))
+
+
+def pending_submit_result(
+    pending_id: Any, *, result: Any, resources: Collection[str] | None = None, is_error: bool = False
+) -> PendingToolCall:
+    """Records the caller's answer to a client-side tool call without resuming its turn: the decided
+    row (see `pending_approve`). A result (not an error, `is_error`) is checked against the tool's
+    `output_schema`, if it has one (ValidationError, and the call still waits). Errors as
+    `submit_result`."""
     row = pending_client_call(pending_id, resources=resources)
     if row.state != State.PENDING:
         raise PendingCallConflict("This tool call is no longer pending")
-    decided = _decide(row, state=State.APPROVED, actor=None, result=result, ran_at=timezone.now())
+    if not is_error:
+        tool = _the_resumer().tool(row)
+        try:
+            if tool is not None:
+                tool.validate_output(result)
+        except ToolError as exc:
+            raise ValidationError(str(exc)) from exc
+    return _decide(
+        row,
+        state=State.APPROVED,
+        actor=None,
+        result=result,
+        result_is_error=bool(is_error),
+        ran_at=timezone.now(),
+    )
+
+
+def submit_result(
+    pending_id: Any, *, result: Any, resources: Collection[str] | None = None, is_error: bool = False
+) -> Any:
+    """The caller's answer to a client-side tool call (of one of `resources`; None: any): the turn
+    resumes with it as the tool's result (an error the tool reported, with `is_error`).
+    PendingCallNotFound for another resource's call, PendingCallConflict when it is not pending,
+    ValidationError for a result the tool's `output_schema` refuses."""
+    decided = pending_submit_result(pending_id, result=result, resources=resources, is_error=is_error)
     return _the_resumer().resume(decided)
 
 

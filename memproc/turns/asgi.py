@@ -24,10 +24,11 @@ from memproc.admission import admission_release
 from memproc.events import GenerateResult, StreamEvent
 from memproc.turns.aio import turn_continue_async
 from memproc.turns.plan import Planner, TurnPlan
+from memproc.turns.resume import Resumption, resumed_input
 from memproc.turns.sync import turn_begin, turn_run
 from memproc.turns.sync import turn_events as turn_events_sync
 
-__all__ = ["is_asgi", "primed", "turn_events", "turn_generate"]
+__all__ = ["is_asgi", "primed", "turn_events", "turn_generate", "turn_resume_events"]
 
 
 def is_asgi(request: Any) -> bool:
@@ -79,6 +80,24 @@ def turn_events(
     started = turn_begin(plan, messages, streaming=True, **options)
     release_connections()
     return turn_continue_async(started, result_box=result_box)
+
+
+def turn_resume_events(
+    request: Any, agent: Planner, pending: Any, **options: Any
+) -> Iterator[StreamEvent] | AsyncIterator[StreamEvent]:
+    """The suspended turn of a decided PendingToolCall, resumed and streamed for the request, as
+    `turn_events` streams a new one (memproc.turns.sync.turn_resume runs one to its end instead). The
+    decision is the caller's (memproc.services.approvals), made once before this is called."""
+    return turn_events(
+        request,
+        agent,
+        resumed_input(pending),
+        thread_id=pending.thread_id or None,
+        resource_id=pending.resource_id or None,
+        memory_options=pending.turn.get("memory_options") or None,
+        resume=Resumption.of(pending),
+        **options,
+    )
 
 
 def _plan(agent: Planner, options: dict[str, Any]) -> TurnPlan:

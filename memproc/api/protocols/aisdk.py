@@ -1,6 +1,8 @@
 """The Vercel AI SDK's chat protocol at `POST agents/<id>/chat/`: the request body of `useChat`'s
 `DefaultChatTransport` (`{id, messages: UIMessage[], trigger, messageId}`) and its UI-message stream
 protocol, v1 (header `x-vercel-ai-ui-message-stream: v1`; SSE `data:` frames, then `data: [DONE]`).
+This module holds the views and the request translation; `aisdk_stream` makes the stream's chunks,
+`aisdk_resume` reads a request that answers a waiting tool call.
 
 * The chat `id` is the thread id; UI message ids are kept as message ids.
 * The stream: `start` (with the response's `messageId` and `{"thread_id"}` metadata), per model step
@@ -14,11 +16,23 @@ protocol, v1 (header `x-vercel-ai-ui-message-stream: v1`; SSE `data:` frames, th
   unknown agent, another owner's thread) are ordinary JSON responses with their statuses.
 * `trigger: "regenerate-message"`, or a `messageId` naming an already answered user message (an
   edit), replaces that message and everything after it in the thread.
+* Calls that wait (memproc.services.approvals): a turn that suspends at an approval-gated tool ends
+  its stream with the call's `tool-input-available`, then `tool-approval-request` (`approvalId`: the
+  PendingToolCall's id), then `finish` with `finishReason: "tool-calls"` and the call in the
+  metadata's `pending`; at a client-side tool, with `tool-input-available` only (`useChat`'s
+  `onToolCall` fires). Calls after the waiting one in its step are shown once they run. Nothing is
+  saved yet.
+* The answer (memproc.api.protocols.aisdk_resume): a request whose last message is that assistant
+  message with the tool part `approval-responded` (`addToolApprovalResponse`) approves or rejects the
+  call as the signed-in user; with a client call's `output-available` / `output-error` part
+  (`addToolOutput`), that is its result. The resumed turn streams back as the continuation of the same
+  message (the same `messageId`; a rejected call is `tool-output-denied`) and saves the whole turn
+  once. 403: the user may not decide the call; 404: no such call in this chat; 409: no longer
+  pending; 400: a result the tool's `output_schema` refuses.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,10 +44,11 @@ from rest_framework.exceptions import NotFound
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.utils.encoders import JSONEncoder
 
 from memproc.agents import get_agent
 from memproc.api.parsers import MemprocJSONParser
+from memproc.api.protocols.aisdk_resume import TOOL_DONE, ToolAnswer, is_tool_part, tool_answer
+from memproc.api.protocols.aisdk_stream import UIMessageStreamEncoder
 from memproc.api.protocols.auth import ProtocolAuthMixin
 from memproc.api.protocols.common import (
     THREAD_HEADER,
@@ -41,21 +56,21 @@ from memproc.api.protocols.common import (
     internal_tools,
     new_part,
     turn_input_check,
+    waiting_tools,
     without_system,
 )
 from memproc.api.serializers.fields import IdField
-from memproc.api.sse import error_data, stream_response
+from memproc.api.sse import stream_response
 from memproc.api.views.base import MemprocViewMixin
-from memproc.events import GenerateResult, StreamEvent
-from memproc.messages import new_id, thaw
+from memproc.messages import new_id
 from memproc.selectors.messages import messages_existing
 from memproc.services.attachments import attachment_check_size
-from memproc.turns.asgi import turn_events
+from memproc.turns.asgi import turn_events, turn_resume_events
 from memproc.turns.input import ThreadRef
+from memproc.turns.resume import Resumption
 
 STREAM_HEADER = "x-vercel-ai-ui-message-stream"
 UI_ROLES = ("system", "user", "assistant")
-TOOL_DONE = ("output-available", "output-error")
 
 
 class ChatRequest(serializers.Serializer):
@@ -88,11 +103,6 @@ class ChatRequest(serializers.Serializer):
 def is_block_notice(message: Mapping[str, Any]) -> bool:
     """The assistant message of a blocked turn: it holds the stream's `data-tripwire` part."""
     return any(p.get("type") == "data-tripwire" for p in message.get("parts") or ())
-
-
-def _is_tool_part(part: Mapping[str, Any]) -> bool:
-    kind = str(part.get("type", ""))
-    return kind == "dynamic-tool" or kind.startswith("tool-")
 
 
 def _tool_name(part: Mapping[str, Any]) -> str:
@@ -137,7 +147,7 @@ def memproc_messages(ui: Mapping[str, Any]) -> list[dict[str, Any]]:
         calls: list[dict[str, Any]] = []
         results: list[dict[str, Any]] = []
         for part in step:
-            if not _is_tool_part(part) or part.get("state") not in TOOL_DONE:
+            if not is_tool_part(part) or part.get("state") not in TOOL_DONE:
                 continue
             call_id, name = str(part.get("toolCallId", "")), _tool_name(part)
             args = part.get("input")
@@ -170,134 +180,6 @@ def memproc_messages(ui: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-# --- the stream ------------------------------------------------------------------------------------
-
-
-def chunk(data: Mapping[str, Any]) -> bytes:
-    payload = json.dumps(data, cls=JSONEncoder, ensure_ascii=False, separators=(",", ":"))
-    return f"data: {payload}\n\n".encode()
-
-
-class UIMessageStreamEncoder:
-    """A turn's stream events as UI message chunks (one assistant message, one step per model call)."""
-
-    def __init__(self, *, message_id: str, thread_id: str | None, hidden_tools: set[str]) -> None:
-        self.message_id = message_id
-        self.thread_id = thread_id
-        self.hidden_tools = hidden_tools
-        self.text_id: str | None = None
-        self.texts = 0
-        self.step_open = False
-        self.step_done = False  # the step's tools ran: the next model output is a new step
-
-    def begin(self) -> list[bytes]:
-        return [
-            chunk(
-                {
-                    "type": "start",
-                    "messageId": self.message_id,
-                    "messageMetadata": {"thread_id": self.thread_id},
-                }
-            )
-        ]
-
-    def _close_text(self) -> list[dict[str, Any]]:
-        if self.text_id is None:
-            return []
-        done, self.text_id = {"type": "text-end", "id": self.text_id}, None
-        return [done]
-
-    def _close_step(self) -> list[dict[str, Any]]:
-        out = self._close_text()
-        if self.step_open:
-            out.append({"type": "finish-step"})
-            self.step_open = False
-        return out
-
-    def _step(self) -> list[dict[str, Any]]:
-        out = self._close_step() if self.step_done else []
-        self.step_done = False
-        if not self.step_open:
-            out.append({"type": "start-step"})
-            self.step_open = True
-        return out
-
-    def event(self, event: StreamEvent) -> list[bytes]:
-        return [chunk(c) for c in self.chunks(event)]
-
-    def chunks(self, event: StreamEvent) -> list[dict[str, Any]]:
-        if event.type == "text-delta" and event.text:
-            out = self._step()
-            if self.text_id is None:
-                self.texts += 1
-                self.text_id = f"text-{self.texts}"
-                out.append({"type": "text-start", "id": self.text_id})
-            return [*out, {"type": "text-delta", "id": self.text_id, "delta": event.text}]
-        if event.type == "tool-call" and event.tool_call is not None:
-            call = event.tool_call
-            if call.name in self.hidden_tools:
-                return []
-            return [
-                *self._step(),
-                *self._close_text(),
-                {
-                    "type": "tool-input-available",
-                    "toolCallId": call.id,
-                    "toolName": call.name,
-                    "input": thaw(call.args),
-                },
-            ]
-        if event.type == "tool-result" and event.tool_result is not None:
-            self.step_done = True
-            result = event.tool_result
-            if result.tool_name in self.hidden_tools:
-                return []
-            if result.is_error:
-                text = result.result if isinstance(result.result, str) else json.dumps(thaw(result.result))
-                return [{"type": "tool-output-error", "toolCallId": result.tool_call_id, "errorText": text}]
-            return [
-                {
-                    "type": "tool-output-available",
-                    "toolCallId": result.tool_call_id,
-                    "output": thaw(result.result),
-                }
-            ]
-        if event.type == "retry" and event.tripwire is not None:
-            return [*self._close_text(), {"type": "data-retry", "data": event.tripwire.as_dict()}]
-        if event.type == "finish":
-            return [
-                *self._close_step(),
-                {"type": "finish", "finishReason": "stop", "messageMetadata": self.metadata(event.result)},
-            ]
-        if event.type == "tripwire" and event.tripwire is not None:
-            return [
-                *self._close_text(),
-                {"type": "data-tripwire", "data": event.tripwire.as_dict()},
-                *self._close_step(),
-                {
-                    "type": "finish",
-                    "finishReason": "content-filter",
-                    "messageMetadata": self.metadata(event.result),
-                },
-            ]
-        return []
-
-    def metadata(self, result: GenerateResult | None) -> dict[str, Any]:
-        if result is None:
-            return {"thread_id": self.thread_id}
-        return {
-            "thread_id": result.thread_id or self.thread_id,
-            "message_ids": [m.id for m in result.messages],
-            "usage": thaw(result.usage),
-        }
-
-    def error(self, exc: BaseException) -> list[bytes]:
-        return [chunk({"type": "error", "errorText": error_data(exc)["detail"]})]
-
-    def end(self) -> list[bytes]:
-        return [b"data: [DONE]\n\n"]
-
-
 # --- views -----------------------------------------------------------------------------------------
 
 
@@ -319,7 +201,8 @@ class ChatViewMixin(ProtocolAuthMixin, MemprocViewMixin):
 @extend_schema(exclude=True)
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
 class ChatView(ChatViewMixin, views.APIView):
-    """`POST agents/<id>/chat/`: one turn, streamed in the AI SDK's UI-message stream protocol."""
+    """`POST agents/<id>/chat/`: one turn, streamed in the AI SDK's UI-message stream protocol; or, when
+    the request answers a call its turn waits on, that turn resumed and streamed."""
 
     def post(self, request: Request, id: str) -> Any:
         agent = self.agent(id)
@@ -329,6 +212,15 @@ class ChatView(ChatViewMixin, views.APIView):
         data = serializer.validated_data
         thread_id = data["id"]
         resource_id, thread = self.settle_owner(thread_id, data.get("resource_id"))
+        answer = tool_answer(
+            data["messages"][-1],
+            user=request.user,
+            agent_id=agent.id,
+            thread_id=thread_id,
+            resource_id=resource_id,
+        )
+        if answer is not None:
+            return self.resumed(request, agent, answer, thread_id=thread_id)
         conversation = drop_blocked(data["messages"], is_block_notice)
         ui_part = new_part(conversation, thread_exists=thread is not None, agent=agent)
         replaces = self.replaced_from(thread, ui_part, data) if thread is not None else None
@@ -339,7 +231,10 @@ class ChatView(ChatViewMixin, views.APIView):
             unanswerable="The chat must end with a new user message for the agent to answer.",
         )
         encoder = UIMessageStreamEncoder(
-            message_id=new_id(), thread_id=thread_id, hidden_tools=internal_tools(agent)
+            message_id=new_id(),
+            thread_id=thread_id,
+            hidden_tools=internal_tools(agent),
+            waiting_tools=waiting_tools(agent),
         )
         events = turn_events(
             request,
@@ -350,6 +245,23 @@ class ChatView(ChatViewMixin, views.APIView):
             thread=ThreadRef.of(thread, thread_id=thread_id, resource_id=resource_id),
             replace_from=replaces,
         )
+        return stream_response(events, encoder, {STREAM_HEADER: "v1", THREAD_HEADER: thread_id})
+
+    def resumed(self, request: Request, agent: Any, answer: ToolAnswer, *, thread_id: str) -> Any:
+        """The turn of the call the request decided, resumed and streamed as the continuation of the
+        assistant message that answered it (same `messageId`, in its last step)."""
+        pending = answer.pending
+        encoder = UIMessageStreamEncoder(
+            message_id=answer.message_id,
+            thread_id=thread_id,
+            hidden_tools=internal_tools(agent),
+            waiting_tools=waiting_tools(agent),
+            continues=True,
+            announced=answer.shown,
+            held=Resumption.of(pending).calls,
+            denied={pending.tool_call_id} if answer.denied else (),
+        )
+        events = turn_resume_events(request, agent, pending)
         return stream_response(events, encoder, {STREAM_HEADER: "v1", THREAD_HEADER: thread_id})
 
     def replaced_from(self, thread: Any, ui_part: list[Any], data: Mapping[str, Any]) -> str | None:

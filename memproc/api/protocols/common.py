@@ -124,6 +124,11 @@ def internal_tools(agent: Any) -> set[str]:
     }
 
 
+def waiting_tools(agent: Any) -> set[str]:
+    """Tools whose calls wait (approval-gated and client-side ones): such a call suspends the turn."""
+    return {t.name for t in agent.tools if getattr(t, "waits", None) is not None}
+
+
 # --- streaming -------------------------------------------------------------------------------------
 
 
