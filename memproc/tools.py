@@ -82,6 +82,9 @@ class Tool:
     requires_approval: bool | str | Callable[[Any, Any], bool] = False
     # Seconds a waiting call may wait before it is rejected as expired; None: it never expires.
     approval_timeout: float | None = DEFAULT_APPROVAL_TIMEOUT
+    # A client-side tool's JSON schema of the result the caller answers with (checked before the turn
+    # resumes, services.approvals.submit_result); None: any JSON value.
+    result_schema: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "a").replace("-", "a").isalnum():
@@ -108,6 +111,18 @@ class Tool:
                 f"Tool {self.name!r}: a client-side tool (no function) is answered by the caller; "
                 "it cannot also require approval"
             )
+        if self.result_schema is not None:
+            if self.execute is not None:
+                raise ConfigurationError(
+                    f"Tool {self.name!r}: result_schema describes a client-side tool's answer; "
+                    "a tool with a function returns what it returns"
+                )
+            if not isinstance(self.result_schema, Mapping):
+                raise ConfigurationError(f"Tool {self.name!r}: result_schema must be a JSON schema object")
+            try:
+                self.result_validator  # noqa: B018 - built (and its schema checked) once, here
+            except jsonschema.SchemaError as exc:
+                raise ConfigurationError(f"Tool {self.name!r}: result_schema: {exc.message}") from exc
         timeout = self.approval_timeout
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
@@ -140,6 +155,20 @@ class Tool:
     @cached_property
     def validator(self) -> Any:
         return schema_validator(self.parameters, check=not self.schema_checked)
+
+    def validate_result(self, result: Any) -> None:
+        """Checks a client-side tool's answer against `result_schema` (if any): ToolError with the
+        first problem."""
+        if self.result_schema is None:
+            return
+        try:
+            self.result_validator.validate(result)
+        except jsonschema.ValidationError as exc:
+            raise ToolError(f"Invalid result for {self.name}: {exc.message}") from exc
+
+    @cached_property
+    def result_validator(self) -> Any:
+        return schema_validator(self.result_schema or {})
 
     @property
     def spec(self) -> ToolSpec:

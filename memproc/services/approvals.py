@@ -44,6 +44,7 @@ __all__ = [
     "expire_due",
     "may_decide",
     "pending_client_call",
+    "pending_client_calls",
     "pending_complete",
     "pending_decidable",
     "pending_record_run",
@@ -251,13 +252,34 @@ def pending_client_call(pending_id: Any, *, resources: Collection[str] | None) -
     return row
 
 
+def pending_client_calls(
+    *, resource_id: str, thread_id: str, tool_call_ids: Collection[str]
+) -> list[PendingToolCall]:
+    """The client-side calls of the thread `thread_id` ("" for a turn without memory) of
+    `resource_id` whose model call ids are `tool_call_ids`, in any state, the pending ones first (how
+    a protocol that names calls by the model's id, as Chat Completions' `tool_call_id`, finds them)."""
+    if not tool_call_ids:
+        return []
+    rows = PendingToolCall.objects.using(memproc_db()).filter(
+        kind="client", resource_id=resource_id, thread_id=thread_id, tool_call_id__in=list(tool_call_ids)
+    )
+    return sorted(rows, key=lambda row: (row.state != State.PENDING, -row.created_at.timestamp()))
+
+
 def submit_result(pending_id: Any, *, result: Any, resources: Collection[str] | None = None) -> Any:
     """The caller's answer to a client-side tool call (of one of `resources`; None: any): the turn
     resumes with it as the tool's result. PendingCallNotFound for another resource's call,
-    PendingCallConflict when it is not pending."""
+    PendingCallConflict when it is not pending, ValidationError (the call still waits) for a result
+    that breaks the tool's `result_schema`."""
     row = pending_client_call(pending_id, resources=resources)
     if row.state != State.PENDING:
         raise PendingCallConflict("This tool call is no longer pending")
+    tool = _the_resumer().tool(row)
+    if tool is not None:
+        try:
+            tool.validate_result(result)
+        except ToolError as exc:
+            raise ValidationError(str(exc)) from exc
     decided = _decide(row, state=State.APPROVED, actor=None, result=result, ran_at=timezone.now())
     return _the_resumer().resume(decided)
 
