@@ -7,8 +7,24 @@ with `base_url=".../api/memproc/v1"`.
   callers that may use several).
 * Clients resend the whole conversation each turn; on a stored thread only what follows the last
   assistant message is new (`common.new_part`), so only the new messages are saved.
-* The agent's own tools run on the server; their calls are not returned. Client-side `tools` are
-  refused (the agent has its own).
+* The agent's own tools run on the server; their calls are not returned. A request's `tools` may
+  list only the agent's client-side tools (a `Tool` without a function; the agent's definitions are
+  what the model sees); any other tool is a 400.
+* A turn that waits on a call (memproc.services.approvals) saves nothing yet and says so; the call is
+  `metadata.pending` (a `PendingCall`: id, tool_name, tool_call_id, args, kind, expires_at), also in
+  the `memproc` extension.
+  - A client-side call is answered as OpenAI does: `message.tool_calls` (the model's call id, name and
+    JSON arguments), `finish_reason: "tool_calls"`. The client resends the conversation with that
+    assistant message and a `tool` message; closing `tool` messages that answer a pending client call
+    of the thread (`answered_call`) are its result (the content as JSON when it parses, else the text;
+    checked against the tool's `result_schema`: 400), the waiting turn resumes and saves the whole
+    turn once, and the answer is what the model said after the result (streamed: replayed as
+    chunks). A call no longer pending is a 409.
+  - A call that waits for a person's decision is not for the client to run, so it is no `tool_calls`:
+    `finish_reason` is "stop" and `content` is the model's text so far and a notice naming the call
+    and its pending id (`openai_render.waiting_text`). It is decided at memproc's
+    `POST pending/<id>/approve/` or `reject/`, which answer the resumed turn. A resent conversation
+    holding that notice drops the exchange (`is_waiting`): the waiting turn saves its input itself.
 * A blocked turn (tripwire) is `finish_reason: "content_filter"` with the reason in
   `message.refusal` (streamed: a last chunk with a `refusal` delta and that finish reason).
 * Errors are OpenAI's `{"error": {"message", "type", "param", "code"}}` with the matching statuses, so
