@@ -12,6 +12,9 @@ from typing import Any
 
 import openai
 import pytest
+from asgiref.sync import async_to_sync
+from django.db import connections
+from django.test import AsyncClient
 
 from memproc import Tool, tool
 from memproc.llm.types import ModelResponse, ToolCall
@@ -357,15 +360,16 @@ def test_a_streamed_client_tool_round_trip(client, maps, model):
     ]
 
 
-def test_a_tool_result_is_plain_text_when_it_is_not_json(client, make_agent, model):
+@pytest.mark.parametrize("content", ["Lisbon, Portugal", "NaN", '{"city": Infinity}'])
+def test_a_tool_result_is_plain_text_when_it_is_not_json(client, make_agent, model, content):
     free_text = Tool("get_location", "The user's location.", {"type": "object", "properties": {}}, None)
     make_agent(id="maps", tools=[free_text])
     model.add(asks_location(), "Lisbon, then.")
     messages = [{"role": "user", "content": "Where am I?"}]
     asked = client.chat.completions.create(model="maps", messages=messages, metadata={"thread_id": "t1"})
-    messages += [asked.choices[0].message.model_dump(exclude_none=True), tool_message("Lisbon, Portugal")]
+    messages += [asked.choices[0].message.model_dump(exclude_none=True), tool_message(content)]
     client.chat.completions.create(model="maps", messages=messages, metadata={"thread_id": "t1"})
-    assert rows("t1")[2] == ("tool", "loc-1", "Lisbon, Portugal", False)
+    assert rows("t1")[2] == ("tool", "loc-1", content, False)
 
 
 # --- failures -----------------------------------------------------------------------------------------
@@ -396,6 +400,30 @@ def test_a_result_that_breaks_the_tools_schema_is_a_400_and_the_call_still_waits
         model="maps", messages=[*messages, tool_message({"city": "Lisbon"})], metadata={"thread_id": "t1"}
     )
     assert answered.choices[0].message.content == "You are in Lisbon." and rows("t1") == LOCATED_TURN
+
+
+def test_a_result_that_cannot_be_stored_is_a_400_never_a_500(client, make_agent, model):
+    make_agent(id="maps", tools=[Tool("get_location", "", {"type": "object", "properties": {}}, None)])
+    messages = suspend_on_location(client, model)
+    for content in ("Lis\u0000bon", {"city": "Lis\u0000bon"}):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(
+                model="maps", messages=[*messages, tool_message(content)], metadata={"thread_id": "t1"}
+            )
+        assert caught.value.param == "messages"
+    assert PendingToolCall.objects.get().state == "pending" and rows("t1") == []
+
+
+def test_a_tool_message_without_the_assistant_message_holding_its_call_is_a_400(client, maps, model):
+    messages = suspend_on_location(client, model)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model="maps",
+            messages=[messages[0], tool_message({"city": "Lisbon"})],
+            metadata={"thread_id": "t1"},
+        )
+    assert caught.value.param == "messages"
+    assert PendingToolCall.objects.get().state == "pending" and rows("t1") == []
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -464,3 +492,46 @@ def test_tools_the_agent_does_not_answer_on_the_client_are_a_400(client, maps, d
             )
         assert caught.value.status_code == 400 and caught.value.param == "tools"
     assert model.calls == 0 and not Message.objects.exists()
+
+
+# --- under ASGI ---------------------------------------------------------------------------------------
+
+
+def test_under_asgi_the_answer_resumes_the_turn_and_streams_asynchronously(
+    user, maps, model, resource, token
+):
+    model.add(asks_location(), "You are in Lisbon.")
+    client = AsyncClient()
+    url = V1 + "chat/completions"
+    auth = {"Authorization": f"Bearer {token}"}
+    question = [{"role": "user", "content": "Where am I?"}]
+
+    async def run() -> tuple[Any, Any, list[bytes]]:
+        asked = await client.post(
+            url,
+            {"model": "maps", "messages": question, "metadata": {"thread_id": "t1"}},
+            content_type="application/json",
+            headers=auth,
+        )
+        message = asked.json()["choices"][0]["message"]
+        answer = [*question, message, tool_message({"city": "Lisbon"})]
+        streamed = await client.post(
+            url,
+            {"model": "maps", "messages": answer, "metadata": {"thread_id": "t1"}, "stream": True},
+            content_type="application/json",
+            headers=auth,
+        )
+        return asked, streamed, [chunk async for chunk in streamed.streaming_content]
+
+    try:
+        asked, streamed, frames = async_to_sync(run)()
+    finally:
+        connections.close_all()
+    assert asked.json()["choices"][0]["finish_reason"] == "tool_calls"
+    assert streamed.status_code == 200 and streamed.is_async
+    data = [f.decode().removeprefix("data: ").strip() for f in frames]
+    assert data[-1] == "[DONE]"
+    chunks = [json.loads(d) for d in data[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "You are in Lisbon."
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert rows("t1") == LOCATED_TURN

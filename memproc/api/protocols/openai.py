@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from django.db import transaction
@@ -70,12 +70,13 @@ from memproc.api.protocols.openai_render import (
 from memproc.api.serializers.fields import IdField
 from memproc.api.sse import stream_response
 from memproc.api.views.base import MemprocViewMixin
+from memproc.events import StreamEvent
 from memproc.exceptions import PendingCallConflict
 from memproc.messages import has_unstorable_text, new_id
 from memproc.models import PendingToolCall
 from memproc.services import approvals
 from memproc.services.attachments import attachment_check_size
-from memproc.turns.asgi import turn_events, turn_generate
+from memproc.turns.asgi import is_asgi, turn_events, turn_generate
 from memproc.turns.input import ThreadRef
 
 IGNORED_SYSTEM_HEADER = "X-Memproc-Ignored-System-Messages"
@@ -296,7 +297,9 @@ class ChatCompletionsView(OpenAIViewMixin, views.APIView):
             result = approvals.submit_result(pending.pk, result=value, resources=[resource_id])
             after = pending.tool_call_id
             if data.get("stream"):
-                return stream_response(iter(replayed(result, after_call=after)), encoder, headers)
+                events = replayed(result, after_call=after)
+                source = _async_events(events) if is_asgi(request) else iter(events)
+                return stream_response(source, encoder, headers)
             body = completion_body(
                 result,
                 completion_id=completion_id,
@@ -362,12 +365,24 @@ def answered_call(
     return pending, value
 
 
+async def _async_events(events: list[StreamEvent]) -> AsyncIterator[StreamEvent]:
+    """Events already made, as the async stream an ASGI response sends without a worker thread."""
+    for event in events:
+        yield event
+
+
 def _tool_result(content: Any) -> Any:
+    """A tool message's content as the result: JSON when it parses as standard JSON (not NaN or
+    Infinity, which no database stores as JSON), else the text."""
     text = _text(content)
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_not_json)
     except ValueError:
         return text
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 def _metadata_id(name: str, value: str | None) -> str | None:
