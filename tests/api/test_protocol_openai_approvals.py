@@ -360,6 +360,59 @@ def test_a_streamed_client_tool_round_trip(client, maps, model):
     ]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_model_that_asks_again_gets_tool_calls_again_and_the_turn_saves_once(client, maps, model, stream):
+    again = ModelResponse(
+        tool_calls=[ToolCall("loc-2", "get_location", {"precision": "street"})], finish_reason="tool_calls"
+    )
+    first = ModelResponse(
+        text="Let me look.",
+        tool_calls=[ToolCall("loc-1", "get_location", {"precision": "city"})],
+        finish_reason="tool_calls",
+    )
+    model.add(first, again, "Rua Augusta, Lisbon.")
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Where am I?"}]
+    for call_id, result in (("loc-1", {"city": "Lisbon"}), ("loc-2", {"city": "Lisbon, Rua Augusta"})):
+        reply = client.chat.completions.create(model="maps", messages=messages, metadata={"thread_id": "t1"})
+        message = reply.choices[0].message
+        assert reply.choices[0].finish_reason == "tool_calls" and message.tool_calls[0].id == call_id
+        assert message.content == ("Let me look." if call_id == "loc-1" else None)  # said once
+        messages += [
+            message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call_id, "content": json.dumps(result)},
+        ]
+    answer = client.chat.completions.create(
+        model="maps", messages=messages, metadata={"thread_id": "t1"}, stream=stream
+    )
+    text = stream_parts(list(answer))[0] if stream else answer.choices[0].message.content
+    assert text == "Rua Augusta, Lisbon."
+    assert rows("t1") == [
+        ("user", "Where am I?"),
+        ("assistant", "Let me look.", [("loc-1", "get_location", {"precision": "city"})]),
+        ("tool", "loc-1", {"city": "Lisbon"}, False),
+        ("assistant", "", [("loc-2", "get_location", {"precision": "street"})]),
+        ("tool", "loc-2", {"city": "Lisbon, Rua Augusta"}, False),
+        ("assistant", "Rua Augusta, Lisbon."),
+    ]
+    assert sorted(PendingToolCall.objects.values_list("tool_call_id", "state")) == [
+        ("loc-1", "done"),
+        ("loc-2", "done"),
+    ]
+
+
+def test_an_agent_without_memory_takes_the_answer_without_a_thread(client, make_agent, model):
+    make_agent(id="maps", tools=[LOCATION], memory=None)
+    model.add(asks_location(), "You are in Lisbon.")
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Where am I?"}]
+    asked = client.chat.completions.create(model="maps", messages=messages)
+    assert asked.choices[0].finish_reason == "tool_calls" and asked.metadata["thread_id"] is None
+    messages += [asked.choices[0].message.model_dump(exclude_none=True), tool_message({"city": "Lisbon"})]
+    answered = client.chat.completions.create(model="maps", messages=messages)
+    assert answered.choices[0].message.content == "You are in Lisbon."
+    assert model.requests[1].messages[-1].tool_results[0].result == {"city": "Lisbon"}
+    assert PendingToolCall.objects.get().state == "done" and not Message.objects.exists()
+
+
 @pytest.mark.parametrize("content", ["Lisbon, Portugal", "NaN", '{"city": Infinity}'])
 def test_a_tool_result_is_plain_text_when_it_is_not_json(client, make_agent, model, content):
     free_text = Tool("get_location", "The user's location.", {"type": "object", "properties": {}}, None)

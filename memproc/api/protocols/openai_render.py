@@ -63,9 +63,11 @@ def response_text(result: GenerateResult, *, after_call: str | None = None) -> s
     """What the assistant said in the turn, as the client sees it: the text of its responses (after the
     turn's last user message), steps joined by a blank line, as the stream sends them. A turn resumed
     by the client's answer to `after_call` says only what follows that answer (the client has the
-    rest). A suspended turn saved no message: its text so far is `result.text`."""
+    rest). A suspended turn saved no message: its text so far is `result.text`, unless, resumed, the
+    model said it before the answer (it is in the last prompt: the client has it)."""
     if result.pending is not None and not result.messages:
-        return result.text
+        said = {m.text for m in result.prompt if m.role == "assistant"} if after_call else set()
+        return "" if result.text in said else result.text
     messages = result.messages
 
     def starts_after(message: Any) -> bool:
