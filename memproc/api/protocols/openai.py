@@ -345,8 +345,8 @@ def answered_call(
         if message.get("role") != "tool":
             break
         closing.setdefault(str(message.get("tool_call_id") or ""), message)
-    if not closing:
-        return None
+    if not closing or not any(t.waits == "client" for t in agent.tools):
+        return None  # no query for an agent with no client-side tool
     calls = approvals.pending_client_calls(
         resource_id=resource_id, thread_id=thread_id or "", tool_call_ids=list(closing)
     )
