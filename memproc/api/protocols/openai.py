@@ -291,24 +291,16 @@ class ChatCompletionsView(OpenAIViewMixin, views.APIView):
             include_usage=bool((data.get("stream_options") or {}).get("include_usage")),
         )
         if answer is not None:
-            # The client's answer to the call its turn waits on: that turn resumes (it saves its own
-            # input, the call and this result once); the answer is what followed the result.
             pending, value = answer
-            result = approvals.submit_result(pending.pk, result=value, resources=[resource_id])
-            after = pending.tool_call_id
-            if data.get("stream"):
-                events = replayed(result, after_call=after)
-                source = _async_events(events) if is_asgi(request) else iter(events)
-                return stream_response(source, encoder, headers)
-            body = completion_body(
-                result,
-                completion_id=completion_id,
-                created=created,
-                model=agent.id,
-                thread_id=thread_id,
-                after_call=after,
+            return self.resumed(
+                request,
+                pending,
+                value,
+                resource_id=resource_id,
+                stream=bool(data.get("stream")),
+                encoder=encoder,
+                headers=headers,
             )
-            return Response(body, headers=headers)
         part = new_part(converted, thread_exists=thread is not None, agent=agent)
         turn_input_check(
             part,
@@ -322,6 +314,35 @@ class ChatCompletionsView(OpenAIViewMixin, views.APIView):
         result = turn_generate(request, agent, part, **options)
         body = completion_body(
             result, completion_id=completion_id, created=created, model=agent.id, thread_id=thread_id
+        )
+        return Response(body, headers=headers)
+
+    def resumed(
+        self,
+        request: Request,
+        pending: PendingToolCall,
+        value: Any,
+        *,
+        resource_id: str,
+        stream: bool,
+        encoder: ChunkEncoder,
+        headers: dict[str, str],
+    ) -> Any:
+        """The client's answer to the call its turn waits on: that turn resumes (it saves its own input,
+        the call and this result, once), and the answer is what the model said after the result."""
+        result = approvals.submit_result(pending.pk, result=value, resources=[resource_id])
+        after = pending.tool_call_id
+        if stream:
+            events = replayed(result, after_call=after)
+            source = _async_events(events) if is_asgi(request) else iter(events)
+            return stream_response(source, encoder, headers)
+        body = completion_body(
+            result,
+            completion_id=encoder.completion_id,
+            created=encoder.created,
+            model=encoder.model,
+            thread_id=encoder.thread_id,
+            after_call=after,
         )
         return Response(body, headers=headers)
 
