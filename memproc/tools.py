@@ -112,6 +112,11 @@ class Tool:
                 "it cannot also require approval"
             )
         if self.output_schema is not None:
+            if self.execute is not None:
+                raise ConfigurationError(
+                    f"Tool {self.name!r}: output_schema describes a client-side tool's answer; "
+                    "a tool with a function returns what it returns"
+                )
             try:
                 self.output_validator  # noqa: B018 - built now, so a bad schema fails at definition
             except (TypeError, AttributeError, jsonschema.SchemaError) as exc:

@@ -182,9 +182,10 @@ def test_the_stream_ends_with_tool_approval_and_suspended_events(refund_agent, o
     assert approved.json()["text"] == "Refunded."
 
 
-def test_chat_completions_answer_a_suspended_turn_with_finish_reason_tool_calls(
+def test_chat_completions_answer_a_call_that_waits_for_approval_with_a_stop_saying_so(
     refund_agent, owner_client, model
 ):
+    """Not `tool_calls`: the client does not run an approval-gated tool, a person decides it."""
     model.add(calls_refund())
     response = owner_client.post(
         API + "v1/chat/completions",
@@ -196,14 +197,18 @@ def test_chat_completions_answer_a_suspended_turn_with_finish_reason_tool_calls(
         format="json",
     )
     assert response.status_code == 200, response.content
-    choice = response.json()["choices"][0]
-    assert choice["finish_reason"] == "tool_calls"
-    call = choice["message"]["tool_calls"][0]
-    assert call["function"]["name"] == "refund" and json.loads(call["function"]["arguments"])["amount"] == 10
-    assert response.json()["memproc"]["pending"]["tool_name"] == "refund"
+    body = response.json()
+    choice, pending = body["choices"][0], body["metadata"]["pending"]
+    assert choice["finish_reason"] == "stop" and "tool_calls" not in choice["message"]
+    assert choice["message"]["content"].startswith("I will refund it.\n\nThe call refund(")
+    assert f"waits for approval (pending call {pending['id']})" in choice["message"]["content"]
+    assert (pending["tool_name"], pending["kind"], pending["args"]["amount"]) == ("refund", "approval", 10)
+    assert body["memproc"]["pending"] == pending and body["metadata"]["thread_id"] == "t9"
 
 
-def test_chat_completions_stream_ends_a_suspended_turn_with_tool_calls(refund_agent, owner_client, model):
+def test_chat_completions_stream_ends_a_call_that_waits_for_approval_with_a_stop(
+    refund_agent, owner_client, model
+):
     model.add(calls_refund())
     response = owner_client.post(
         API + "v1/chat/completions",
@@ -220,8 +225,10 @@ def test_chat_completions_stream_ends_a_suspended_turn_with_tool_calls(refund_ag
     ]
     assert frames[-1] == "[DONE]"
     chunks = [json.loads(f) for f in frames[:-1]]
-    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
-    assert chunks[-2]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "refund"
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1]["metadata"]["pending"]["tool_name"] == "refund"
+    assert "waits for approval" in chunks[-2]["choices"][0]["delta"]["content"]
+    assert not any(c["choices"][0]["delta"].get("tool_calls") for c in chunks)
 
 
 def test_the_ai_sdk_chat_stream_of_a_suspended_turn_is_not_an_error(refund_agent, owner_client, model):

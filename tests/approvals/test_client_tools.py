@@ -3,11 +3,13 @@ resumes it (Python and `POST pending/<id>/result/`)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from memproc import Tool
 from memproc.agents import registry
-from memproc.exceptions import PendingCallConflict, PendingCallNotFound
+from memproc.exceptions import ConfigurationError, PendingCallConflict, PendingCallNotFound, ValidationError
 from memproc.llm.types import ModelResponse, ToolCall
 from memproc.models import Message, PendingToolCall
 from memproc.services import approvals
@@ -76,3 +78,80 @@ def test_the_owner_posts_the_result_over_http(client_agent, model):
     assert answered.status_code == 200 and answered.json()["text"] == "Lisbon it is."
     again = client_for(owner).post(url, {"result": {"city": "Lisbon"}}, format="json")
     assert again.status_code == 409
+
+
+def test_the_sse_stream_ends_with_the_calls_tool_call_and_a_suspended_event_naming_it(client_agent, model):
+    """No `tool-approval` (nobody approves it): the call's `tool-call` event, then `suspended` whose
+    `pending` says the caller answers it (kind "client")."""
+    owner = UserFactory()
+    model.add(asks_location())
+    response = client_for(owner).post(
+        API + "agents/maps/stream/", {"messages": "Where am I?", "thread_id": "t1"}, format="json"
+    )
+    blocks = b"".join(response.streaming_content).decode().strip().split("\n\n")
+    events = [(b.split("\n")[0].removeprefix("event: "), json.loads(b.split("data: ", 1)[1])) for b in blocks]
+    assert [name for name, _ in events][-2:] == ["tool-call", "suspended"]
+    assert events[-2][1] == {"id": "loc-1", "name": "get_location", "args": {"precision": "city"}}
+    pending = events[-1][1]["pending"]
+    assert (pending["kind"], pending["tool_call_id"], pending["tool_name"]) == (
+        "client",
+        "loc-1",
+        "get_location",
+    )
+    assert events[-1][1]["messages"] == [] and not Message.objects.exists()
+
+
+CHECKED = Tool(
+    "get_location",
+    "The user's location.",
+    {"type": "object", "properties": {}},
+    None,
+    output_schema={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+
+
+def test_a_result_that_breaks_the_output_schema_is_refused_and_the_call_still_waits(make_agent, model):
+    agent = registry.register(make_agent(id="maps", tools=[CHECKED]), replace=True)
+    model.add(asks_location(), "You are in Lisbon.")
+    try:
+        pending = agent.generate("Where am I?", thread_id="t1", resource_id="u1").pending
+        with pytest.raises(ValidationError, match="Invalid result for get_location"):
+            approvals.submit_result(pending.id, result={"town": "Lisbon"}, resources=["u1"])
+        assert PendingToolCall.objects.get().state == "pending" and not Message.objects.exists()
+        done = approvals.submit_result(pending.id, result={"city": "Lisbon"}, resources=["u1"])
+        assert done.text == "You are in Lisbon."
+    finally:
+        registry.unregister("maps")
+
+
+def test_over_http_a_result_that_breaks_the_output_schema_is_a_400(make_agent, model):
+    registry.register(make_agent(id="maps", tools=[CHECKED]), replace=True)
+    owner = UserFactory()
+    model.add(asks_location(), "You are in Lisbon.")
+    try:
+        pending = (
+            client_for(owner)
+            .post(
+                API + "agents/maps/generate/", {"messages": "Where am I?", "thread_id": "t1"}, format="json"
+            )
+            .json()["pending"]
+        )
+        url = API + f"pending/{pending['id']}/result/"
+        refused = client_for(owner).post(url, {"result": "Lisbon"}, format="json")
+        assert refused.status_code == 400 and "Invalid result" in refused.json()["non_field_errors"][0]
+        assert client_for(owner).post(url, {"result": {"city": "Lisbon"}}, format="json").status_code == 200
+    finally:
+        registry.unregister("maps")
+
+
+@pytest.mark.parametrize(
+    ("execute", "schema", "message"),
+    [
+        (lambda: "x", {"type": "object"}, "client-side tool's answer"),
+        (None, ["not", "a", "schema"], "must be a valid JSON schema"),
+        (None, {"type": "nonsense"}, "output_schema"),
+    ],
+)
+def test_output_schema_is_for_client_side_tools_and_must_be_a_schema(execute, schema, message):
+    with pytest.raises(ConfigurationError, match=message):
+        Tool("t", "", {"type": "object", "properties": {}}, execute, output_schema=schema)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,7 +13,7 @@ from rest_framework.utils.encoders import JSONEncoder
 
 from memproc.api.errors import memproc_status
 from memproc.api.sse import error_data
-from memproc.events import GenerateResult, StreamEvent
+from memproc.events import GenerateResult, PendingCall, StreamEvent
 from memproc.exceptions import MemprocError
 
 ERROR_TYPES = {
@@ -58,11 +59,23 @@ def _first_message(errors: Any) -> str:
     return str(errors)
 
 
-def response_text(result: GenerateResult) -> str:
+def response_text(result: GenerateResult, *, after_call: str | None = None) -> str:
     """What the assistant said in the turn, as the client sees it: the text of its responses (after the
-    turn's last user message), steps joined by a blank line, as the stream sends them."""
+    turn's last user message), steps joined by a blank line, as the stream sends them. A turn resumed
+    by the client's answer to `after_call` says only what follows that answer (the client has the
+    rest). A suspended turn saved no message: its text so far is `result.text`, unless, resumed, the
+    model said it before the answer (it is in the last prompt: the client has it)."""
+    if result.pending is not None and not result.messages:
+        said = {m.text for m in result.prompt if m.role == "assistant"} if after_call else set()
+        return "" if result.text in said else result.text
     messages = result.messages
-    start = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1) + 1
+
+    def starts_after(message: Any) -> bool:
+        if message.role == "user":
+            return True
+        return after_call is not None and any(r.tool_call_id == after_call for r in message.tool_results)
+
+    start = max((i for i, m in enumerate(messages) if starts_after(m)), default=-1) + 1
     return "\n\n".join(m.text for m in messages[start:] if m.role == "assistant" and m.text)
 
 
@@ -91,12 +104,17 @@ def tripwire_extension(result: GenerateResult) -> dict[str, Any]:
     }
 
 
-def pending_tool_calls(result: GenerateResult) -> list[dict[str, Any]]:
-    """A suspended turn's waiting call as Chat Completions `tool_calls` (decided or answered at
-    memproc's `pending/<id>/`, named in the `memproc.pending` extension)."""
-    pending = result.pending
-    if pending is None:
-        return []
+def response_metadata(result: GenerateResult | None, thread_id: str | None) -> dict[str, Any]:
+    """The response's `metadata`: the thread, and the call a suspended turn waits on (`pending`)."""
+    metadata: dict[str, Any] = {"thread_id": (result.thread_id if result else None) or thread_id}
+    if result is not None and result.pending is not None:
+        metadata["pending"] = result.pending.as_dict()
+    return metadata
+
+
+def pending_tool_calls(pending: PendingCall) -> list[dict[str, Any]]:
+    """A client-side call the turn waits on, as Chat Completions `tool_calls`: the client runs it and
+    answers with a `tool` message."""
     arguments = json.dumps(pending.args, cls=JSONEncoder, ensure_ascii=False)
     return [
         {
@@ -107,19 +125,52 @@ def pending_tool_calls(result: GenerateResult) -> list[dict[str, Any]]:
     ]
 
 
+# How a resent assistant message is known to be `waiting_text`'s notice (memproc.api.protocols.openai).
+WAITING_NOTICE = re.compile(
+    r"waits for approval \(pending call [0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\)"
+)
+
+
+def waiting_text(pending: PendingCall) -> str:
+    """What the assistant message says of a call that waits for a person's decision (WAITING_NOTICE
+    finds it in a resent conversation)."""
+    arguments = json.dumps(pending.args, cls=JSONEncoder, ensure_ascii=False)
+    return (
+        f"The call {pending.tool_name}({arguments}) waits for approval (pending call {pending.id}); "
+        "the answer follows once it is approved or rejected."
+    )
+
+
+def _joined(*texts: str) -> str:
+    return "\n\n".join(t for t in texts if t)
+
+
 def completion_body(
-    result: GenerateResult, *, completion_id: str, created: int, model: str, thread_id: str | None
+    result: GenerateResult,
+    *,
+    completion_id: str,
+    created: int,
+    model: str,
+    thread_id: str | None,
+    after_call: str | None = None,
 ) -> dict[str, Any]:
-    tripwire = result.tripwire
+    """A `chat.completion`. A turn that waits on a client-side call answers its `tool_calls` with
+    `finish_reason: "tool_calls"`; one that waits for a decision says so in `content` and stops;
+    either names the waiting call in `metadata.pending`."""
+    tripwire, pending = result.tripwire, result.pending
+    text = response_text(result, after_call=after_call)
     message: dict[str, Any] = {
         "role": "assistant",
-        "content": None if tripwire is not None else response_text(result),
+        "content": None if tripwire is not None else text,
         "refusal": tripwire.reason if tripwire is not None else None,
     }
     finish_reason = "content_filter" if tripwire is not None else "stop"
-    if result.pending is not None:
-        message["tool_calls"] = pending_tool_calls(result)
+    if pending is not None and pending.kind == "client":
+        message["content"] = text or None
+        message["tool_calls"] = pending_tool_calls(pending)
         finish_reason = "tool_calls"
+    elif pending is not None:
+        message["content"] = _joined(text, waiting_text(pending))
     return {
         "id": completion_id,
         "object": "chat.completion",
@@ -135,9 +186,20 @@ def completion_body(
             }
         ],
         "usage": openai_usage(result.usage),
-        "metadata": {"thread_id": result.thread_id or thread_id},
+        "metadata": response_metadata(result, thread_id),
         "memproc": tripwire_extension(result),
     }
+
+
+def replayed(result: GenerateResult, *, after_call: str | None = None) -> list[StreamEvent]:
+    """A turn that ran to its end before anything was streamed (one resumed by the client's answer),
+    as the stream events the encoder sends: its text, then its end."""
+    if result.tripwire is not None:
+        return [StreamEvent(type="tripwire", tripwire=result.tripwire, result=result)]
+    text = response_text(result, after_call=after_call)
+    events = [StreamEvent(type="text-delta", text=text)] if text else []
+    end = "suspended" if result.pending is not None else "finish"
+    return [*events, StreamEvent(type=end, result=result, usage=result.usage, pending=result.pending)]
 
 
 def sse(data: Any) -> bytes:
@@ -202,13 +264,8 @@ class ChunkEncoder:
             return []
         if event.type == "finish":
             return [self.chunk({}, "stop"), *self.usage(event.result, event.usage)]
-        if event.type == "suspended" and event.result is not None:
-            calls = [{"index": 0, **call} for call in pending_tool_calls(event.result)]
-            return [
-                self.chunk({"tool_calls": calls}),
-                self.chunk({}, "tool_calls", memproc=tripwire_extension(event.result)),
-                *self.usage(event.result, event.usage),
-            ]
+        if event.type == "suspended" and event.result is not None and event.result.pending is not None:
+            return [*self.suspended(event.result), *self.usage(event.result, event.usage)]
         if event.type == "tripwire" and event.tripwire is not None:
             extension = tripwire_extension(event.result) if event.result is not None else {}
             return [
@@ -216,6 +273,21 @@ class ChunkEncoder:
                 *self.usage(event.result, event.usage),
             ]
         return []  # server-side tool calls, and retries (the text goes on with the new attempt)
+
+    def suspended(self, result: GenerateResult) -> list[bytes]:
+        """The end of a turn that waits: a client-side call's `tool_calls` delta and "tool_calls", or a
+        content delta saying what waits for a decision and "stop"; `metadata.pending` on the last."""
+        pending = result.pending
+        assert pending is not None
+        end = {"metadata": response_metadata(result, self.thread_id), "memproc": tripwire_extension(result)}
+        if pending.kind == "client":
+            calls = [{"index": 0, **call} for call in pending_tool_calls(pending)]
+            return [self.chunk({"tool_calls": calls}), self.chunk({}, "tool_calls", **end)]
+        notice = waiting_text(pending)
+        return [
+            self.chunk({"content": "\n\n" + notice if self.text_sent else notice}),
+            self.chunk({}, "stop", **end),
+        ]
 
     def error(self, exc: BaseException) -> list[bytes]:
         status = memproc_status(exc)[0] if isinstance(exc, MemprocError) else 500
