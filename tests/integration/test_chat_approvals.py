@@ -7,6 +7,7 @@ decided."""
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -50,6 +51,25 @@ def model():
     register(Agent(id=AGENT, model=model, memory=Memory(last_messages=10), tools=[refund]), replace=True)
     yield model
     unregister(AGENT)
+
+
+@pytest.fixture
+def gate():
+    """Holds a model answer until the test opens it (always opened at the end: no server thread hangs)."""
+    gate = threading.Event()
+    yield gate
+    gate.set()
+
+
+def held(gate: threading.Event, text: str):
+    """A scripted answer that waits for `gate`, so the test sees the decision in flight."""
+
+    def answer(request):
+        if not gate.wait(10):
+            raise AssertionError("the test never opened the gate")
+        return text
+
+    return answer
 
 
 @pytest.fixture
@@ -111,8 +131,8 @@ def thread_of(page) -> str:
     return page.evaluate(f"localStorage.getItem('memproc-chat:{AGENT}')")
 
 
-def test_a_user_who_may_decide_approves_and_sees_the_answer(page, live_server, model):
-    model.add(refund_call(), "Order A-17 is refunded.")
+def test_a_user_who_may_decide_approves_and_sees_the_answer(page, live_server, model, gate):
+    model.add(refund_call(), held(gate, "Order A-17 is refunded."))
     login(page, live_server.url, WIDGET)
     send(page, "Please refund order A-17")
 
@@ -128,7 +148,14 @@ def test_a_user_who_may_decide_approves_and_sees_the_answer(page, live_server, m
     assert page.locator("memproc-chat .message.assistant .tool").is_hidden()  # the card shows the call
     page.screenshot(path=str(ARTIFACTS / "component-approval.png"), full_page=True)
 
+    # While the decision is in flight its buttons are disabled.
     approval.locator("button.approve").click()
+    approval.locator("text=Approving…").wait_for()
+    assert (
+        approval.locator("button.approve").is_disabled() and approval.locator("button.reject").is_disabled()
+    )
+    assert approval.get_attribute("aria-busy") == "true"
+    gate.set()
     answer = page.locator("memproc-chat .message.assistant")
     answer.locator("text=Order A-17 is refunded.").wait_for()
     assert card(page).count() == 0

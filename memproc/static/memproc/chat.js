@@ -644,7 +644,7 @@
       reply.classList.remove("pending");
       reply.classList.add("waiting");
       this.renderReply(reply, { now: true });
-      const calls = open.length ? open : [];
+      const calls = open.slice();
       if (waiting) {
         const known = calls.find((call) => call.tool_call_id === waiting.tool_call_id);
         const call = { tool_call_id: waiting.tool_call_id, tool_name: waiting.tool_name, args: waiting.args };
@@ -836,6 +836,11 @@
     // replace the waiting reply; a turn that waits again at another call shows that call.
     showResumed(card, reply, verb, result) {
       if (result.tripwire) {
+        const asked = reply.previousElementSibling; // the turn's own message, when this page sent it
+        if (asked && asked.classList.contains("user")) {
+          asked.classList.add("blocked");
+          asked.title = "Blocked: not saved";
+        }
         reply.remove();
         const t = result.tripwire;
         this.showBanner("tripwire", "Blocked by " + (t.processor_id || "a guardrail") + ": " +
