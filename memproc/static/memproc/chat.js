@@ -16,11 +16,17 @@
  * (default: the `csrftoken` cookie); `placeholder`.
  * A "Conversations" list (closed until opened; hidden with a fixed `thread`) lists the user's threads
  * with this agent (`threads/?agent=`): open one, archive it, or, with "Show archived", bring one back.
- * Events (bubbling, composed): `memproc-chat:finish` (detail: the finish chunk's metadata),
+ * A turn that stops at a tool call waiting for approval (`@tool(requires_approval=...)`) shows the call:
+ * its tool and arguments and, when the signed-in user may decide it (`GET pending/<id>/` answers 200),
+ * Approve and Reject (with a reason) buttons that post to `pending/<id>/approve/` or `reject/` and show
+ * the resumed turn's answer; anyone else reads "Waiting for approval". On load, the thread's calls the
+ * user may decide (`pending/`) show the same way. A client-side tool's call only says the turn waits.
+ * Events (bubbling, composed): `memproc-chat:finish` (detail: the finish chunk's metadata, or after a
+ * decision {thread_id, message_ids}), `memproc-chat:suspended` (detail: {calls}: the calls that wait),
  * `memproc-chat:tripwire` (detail: the tripwire), `memproc-chat:error` (detail: {message}).
  * Styling: CSS custom properties (--memproc-accent, --memproc-bg, --memproc-border, --memproc-font) and
  * the parts `messages`, `message`, `user`, `assistant`, `banner`, `composer`, `input`, `send`, `new`,
- * `threads`.
+ * `threads`, `approval`.
  */
 (function () {
   "use strict";
@@ -209,8 +215,9 @@
     return response.statusText || "HTTP " + response.status;
   }
 
-  // UI-message stream chunks from an SSE body: `data: <json>` frames, ending with `data: [DONE]`.
-  async function* chunks(response) {
+  // UI-message stream chunks from an SSE body: `data: <json>` frames, ending with `data: [DONE]` (which
+  // sets `seen.done`: the stream ended rather than the connection).
+  async function* chunks(response, seen = {}) {
     const reader = response.body.getReader();
     const decoder = new TextDecoder();
     let buffer = "";
@@ -224,7 +231,7 @@
         const data = frame.split(/\r?\n/).filter((l) => l.startsWith("data:"))
           .map((l) => l.slice(5).replace(/^ /, "")).join("\n");
         if (!data) continue;
-        if (data === "[DONE]") return;
+        if (data === "[DONE]") { seen.done = true; return; }
         yield JSON.parse(data);
       }
       if (done) return;
@@ -271,6 +278,24 @@
     .threads li.current .open { font-weight: 600; }
     .threads li.archived .open { color: #778; font-style: italic; }
     .threads label { display: inline-flex; gap: .3rem; margin-left: .6rem; }
+    .approval { margin: .5rem 0 .1rem; padding: .5rem .6rem; border: 1px solid #e3b96b; border-radius: 8px;
+      background: #fffaf0; }
+    .approval-head { font-size: .9em; }
+    .approval-tool { font-family: ui-monospace, monospace; font-weight: 600; }
+    .approval-args { margin: .35rem 0; padding: .4rem .5rem; background: #eef1f6; border-radius: 6px;
+      font: .85em/1.35 ui-monospace, monospace; white-space: pre-wrap; overflow-wrap: anywhere;
+      max-height: 12rem; overflow-y: auto; }
+    .approval-status { margin: .3rem 0 0; font-size: .9em; color: #6b4a00; }
+    .approval-status.conflict, .approval-status.error { color: #8a1f1f; }
+    .approval-actions, .approval form.approval-reason { display: flex; flex-wrap: wrap; gap: .4rem;
+      margin-top: .4rem; padding: 0; border: 0; }
+    .approval [hidden], .tool[hidden] { display: none !important; }
+    .approval-reason input { flex: 1; min-width: 10rem; font: inherit; padding: .25rem .4rem; }
+    .approval .approve { background: var(--accent); color: #fff; border: 1px solid var(--accent);
+      border-radius: 6px; padding: .2rem .8rem; }
+    .approval .reject, .approval .confirm-reject { background: #fff; color: #8a1f1f; border: 1px solid #e0a0a0;
+      border-radius: 6px; padding: .2rem .8rem; }
+    .approval-done { margin: .3rem 0 0; font-size: .85em; color: #556; }
   `;
 
   class MemprocChat extends HTMLElement {
@@ -451,6 +476,8 @@
         while (url) {
           const response = await fetch(url, { credentials: "same-origin", headers: this.headers() });
           if (response.status === 404) {
+            // A first turn that waits for approval has stored nothing yet, but its call is there.
+            if (messages.length === 0 && (await this.showWaitingCalls(loading))) return;
             // Not stored (yet), or not this user's: a fixed thread is kept, a remembered one replaced.
             // Only if nothing was sent meanwhile: a turn started on this id has made it ours.
             const untouched = this.threadId === loading && !this.controller && !this.list.children.length;
@@ -468,19 +495,30 @@
         this.showBanner("error", "Could not load the conversation: " + error.message);
         return;
       }
+      if (this.threadId !== loading) return; // another conversation was opened meanwhile
+      this.renderStored(messages);
+      this.scrollDown();
+      await this.showWaitingCalls(loading);
+    }
+
+    // Stored messages (the API's shape) as list items at the end of the list: the items added.
+    renderStored(messages) {
+      const added = [];
       let reply = null;
       const calls = {};
       for (const message of messages) {
         if (message.role === "user") {
           reply = null;
-          this.addMessage("user", message.id).textContent = textOf(message.parts);
+          const li = this.addMessage("user", message.id);
+          li.textContent = textOf(message.parts);
+          added.push(li);
         } else if (message.role === "assistant") {
-          reply = reply || this.addMessage("assistant", message.id);
+          if (!reply) added.push((reply = this.addMessage("assistant", message.id)));
           for (const part of message.parts) {
             if (part.type === "text" && part.text) this.appendText(reply, part.text);
             if (part.type === "tool-call") calls[part.tool_call_id] = this.addTool(reply, part.tool_name, part.args);
           }
-          this.renderReply(reply);
+          this.renderReply(reply, { now: true });
         } else if (message.role === "tool") {
           for (const part of message.parts) {
             const chip = calls[part.tool_call_id];
@@ -488,7 +526,7 @@
           }
         }
       }
-      this.scrollDown();
+      return added;
     }
 
     // --- a turn --------------------------------------------------------------------------------------
@@ -502,6 +540,8 @@
       userLi.textContent = text;
       let reply = null;
       let finished = false;
+      let waiting = null; // the finish chunk's `pending`, when the server names the call that waits
+      const seen = {};
       this.controller = new AbortController();
       try {
         const response = await fetch(this.api + "agents/" + encodeURIComponent(this.agent) + "/chat/", {
@@ -519,7 +559,7 @@
         });
         if (!response.ok) throw new Error(await errorText(response));
         reply = this.addMessage("assistant", null, "pending");
-        for await (const chunk of chunks(response)) {
+        for await (const chunk of chunks(response, seen)) {
           if (chunk.type === "start") {
             if (chunk.messageId) reply.dataset.id = chunk.messageId;
           } else if (chunk.type === "text-start") {
@@ -530,7 +570,13 @@
             this.renderReply(reply);
           } else if (chunk.type === "tool-input-available") {
             reply.__calls[chunk.toolCallId] = this.addTool(reply, chunk.toolName, chunk.input);
+            reply.__open[chunk.toolCallId] = { tool_call_id: chunk.toolCallId, tool_name: chunk.toolName, args: chunk.input };
+          } else if (chunk.type === "tool-approval-request") {
+            // The AI SDK's approval request; memproc's approvalId is the PendingToolCall's id.
+            const call = reply.__open[chunk.toolCallId];
+            if (call) Object.assign(call, { kind: "approval" }, chunk.approvalId ? { id: chunk.approvalId } : {});
           } else if (chunk.type === "tool-output-available" || chunk.type === "tool-output-error") {
+            delete reply.__open[chunk.toolCallId];
             const chip = reply.__calls[chunk.toolCallId];
             if (chip) this.toolDone(chip, chunk.type === "tool-output-error" ? chunk.errorText : chunk.output,
               chunk.type === "tool-output-error");
@@ -549,18 +595,27 @@
             this.emit("tripwire", t);
           } else if (chunk.type === "finish") {
             finished = true;
-            if (reply) {
-              this.renderReply(reply, { now: true }); // the finished message shows its last delta
-              reply.classList.remove("pending");
+            waiting = (chunk.messageMetadata || {}).pending || null;
+            if (!waiting && !(reply && Object.keys(reply.__open).length)) { // else the turn waits
+              if (reply) {
+                this.renderReply(reply, { now: true }); // the finished message shows its last delta
+                reply.classList.remove("pending");
+              }
+              userLi.classList.remove("pending");
+              this.emit("finish", chunk.messageMetadata || {});
             }
-            userLi.classList.remove("pending");
-            this.emit("finish", chunk.messageMetadata || {});
           } else if (chunk.type === "error") {
             throw new Error(chunk.errorText || "The turn failed.");
           }
           this.scrollDown();
         }
-        if (!finished) throw new Error("The connection closed before the reply finished.");
+        // Calls still without a result when the stream ends: the turn is suspended, waiting for them.
+        const open = reply ? Object.values(reply.__open) : [];
+        if (waiting || ((finished || seen.done) && open.length)) {
+          this.suspended(userLi, reply, open, waiting);
+        } else if (!finished) {
+          throw new Error("The connection closed before the reply finished.");
+        }
       } catch (error) {
         if (error.name === "AbortError") return;
         userLi.remove();
@@ -578,6 +633,250 @@
       }
     }
 
+    // --- tool calls that wait for a decision --------------------------------------------------------
+
+    // The stream ended at calls without results: the turn is suspended until they are decided. The
+    // server may name the call (`tool-approval-request`'s approvalId, or `pending` in the finish
+    // metadata); otherwise the user's queue (`pending/`) is searched for it.
+    suspended(userLi, reply, open, waiting) {
+      userLi.classList.remove("pending");
+      if (!reply) reply = this.addMessage("assistant", null);
+      reply.classList.remove("pending");
+      reply.classList.add("waiting");
+      this.renderReply(reply, { now: true });
+      const calls = open.slice();
+      if (waiting) {
+        const known = calls.find((call) => call.tool_call_id === waiting.tool_call_id);
+        const call = { tool_call_id: waiting.tool_call_id, tool_name: waiting.tool_name, args: waiting.args };
+        if (known) Object.assign(known, { id: waiting.id, kind: waiting.kind || "approval" });
+        else calls.push({ ...call, id: waiting.id, kind: waiting.kind || "approval" });
+      }
+      for (const call of calls) this.awaitDecision(reply, call);
+      this.emit("suspended", { calls });
+    }
+
+    // After a load: the thread's calls that wait and that this user may decide, each as a reply with
+    // its buttons. Whether there were any.
+    async showWaitingCalls(threadId) {
+      let calls;
+      try {
+        calls = await this.waitingCalls(threadId);
+      } catch (error) {
+        return false; // the queue is an extra: the conversation shows without it
+      }
+      if (this.threadId !== threadId) return false;
+      for (const pending of calls) {
+        if (this.list.querySelector(".approval[data-pending-id='" + CSS.escape(pending.id) + "']")) continue;
+        const reply = this.addMessage("assistant", null, "waiting");
+        if (pending.text) this.appendText(reply, pending.text);
+        this.renderReply(reply, { now: true });
+        reply.__calls[pending.tool_call_id] = this.addTool(reply, pending.tool_name, pending.arguments);
+        const card = this.addApproval(reply, {
+          id: pending.id, tool_call_id: pending.tool_call_id, tool_name: pending.tool_name, args: pending.arguments,
+        });
+        this.offerDecision(card, reply, pending.id);
+      }
+      if (calls.length) this.scrollDown();
+      return calls.length > 0;
+    }
+
+    // The calls of `threadId` with this agent that wait for a decision this user may make (the API
+    // lists only those), oldest first.
+    async waitingCalls(threadId) {
+      const found = [];
+      let url = this.api + "pending/?limit=200";
+      for (let page = 0; url && page < 10; page += 1) {
+        const response = await fetch(url, { credentials: "same-origin", headers: this.headers() });
+        if (!response.ok) throw new Error(await errorText(response));
+        const body = await response.json();
+        const rows = Array.isArray(body) ? body : body.results || [];
+        found.push(...rows.filter((row) => row.thread_id === threadId && row.agent_id === this.agent &&
+          row.state === "pending" && row.kind !== "client"));
+        url = Array.isArray(body) ? null : body.next;
+      }
+      return found;
+    }
+
+    // One waiting call: its card, with buttons if this user may decide it, else what it waits for.
+    async awaitDecision(reply, call) {
+      const card = this.addApproval(reply, call);
+      if (call.kind === "client") {
+        this.cardStatus(card, "Waiting for the app to answer this call.");
+        return;
+      }
+      let pending = null;
+      try {
+        if (call.id) {
+          const response = await fetch(this.api + "pending/" + encodeURIComponent(call.id) + "/", {
+            credentials: "same-origin",
+            headers: this.headers(),
+          });
+          if (response.ok) pending = await response.json();
+          else if (response.status !== 404 && response.status !== 403) throw new Error(await errorText(response));
+        } else {
+          const calls = await this.waitingCalls(this.threadId);
+          pending = calls.find((row) => row.tool_call_id === call.tool_call_id) || null;
+        }
+      } catch (error) {
+        pending = null; // who may decide cannot be told: show the call as waiting
+      }
+      if (!card.isConnected) return;
+      if (!pending || pending.kind === "client") {
+        this.cardStatus(card, "Waiting for approval.");
+      } else if (pending.state !== "pending") {
+        this.cardStatus(card, "This call was already decided (" + pending.state + ").", "conflict");
+      } else {
+        this.offerDecision(card, reply, pending.id);
+      }
+    }
+
+    addApproval(reply, call) {
+      const chip = reply.__calls[call.tool_call_id];
+      if (chip) chip.hidden = true; // the card shows the call; the chip comes back with its result
+      const card = el("div", "approval");
+      card.setAttribute("part", "approval");
+      card.setAttribute("role", "group");
+      card.setAttribute("aria-label", "Tool call waiting for approval: " + call.tool_name);
+      card.dataset.toolCallId = call.tool_call_id;
+      if (call.id) card.dataset.pendingId = call.id;
+      const head = card.appendChild(el("div", "approval-head", "The agent wants to run "));
+      head.appendChild(el("span", "approval-tool", call.tool_name));
+      const args = card.appendChild(el("pre", "approval-args", pretty(call.args)));
+      args.setAttribute("aria-label", "Arguments of " + call.tool_name);
+      card.__name = call.tool_name;
+      card.__status = card.appendChild(el("p", "approval-status", "Checking who may decide…"));
+      card.__status.setAttribute("role", "status");
+      reply.appendChild(card);
+      this.scrollDown();
+      return card;
+    }
+
+    // Approve and Reject for a call this user may decide; Reject asks for a reason first.
+    offerDecision(card, reply, id) {
+      const name = card.__name;
+      card.dataset.pendingId = id;
+      this.cardStatus(card, "This call needs your approval.");
+      const actions = card.appendChild(el("div", "approval-actions"));
+      const approve = actions.appendChild(el("button", "approve", "Approve"));
+      approve.type = "button";
+      approve.setAttribute("aria-label", "Approve " + name);
+      const reject = actions.appendChild(el("button", "reject", "Reject"));
+      reject.type = "button";
+      reject.setAttribute("aria-label", "Reject " + name);
+      reject.setAttribute("aria-expanded", "false");
+      const form = card.appendChild(el("form", "approval-reason"));
+      form.hidden = true;
+      const reason = form.appendChild(el("input", "reason"));
+      reason.type = "text";
+      reason.maxLength = 2000;
+      reason.placeholder = "Why not? The agent reads this.";
+      reason.setAttribute("aria-label", "Reason for rejecting " + name);
+      const confirm = form.appendChild(el("button", "confirm-reject", "Reject"));
+      confirm.type = "submit";
+      confirm.setAttribute("aria-label", "Send the rejection of " + name);
+      const cancel = form.appendChild(el("button", "cancel", "Cancel"));
+      cancel.type = "button";
+      card.__controls = [approve, reject, reason, confirm, cancel];
+      approve.addEventListener("click", () => this.decide(card, reply, id, "approve", {}));
+      reject.addEventListener("click", () => {
+        form.hidden = false;
+        reject.setAttribute("aria-expanded", "true");
+        reason.focus();
+      });
+      cancel.addEventListener("click", () => {
+        form.hidden = true;
+        reject.setAttribute("aria-expanded", "false");
+        reject.focus();
+      });
+      form.addEventListener("submit", (event) => {
+        event.preventDefault();
+        this.decide(card, reply, id, "reject", { reason: reason.value.trim() });
+      });
+    }
+
+    async decide(card, reply, id, verb, body) {
+      if (card.__busy) return;
+      card.__busy = true;
+      card.setAttribute("aria-busy", "true");
+      for (const control of card.__controls) control.disabled = true;
+      this.cardStatus(card, verb === "approve" ? "Approving…" : "Rejecting…");
+      let settled = false;
+      try {
+        const response = await fetch(this.api + "pending/" + encodeURIComponent(id) + "/" + verb + "/", {
+          method: "POST",
+          credentials: "same-origin",
+          headers: this.headers({ "Content-Type": "application/json" }),
+          body: JSON.stringify(body),
+        });
+        if (response.status === 409 || response.status === 404) {
+          settled = true;
+          this.cardStatus(card, response.status === 409
+            ? "Already decided by someone else; reload the conversation to see how it went on."
+            : "You may not decide this call any more.", "conflict");
+          return;
+        }
+        if (!response.ok) throw new Error(await errorText(response));
+        settled = true;
+        this.showResumed(card, reply, verb, await response.json());
+      } catch (error) {
+        this.cardStatus(card, "The decision was not sent (" + error.message + ").", "error");
+        this.emit("error", { message: error.message });
+      } finally {
+        card.__busy = false;
+        card.removeAttribute("aria-busy");
+        if (settled) {
+          for (const node of card.querySelectorAll(".approval-actions, .approval-reason")) node.remove();
+        } else {
+          for (const control of card.__controls) control.disabled = false;
+        }
+      }
+    }
+
+    // The decision's answer is the resumed turn's result (as generate/ answers): its saved messages
+    // replace the waiting reply; a turn that waits again at another call shows that call.
+    showResumed(card, reply, verb, result) {
+      if (result.tripwire) {
+        const asked = reply.previousElementSibling; // the turn's own message, when this page sent it
+        if (asked && asked.classList.contains("user")) {
+          asked.classList.add("blocked");
+          asked.title = "Blocked: not saved";
+        }
+        reply.remove();
+        const t = result.tripwire;
+        this.showBanner("tripwire", "Blocked by " + (t.processor_id || "a guardrail") + ": " +
+          (t.reason || "no reason given") + ". Nothing of this turn was saved.");
+        this.emit("tripwire", t);
+        return;
+      }
+      if (result.pending) {
+        const chip = reply.__calls[card.dataset.toolCallId];
+        if (chip) chip.hidden = false;
+        card.replaceWith(el("p", "approval-done", verb === "approve" ? "Approved." : "Rejected."));
+        if (result.text) {
+          reply.__texts = [result.text];
+          this.renderReply(reply, { now: true });
+        }
+        const p = result.pending;
+        const call = { id: p.id, kind: p.kind, tool_call_id: p.tool_call_id, tool_name: p.tool_name, args: p.args };
+        reply.__calls[p.tool_call_id] = this.addTool(reply, p.tool_name, p.args);
+        this.awaitDecision(reply, call);
+        this.emit("suspended", { calls: [call] });
+        return;
+      }
+      const shown = new Set(Array.from(this.list.children, (li) => li.dataset.id).filter(Boolean));
+      const fresh = (result.messages || []).filter((m) => !(m.role === "user" && shown.has(m.id)));
+      const added = this.renderStored(fresh);
+      if (added.length) reply.replaceWith(...added);
+      else reply.remove();
+      this.scrollDown();
+      this.emit("finish", { thread_id: result.thread_id, message_ids: (result.messages || []).map((m) => m.id) });
+    }
+
+    cardStatus(card, text, kind) {
+      card.__status.textContent = text;
+      card.__status.className = "approval-status" + (kind ? " " + kind : "");
+    }
+
     // --- rendering -----------------------------------------------------------------------------------
 
     addMessage(role, id, extraClass) {
@@ -587,6 +886,7 @@
       if (role === "assistant") {
         li.__texts = [];
         li.__calls = {};
+        li.__open = {}; // tool calls without a result yet, by call id
         li.__body = li.appendChild(el("div", "body"));
       }
       this.list.appendChild(li);
@@ -643,6 +943,14 @@
   function textOf(parts) {
     return (parts || []).map((p) => (p.type === "text" ? p.text : p.type === "attachment" ? "📎 " + p.name : ""))
       .filter(Boolean).join("\n");
+  }
+
+  function pretty(value) {
+    try {
+      return JSON.stringify(value === undefined ? null : value, null, 2);
+    } catch (e) {
+      return String(value);
+    }
   }
 
   function compact(value) {
