@@ -163,6 +163,12 @@ def expire_pending_tool_calls() -> dict[str, int]:
     return {"expired": approvals.expire_due(), "resumed": approvals.resume_stalled()}
 
 
+def resume_tool_call(pending_id: str) -> bool:
+    """Resumes the turn of a decided tool call (`approvals.approve_later`); idempotent: a turn that
+    completed, or whose resume another worker holds, is left alone. Whether this run resumed it."""
+    return approvals.resume(pending_id) is not None
+
+
 def compact_thread(
     thread_id: str,
     through_sequence: int,
@@ -216,6 +222,7 @@ TASKS: dict[str, Callable[..., Any]] = {
     "memproc.compact_thread": compact_thread,
     "memproc.index_merge": index_merge,
     "memproc.expire_pending_tool_calls": expire_pending_tool_calls,
+    "memproc.resume_tool_call": resume_tool_call,
 }
 
 
@@ -274,3 +281,4 @@ if shared_task is not None:
     compact_thread_task = _celery_task("memproc.compact_thread")
     index_merge_task = _celery_task("memproc.index_merge")
     expire_pending_tool_calls_task = _celery_task("memproc.expire_pending_tool_calls")
+    resume_tool_call_task = _celery_task("memproc.resume_tool_call")

@@ -1,6 +1,7 @@
 """The approval queue: tool calls that wait for a decision, shown only to staff who may decide them
-(memproc.services.approvals.may_decide), approved or rejected through the service, which resumes
-each call's turn."""
+(memproc.services.approvals.may_decide), approved or rejected through the service. The turns resume
+in the background (`approve_later`): on a Celery worker with BACKGROUND="celery", so approving fifty
+calls does not wait for fifty model calls; inline, right after the decision commits."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from memproc import logs, models
+from memproc import models
 from memproc.admin.cells import clipped, list_time, stacked
 from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, UserLinksMixin, one_line, pretty_json
+from memproc.conf import settings as memproc_settings
 from memproc.exceptions import PendingCallConflict, PendingCallNotFound
 from memproc.services import approvals
 
@@ -130,52 +132,44 @@ class PendingToolCallAdmin(UserLinksMixin, ReadOnlyAdmin):
 
     @admin.action(description=_("Approve selected calls (the tools run)"), permissions=["decide"])
     def approve_selected(self, request: HttpRequest, queryset: QuerySet[models.PendingToolCall]) -> None:
-        self._decide(request, queryset, lambda pk: approvals.approve(pk, actor=request.user), _("approved"))
+        self._decide(
+            request, queryset, lambda pk: approvals.approve_later(pk, actor=request.user), _("approved")
+        )
 
     @admin.action(description=_("Reject selected calls (the tools do not run)"), permissions=["decide"])
     def reject_selected(self, request: HttpRequest, queryset: QuerySet[models.PendingToolCall]) -> None:
         self._decide(
             request,
             queryset,
-            lambda pk: approvals.reject(pk, actor=request.user, reason=str(ADMIN_REJECTION)),
+            lambda pk: approvals.reject_later(pk, actor=request.user, reason=str(ADMIN_REJECTION)),
             _("rejected"),
         )
 
     def _decide(
         self, request: HttpRequest, queryset: QuerySet[models.PendingToolCall], decide: Any, done: Any
     ) -> None:
-        decided, skipped, failed = 0, 0, 0
+        decided, skipped = 0, 0
         for pk in queryset.filter(state=State.PENDING).values_list("pk", flat=True):
             try:
                 decide(pk)
                 decided += 1
             except (PendingCallConflict, PendingCallNotFound):
                 skipped += 1
-            except Exception as exc:  # the decision stands; resume_stalled retries the turn later
-                logs.failure(
-                    logger, "memproc: the turn of pending tool call %s failed to resume", pk, exc=exc
-                )
-                failed += 1
         if decided:
+            later = memproc_settings.BACKGROUND == "celery"
+            where = _("will resume on a Celery worker") if later else _("resumed")
             self.message_user(
                 request,
                 ngettext(
-                    "%(count)d call %(done)s; its turn resumed.",
-                    "%(count)d calls %(done)s; their turns resumed.",
+                    "%(count)d call %(done)s; its turn %(where)s.",
+                    "%(count)d calls %(done)s; their turns %(where)s.",
                     decided,
                 )
-                % {"count": decided, "done": done},
+                % {"count": decided, "done": done, "where": where},
                 messages.SUCCESS,
             )
         if skipped or not decided:
             self.message_user(request, _("Calls no longer pending were left as they are."), messages.WARNING)
-        if failed:
-            self.message_user(
-                request,
-                ngettext("%(count)d resumed turn failed.", "%(count)d resumed turns failed.", failed)
-                % {"count": failed},
-                messages.ERROR,
-            )
 
 
 def _json_block(value: Any) -> Any:

@@ -40,6 +40,7 @@ __all__ = [
     "RESUME_LEASE",
     "Resumer",
     "approve",
+    "approve_later",
     "client_calls_in_thread",
     "connect_resumer",
     "expire_due",
@@ -55,6 +56,7 @@ __all__ = [
     "pending_suspend",
     "pending_visible",
     "reject",
+    "reject_later",
     "resume",
     "resume_stalled",
     "submit_result",
@@ -173,8 +175,11 @@ def pending_visible(pending_id: Any, *, user: Any) -> PendingToolCall:
     return row
 
 
-def _decide(row: PendingToolCall, *, state: str, actor: Any, **fields: Any) -> PendingToolCall:
-    """pending -> `state`, once: the conditional UPDATE is the lock (ten deciders, one winner)."""
+def _decide(
+    row: PendingToolCall, *, state: str, actor: Any, claim: bool = True, **fields: Any
+) -> PendingToolCall:
+    """pending -> `state`, once: the conditional UPDATE is the lock (ten deciders, one winner). With
+    `claim` the decider holds the resume (it resumes the turn next); without, `resume` takes it."""
     now = timezone.now()
     using = memproc_db()
     with atomic_write(using):
@@ -185,7 +190,7 @@ def _decide(row: PendingToolCall, *, state: str, actor: Any, **fields: Any) -> P
                 state=state,
                 decided_by_id=getattr(actor, "pk", None),
                 decided_at=now,
-                claimed_at=now,
+                claimed_at=now if claim else None,
                 **fields,
             )
         )
@@ -210,7 +215,7 @@ def _decide(row: PendingToolCall, *, state: str, actor: Any, **fields: Any) -> P
 
 
 def pending_approve(
-    pending_id: Any, *, actor: Any = None, arguments: Mapping[str, Any] | None = None
+    pending_id: Any, *, actor: Any = None, arguments: Mapping[str, Any] | None = None, claim: bool = True
 ) -> PendingToolCall:
     """Approves the call (with `arguments` in place of the model's, checked against the tool's
     schema: ValidationError) without resuming its turn: the decided row, for a caller that resumes the
@@ -231,7 +236,7 @@ def pending_approve(
         except ToolError as exc:
             raise ValidationError(str(exc)) from exc
         edited = dict(arguments)
-    return _decide(row, state=State.APPROVED, actor=actor, edited_arguments=edited)
+    return _decide(row, state=State.APPROVED, actor=actor, claim=claim, edited_arguments=edited)
 
 
 def approve(pending_id: Any, *, actor: Any = None, arguments: Mapping[str, Any] | None = None) -> Any:
@@ -243,7 +248,9 @@ def approve(pending_id: Any, *, actor: Any = None, arguments: Mapping[str, Any] 
     return _the_resumer().resume(decided)
 
 
-def pending_reject(pending_id: Any, *, actor: Any = None, reason: str = "") -> PendingToolCall:
+def pending_reject(
+    pending_id: Any, *, actor: Any = None, reason: str = "", claim: bool = True
+) -> PendingToolCall:
     """Rejects the call without resuming its turn: the decided row (see `pending_approve`). Errors as
     `reject`."""
     if not isinstance(reason, str):
@@ -252,7 +259,35 @@ def pending_reject(pending_id: Any, *, actor: Any = None, reason: str = "") -> P
     if row.state != State.PENDING:
         raise PendingCallConflict("This tool call is no longer pending")
     text = f"{REJECTED_TEXT}: {reason}" if reason else REJECTED_TEXT
-    return _decide(row, state=State.REJECTED, actor=actor, reason=reason, result=text, result_is_error=True)
+    return _decide(
+        row, state=State.REJECTED, actor=actor, claim=claim, reason=reason, result=text, result_is_error=True
+    )
+
+
+def approve_later(
+    pending_id: Any, *, actor: Any = None, arguments: Mapping[str, Any] | None = None
+) -> PendingToolCall:
+    """Approves the call now and resumes its turn in the background (`memproc.resume_tool_call`, on
+    Celery with BACKGROUND="celery", else after this transaction commits): for a decider who need not
+    wait for the model, as an admin approving many calls. The decided row; errors as `approve`."""
+    decided = pending_approve(pending_id, actor=actor, arguments=arguments, claim=False)
+    _resume_later(decided.pk)
+    return decided
+
+
+def reject_later(pending_id: Any, *, actor: Any = None, reason: str = "") -> PendingToolCall:
+    """`reject`, with the turn resumed in the background as by `approve_later`."""
+    decided = pending_reject(pending_id, actor=actor, reason=reason, claim=False)
+    _resume_later(decided.pk)
+    return decided
+
+
+def _resume_later(pending_id: Any) -> None:
+    from memproc.background import enqueue
+
+    enqueue(
+        "memproc.resume_tool_call", kwargs={"pending_id": str(pending_id)}, inline=partial(resume, pending_id)
+    )
 
 
 def reject(pending_id: Any, *, actor: Any = None, reason: str = "") -> Any:
@@ -383,9 +418,10 @@ def resume(pending_id: Any) -> Any:
 
 def resume_stalled() -> int:
     """Resumes every decided call whose resume stalled past the lease. How many it resumed."""
+    lease_over = timezone.now() - RESUME_LEASE
     stalled = PendingToolCall.objects.using(memproc_db()).filter(
+        Q(claimed_at__lte=lease_over) | Q(claimed_at__isnull=True, decided_at__lte=lease_over),
         completed_at__isnull=True,
         state__in=(State.APPROVED, State.REJECTED, State.EXPIRED),
-        claimed_at__lte=timezone.now() - RESUME_LEASE,
     )
     return sum(resume(pk) is not None for pk in stalled.values_list("pk", flat=True))

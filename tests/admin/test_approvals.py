@@ -58,15 +58,18 @@ def staff_client(client, name, *perms):
     return client
 
 
-def test_a_decider_sees_the_call_and_approves_it_from_the_list(client, agent, model):
+def test_a_decider_sees_the_call_and_approves_it_from_the_list(
+    client, agent, model, django_capture_on_commit_callbacks
+):
     pending = suspended(agent, model)
     model.add("Done.")
     decider = staff_client(client, "decider", "memproc.change_pendingtoolcall")
     page = decider.get(reverse(CHANGELIST)).content.decode()
     assert "cancel_subscription" in page and "gold" in page
-    response = decider.post(
-        reverse(CHANGELIST), {"action": "approve_selected", "_selected_action": [pending.id]}, follow=True
-    )
+    with django_capture_on_commit_callbacks(execute=True):  # inline: the turn resumes after commit
+        response = decider.post(
+            reverse(CHANGELIST), {"action": "approve_selected", "_selected_action": [pending.id]}, follow=True
+        )
     assert response.status_code == 200 and "approved" in response.content.decode()
     assert RUNS == ["gold"]
     assert PendingToolCall.objects.get().state == "done"
@@ -78,11 +81,14 @@ def test_a_decider_sees_the_call_and_approves_it_from_the_list(client, agent, mo
     assert change.status_code == 200 and "I will" not in change.content.decode()
 
 
-def test_reject_from_the_list_resumes_the_turn_without_the_tool(client, agent, model):
+def test_reject_from_the_list_resumes_the_turn_without_the_tool(
+    client, agent, model, django_capture_on_commit_callbacks
+):
     pending = suspended(agent, model)
     model.add("Done.")
     decider = staff_client(client, "decider", "memproc.change_pendingtoolcall")
-    decider.post(reverse(CHANGELIST), {"action": "reject_selected", "_selected_action": [pending.id]})
+    with django_capture_on_commit_callbacks(execute=True):
+        decider.post(reverse(CHANGELIST), {"action": "reject_selected", "_selected_action": [pending.id]})
     row = PendingToolCall.objects.get()
     assert RUNS == [] and row.state == "rejected" and row.reason == "Rejected in the admin"
     assert Message.objects.filter(thread__public_id="t1").count() == 4
@@ -116,3 +122,53 @@ def test_staff_without_the_permission_see_no_call_they_may_not_decide(client, ag
     account_admin = staff_client(client, "accounts", "auth.delete_user")
     page = account_admin.get(reverse(CHANGELIST)).content.decode()
     assert "remove_account" in page and "cancel_subscription" not in page
+
+
+def test_with_celery_the_admin_decides_at_once_and_a_worker_resumes_the_turn(
+    client, agent, model, settings, django_capture_on_commit_callbacks, monkeypatch
+):
+    """Approving from the list does not wait for the model: the decision commits, a
+    `memproc.resume_tool_call` job goes to the outbox, and the job (run here as a worker would) resumes
+    the turn once; a second delivery of the same job does nothing."""
+    from memproc import background, tasks
+    from memproc.models import OutboxJob
+
+    sent: list[tuple[str, dict]] = []
+    monkeypatch.setattr(background, "celery_send_bounded", lambda name, kwargs: sent.append((name, kwargs)))
+    settings.MEMPROC = {**getattr(settings, "MEMPROC", {}), "BACKGROUND": "celery"}
+    pending = suspended(agent, model)
+    model.add("Done.")
+    decider = staff_client(client, "decider", "memproc.change_pendingtoolcall")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = decider.post(
+            reverse(CHANGELIST), {"action": "approve_selected", "_selected_action": [pending.id]}, follow=True
+        )
+    assert "1 call approved; its turn will resume on a Celery worker." in response.content.decode()
+    assert RUNS == [] and PendingToolCall.objects.get().state == "approved"
+    assert sent == [("memproc.resume_tool_call", {"pending_id": str(pending.id)})]
+    assert not OutboxJob.objects.exists()  # sent: nothing left to deliver
+    assert tasks.resume_tool_call(**sent[0][1]) is True
+    assert RUNS == ["gold"] and PendingToolCall.objects.get().state == "done"
+    assert tasks.resume_tool_call(**sent[0][1]) is False  # delivered twice: the tool ran once
+    assert RUNS == ["gold"] and Message.objects.filter(thread__public_id="t1").count() == 4
+
+
+def test_a_decision_whose_job_was_lost_is_resumed_by_the_periodic_task(
+    client, agent, model, settings, monkeypatch
+):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from memproc import background, tasks
+
+    monkeypatch.setattr(background, "celery_send_bounded", lambda name, kwargs: None)
+    settings.MEMPROC = {**getattr(settings, "MEMPROC", {}), "BACKGROUND": "celery"}
+    pending = suspended(agent, model)
+    model.add("Done.")
+    decider = staff_client(client, "decider", "memproc.change_pendingtoolcall")
+    decider.post(reverse(CHANGELIST), {"action": "approve_selected", "_selected_action": [pending.id]})
+    assert tasks.expire_pending_tool_calls() == {"expired": 0, "resumed": 0}  # within the lease
+    PendingToolCall.objects.update(decided_at=timezone.now() - dt.timedelta(minutes=6))
+    assert tasks.expire_pending_tool_calls() == {"expired": 0, "resumed": 1}
+    assert RUNS == ["gold"] and PendingToolCall.objects.get().state == "done"

@@ -41,6 +41,7 @@ WIRE_NAMES = {
     "memproc.compact_thread",
     "memproc.index_merge",
     "memproc.expire_pending_tool_calls",
+    "memproc.resume_tool_call",
 }
 
 

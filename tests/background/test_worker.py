@@ -67,3 +67,46 @@ def test_a_worker_embeds_turns_and_recall_finds_them(
     assert not per_message.exists()  # one vector per message, however often a task ran
     title = Thread.objects.get(public_id="boats").title
     assert 0 < len(title) <= 80 and "boats" in title
+
+
+def test_an_approval_from_the_admin_resumes_its_turn_on_the_worker(
+    broker, celery_worker, registered, memproc_settings, wait_for, client
+):
+    """With BACKGROUND="celery" the admin's decision returns at once; the worker resumes the turn,
+    runs the tool once (in its own process) and saves the whole turn."""
+    import os
+
+    from django.contrib.auth import get_user_model
+    from django.urls import reverse
+
+    from memproc.models import PendingToolCall
+    from tests.background.worker_agent import build_approval_agent
+
+    agent = registered(build_approval_agent())
+    with memproc_settings(BACKGROUND="celery"):
+        pending = agent.generate("Stamp the lease", thread_id="stamped", resource_id=R).pending
+        assert pending is not None and not Thread.objects.filter(public_id="stamped").exists()
+        admin = get_user_model().objects.create_superuser("boss", password="pw")
+        client.force_login(admin)
+        changelist = reverse("admin:memproc_pendingtoolcall_changelist")
+        response = client.post(
+            changelist, {"action": "approve_selected", "_selected_action": [pending.id]}, follow=True
+        )
+        assert "its turn will resume on a Celery worker" in response.content.decode()
+        assert PendingToolCall.objects.get().state == "approved"
+        worker = celery_worker()
+        wait_for(
+            lambda: PendingToolCall.objects.get().state == "done",
+            timeout=TIMEOUT, worker=worker, what="the worker to resume the approved turn",
+        )  # fmt: skip
+    row = PendingToolCall.objects.get()
+    assert (
+        row.result.startswith("stamped lease in process ")
+        and row.result != f"stamped lease in process {os.getpid()}"
+    )
+    texts = list(
+        StoredMessage.objects.filter(thread__public_id="stamped")
+        .order_by("sequence")
+        .values_list("role", "text")
+    )
+    assert texts == [("user", "Stamp the lease"), ("assistant", ""), ("tool", ""), ("assistant", "Stamped.")]
