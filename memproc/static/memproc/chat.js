@@ -267,14 +267,21 @@
     .banner.error { background: #fff4e0; border: 1px solid #e3b96b; color: #6b4a00; }
     .banner button { margin-left: .6rem; }
     form { display: flex; gap: .5rem; padding: .6rem .8rem; border-top: 1px solid var(--border); }
-    textarea { flex: 1; resize: vertical; font: inherit; padding: .4rem; min-height: 2.4rem; }
-    button { font: inherit; cursor: pointer; }
+    textarea { flex: 1; resize: vertical; font: inherit; padding: .4rem .55rem; min-height: 2.4rem;
+      border: 1px solid var(--border); border-radius: 8px; }
+    textarea:focus-visible, button:focus-visible, input:focus-visible {
+      outline: 3px solid color-mix(in srgb, var(--accent) 45%, transparent); outline-offset: 1px; }
+    button { font: inherit; cursor: pointer; border-radius: 8px; padding: .35rem .85rem;
+      border: 1px solid var(--border); background: var(--memproc-bg, #fff); color: var(--accent); }
+    button:hover:not(:disabled) { border-color: var(--accent); }
+    button.send { background: var(--accent); border-color: var(--accent); color: #fff; font-weight: 600; }
     button:disabled { cursor: default; opacity: .6; }
     .threads { padding: .4rem .8rem; border-bottom: 1px solid var(--border); font-size: .9em; }
     .threads ul { list-style: none; margin: .3rem 0 0; padding: 0; }
     .threads li { display: flex; gap: .4rem; align-items: center; padding: .15rem 0; }
     .threads li .open { flex: 1; min-width: 0; text-align: left; overflow: hidden; text-overflow: ellipsis;
       white-space: nowrap; background: none; border: 0; padding: .1rem 0; color: inherit; }
+    .threads li .archive { font-size: .85em; padding: .1rem .5rem; }
     .threads li.current .open { font-weight: 600; }
     .threads li.archived .open { color: #778; font-style: italic; }
     .threads label { display: inline-flex; gap: .3rem; margin-left: .6rem; }
