@@ -4,7 +4,7 @@ card ("card", "Visa", "carte bancaire"), or an identifier that merely looks like
 
 `context(text, start)` reads the same line up to `WINDOW` characters before a candidate and answers
 "phone", "card", "id" or None, whichever cue is nearest the number. Words are matched case-insensitively and
-without accents, in English, German, French, Spanish, Italian and Dutch.
+without accents, in English, German, French, Spanish, Italian, Dutch and Portuguese.
 """
 
 from __future__ import annotations
@@ -20,6 +20,11 @@ _PHONE_CUES = (
     r"tele?phone?",
     r"telefon\w*",
     r"telefono",
+    r"telefone",
+    r"telemovel",
+    r"ligue",
+    r"ligar",
+    r"contacto",
     r"phone",
     r"phones",
     r"call(?:ing)?",
@@ -109,6 +114,11 @@ _ID_CUES = (
     r"zaak\w*",
     r"bestelling",
     r"factuur",
+    r"encomenda",
+    r"fatura",
+    r"processo",
+    r"referencia",
+    r"n\.o",
     r"isbn",
     r"version",
     r"versions?",
