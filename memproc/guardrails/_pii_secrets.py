@@ -2,11 +2,14 @@
 "Authorization: Bearer ...", "API key: ...".
 
 A key name (`SECRET_KEYS`, in the project's seven languages; `API_KEY_KEYS` for API keys), then ":",
-"=", "is" (or "ist", "est", "es", "è", "é", "lautet") and a value. Only the value is a match, so a
-redaction keeps the key name. The value must look like one: not a placeholder ("********",
-"<your password>", "${DB_PASSWORD}", "os.environ[...]", "required", "none", an earlier redaction);
-after "is" or ":" a plain word ("incorrect", "required") is read as prose, so the value needs a digit,
-a symbol or a capital after its first letter; after "=" (configuration) any value of 4 or more
+"=", "is" or "was" (or "ist", "war", "est", "était", "es", "era", "è", "é", "lautet") and a value;
+after a password word (`PASSWORD_KEYS`) the value may also follow with no connector ("with password
+'Qr7!dke#39'"). Only the value is a match, so a redaction keeps the key name. The value must look like
+one: not a placeholder ("********", "<your password>", "${DB_PASSWORD}", "os.environ[...]",
+"required", "none", an earlier redaction); after a word or ":" a plain word ("incorrect",
+"required") is read as prose, so the value needs a digit, a symbol or a capital after its first
+letter; with no connector at all ("password reset", "password manager") it needs letters and a digit,
+or a symbol or a capital inside it, and 6 characters; after "=" (configuration) any value of 4 or more
 characters counts.
 """
 
@@ -36,10 +39,24 @@ SECRET_KEYS = (
     r"senha",
     r"palavra[- ]passe",
 )
+PASSWORD_KEYS = (
+    r"password",
+    r"passwd",
+    r"pwd",
+    r"passphrase",
+    r"passcode",
+    r"passwort",
+    r"kennwort",
+    r"mot de passe",
+    r"contrase[nñ]a",
+    r"wachtwoord",
+    r"senha",
+)
 API_KEY_KEYS = (r"api[_ -]?key", r"apikey", r"x-api-key")
 # A key may carry a prefix ("DB_PASSWORD", "github_token") and sit in quotes ('"password": ...').
 _PREFIX = r"(?:(?<![^\W_])|(?<=_))(?:[A-Za-z0-9]+_)*"
-_CONNECTOR = r"[\"']?\s*(?P<connector>[:=]|\b(?:is|ist|est|es|è|é|lautet)\b:?)\s*[\"']?"
+_WORDS = r"is|was|ist|war|est|était|es|era|è|é|lautet"
+_CONNECTOR = rf"[\"']?\s*(?P<connector>[:=]|\b(?:{_WORDS})\b:?)\s*[\"']?"
 _VALUE = r"(?P<value>[^\s\"'`,;]{4,200})"
 
 
@@ -48,6 +65,9 @@ def _assignment(keys: tuple[str, ...]) -> re.Pattern[str]:
 
 
 _SECRET = _assignment(SECRET_KEYS)
+_BARE_PASSWORD = re.compile(
+    rf"(?i){_PREFIX}(?:{'|'.join(PASSWORD_KEYS)})(?![^\W_])(?P<connector>)\s+[\"'`]?{_VALUE}"
+)
 _API_KEY = _assignment(API_KEY_KEYS)
 _AUTHORIZATION = re.compile(
     r"(?i)\b(?:authorization\s*[:=]\s*[\"']?(?:bearer|basic|token|digest)|bearer)\s+"
@@ -56,7 +76,7 @@ _AUTHORIZATION = re.compile(
 # A key name still waiting for its value at the end of a streamed text ("password = ").
 TRAILING_KEY = re.compile(
     rf"(?i){_PREFIX}(?:{'|'.join((*SECRET_KEYS, *API_KEY_KEYS, r'authorization', r'bearer'))})"
-    r"(?![^\W_])[\"']?\s*(?:[:=]|\b(?:is|ist|est|es|è|é|lautet)\b)?\s*[\"']?(?:bearer|basic)?\s*"
+    rf"(?![^\W_])[\"']?\s*(?:[:=]|\b(?:{_WORDS})\b)?\s*[\"']?(?:bearer|basic)?\s*"
     r"[^\s\"'`,;]*\Z"
 )
 
@@ -70,6 +90,7 @@ _PLACEHOLDER = re.compile(
 def secrets(text: str) -> Iterator[Span]:
     """The values after a password, token or secret name, and after an Authorization header."""
     yield from _values(_SECRET, text)
+    yield from _values(_BARE_PASSWORD, text)
     for match in _AUTHORIZATION.finditer(text):
         if not _PLACEHOLDER.match(match.group("value")):
             yield match.span("value")
@@ -102,6 +123,12 @@ def _looks_like_secret(value: str, connector: str) -> bool:
         return False
     if connector == "=":
         return True
+    if not connector:
+        return len(value) >= 6 and bool(
+            (re.search(r"\d", value) and re.search(r"[^\W\d_]", value))
+            or re.search(r"[^\w\s]", value[:-1])
+            or re.search(r"[A-Z]", value[1:])
+        )
     if len(value) < 6 and not re.search(r"\d", value):
         return False
     return bool(re.search(r"[\d\W_]", value) or re.search(r"[A-Z]", value[1:]))

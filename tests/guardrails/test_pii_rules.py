@@ -232,6 +232,10 @@ def test_nine_digit_numbers_without_an_ssn_cue_are_not_ssns(text):
         ("contraseña: Gato_1999", "Gato_1999"),
         ("wachtwoord=Fiets!42", "Fiets!42"),
         ("a senha é Lisboa#77", "Lisboa#77"),
+        ("its password was 'NetWork_789'", "NetWork_789"),
+        ("user ada with password Qr7!dke#39 logged in", "Qr7!dke#39"),
+        ("her password 'B@nZes94!' leaked", "B@nZes94!"),
+        ("das Passwort war Sommer2024", "Sommer2024"),
     ],
 )
 def test_secrets_after_a_key_name_are_found(text, value):
@@ -265,6 +269,10 @@ def test_values_after_an_api_key_name_are_api_keys(text, value):
         "The secret is to whisk the eggs slowly.",
         "max tokens: 4096",
         "Enter your password: [REDACTED:secret]",
+        "Use a password manager and turn on password reset.",
+        "The password Policy changed; passwords need 12 characters.",
+        "Your password was changed yesterday.",
+        "Pick a password with 2FA enabled.",
     ],
 )
 def test_words_after_a_key_name_that_are_not_secrets(text):
