@@ -53,8 +53,23 @@ PASSWORD_KEYS = (
     r"senha",
 )
 API_KEY_KEYS = (r"api[_ -]?key", r"apikey", r"x-api-key")
-# A key may carry a prefix ("DB_PASSWORD", "github_token") and sit in quotes ('"password": ...').
-_PREFIX = r"(?:(?<![^\W_])|(?<=_))(?:[A-Za-z0-9]+_)*"
+# A key may carry a prefix ("DB_PASSWORD", "github_token": "_" may come before it) and sit in quotes
+# ('"password": ...').
+_PREFIX = r"(?<![^\W_])"
+# Cheap first look: text with none of these holds no key name (most text; the patterns cost more).
+_HINTS = (
+    "pass",
+    "pwd",
+    "secret",
+    "token",
+    "kennwort",
+    "wachtwoord",
+    "mdp",
+    "contrase",
+    "senha",
+    "bearer",
+    "authoriz",
+)
 _WORDS = r"is|was|ist|war|est|était|es|era|è|é|lautet"
 _CONNECTOR = rf"[\"']?\s*(?P<connector>[:=]|\b(?:{_WORDS})\b:?)\s*[\"']?"
 _VALUE = r"(?P<value>[^\s\"'`,;]{4,200})"
@@ -89,6 +104,9 @@ _PLACEHOLDER = re.compile(
 
 def secrets(text: str) -> Iterator[Span]:
     """The values after a password, token or secret name, and after an Authorization header."""
+    lowered = text.lower()
+    if not any(hint in lowered for hint in _HINTS):
+        return
     yield from _values(_SECRET, text)
     yield from _values(_BARE_PASSWORD, text)
     for match in _AUTHORIZATION.finditer(text):
@@ -98,7 +116,9 @@ def secrets(text: str) -> Iterator[Span]:
 
 def api_key_values(text: str) -> Iterator[Span]:
     """The values after an API-key name ("api_key=", "x-api-key:")."""
-    yield from _values(_API_KEY, text)
+    lowered = text.lower()
+    if "key" in lowered:
+        yield from _values(_API_KEY, text)
 
 
 def _values(pattern: re.Pattern[str], text: str) -> Iterator[Span]:

@@ -44,9 +44,15 @@ _SSN_CUE = re.compile(
 )
 
 
+_BRACKETED_AT = re.compile(rf"(?i){_OPEN}\s?(?:at|@)\s?{_CLOSE}")
+
+
 def spelled_emails(text: str) -> Iterator[Span]:
-    for match in _BRACKETED.finditer(text):
-        yield match.span()
+    if _BRACKETED_AT.search(text):
+        yield from (m.span() for m in _BRACKETED.finditer(text))
+    lowered = text.lower()
+    if " at " not in lowered or " dot " not in lowered:
+        return
     for match in _BARE.finditer(text):
         local = match.group("local")
         cue = _EMAIL_WORD.search(text[max(0, match.start() - 20) : match.start()])
@@ -55,6 +61,9 @@ def spelled_emails(text: str) -> Iterator[Span]:
 
 
 def bare_ssns(text: str) -> Iterator[Span]:
+    lowered = text.lower()
+    if "ss" not in lowered and "soc" not in lowered:
+        return
     for match in _SSN_BARE.finditer(text):
         line_start = text.rfind("\n", 0, match.start()) + 1
         if _SSN_CUE.search(text[max(line_start, match.start() - 30) : match.start()]):
