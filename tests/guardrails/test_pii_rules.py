@@ -345,3 +345,8 @@ def test_ordinary_at_and_dot_are_not_email_addresses(text):
 
 def test_a_bare_name_spelled_out_needs_an_email_word():
     assert found("E-mail: john at example dot com") == [("email", "john at example dot com")]
+
+
+def test_a_card_shaped_number_glued_to_letters_is_an_account_reference():
+    assert found("recipient account 'SBIN567890123456' (routing HDFC0001234)") == []
+    assert found("card:4111111111111111") == [("credit_card", "4111111111111111")]
