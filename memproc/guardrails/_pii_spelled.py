@@ -38,7 +38,7 @@ _BARE = re.compile(
 _EMAIL_WORD = re.compile(r"(?i)\b(?:e-?mail|mail|courriel|correo|e-?mail-?adresse)\b\W{0,5}$")
 
 _SSN_BARE = re.compile(r"(?<![\w.-])(?!000|666|9)\d{3}([ .]?)(?!00)\d{2}\1(?!0000)\d{4}(?![\w-]|\.\d)")
-_SSN_CUE = re.compile(
+SSN_CUE = re.compile(
     r"(?i)\b(?:ssn|ss#|ss ?no\.?|social[ -]security(?: (?:number|no\.?|#))?|soc\.? ?sec\.?(?: no\.?)?)"
     r"(?:\s|[:#.,]|\bis\b|\bwas\b|\bnumber\b|\bof\b)*$"
 )
@@ -66,5 +66,5 @@ def bare_ssns(text: str) -> Iterator[Span]:
         return
     for match in _SSN_BARE.finditer(text):
         line_start = text.rfind("\n", 0, match.start()) + 1
-        if _SSN_CUE.search(text[max(line_start, match.start() - 30) : match.start()]):
+        if SSN_CUE.search(text[max(line_start, match.start() - 30) : match.start()]):
             yield match.span()

@@ -350,3 +350,17 @@ def test_a_bare_name_spelled_out_needs_an_email_word():
 def test_a_card_shaped_number_glued_to_letters_is_an_account_reference():
     assert found("recipient account 'SBIN567890123456' (routing HDFC0001234)") == []
     assert found("card:4111111111111111") == [("credit_card", "4111111111111111")]
+
+
+@pytest.mark.parametrize("size", [1, 2, 4, 7])
+def test_a_streamed_spelled_out_address_is_redacted_whole(size):
+    text = "Write to john.doe [at] example [dot] com or jdoe42 at mail dot example dot de, thanks."
+    out = streamed_text(run_stream(PIIDetector(), split_every(text, size)))
+    assert out == "Write to [REDACTED:email] or [REDACTED:email], thanks."
+
+
+@pytest.mark.parametrize("size", [1, 3])
+def test_a_streamed_value_keeps_the_words_that_make_it_personal_data(size):
+    text = "Tel. 0612345678 ok, and my SSN is 123456789 too."
+    out = streamed_text(run_stream(PIIDetector(), split_every(text, size)))
+    assert out == "Tel. [REDACTED:phone] ok, and my SSN is [REDACTED:us_ssn] too."
