@@ -364,3 +364,23 @@ def test_a_streamed_value_keeps_the_words_that_make_it_personal_data(size):
     text = "Tel. 0612345678 ok, and my SSN is 123456789 too."
     out = streamed_text(run_stream(PIIDetector(), split_every(text, size)))
     assert out == "Tel. [REDACTED:phone] ok, and my SSN is [REDACTED:us_ssn] too."
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Tel. 0612345678 ok.",
+        "my SSN is 123 45 6789, thanks",
+        "login: passwd=Tr0ub4dor&3 then",
+        "Authorization: Bearer abc123def456ghi789 sent",
+        "mail john.doe [at] example [dot] com now",
+        "or jdoe42 at mail dot example dot de, bye",
+        "ring (212)555-0147 x1234 soon",
+    ],
+)
+def test_a_new_kind_of_value_split_at_any_point_is_redacted_as_a_whole_text_would_be(text):
+    guard = PIIDetector()
+    whole = guard.redact(text, guard.detect(text))
+    assert "[REDACTED:" in whole
+    for cut in range(1, len(text)):
+        assert streamed_text(run_stream(PIIDetector(), [text[:cut], text[cut:]])) == whole, cut
