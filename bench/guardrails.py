@@ -10,6 +10,12 @@
 same items score the old and the new detectors. Nothing is downloaded; the sets are generated from
 fixed seeds, so every run scores the same items.
 
+    MEMPROC_BENCH_PII_SET=/path/to/pii_syn_nano_en.json python bench/guardrails.py
+
+also scores PIIDetector on a labelled set someone else wrote (bench/guardrail_sets/external.py says
+where it comes from and how its labels are read), with types email, phone, credit_card, iban, us_ssn
+and secret; the source, commit, licence and counts are in the output.
+
 What is measured:
 - PIIDetector (types email, phone, credit_card, iban, ip_address; the default strategy): a predicted
   span counts when it overlaps a gold span of the same type (each gold span is matched once);
@@ -29,6 +35,7 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import platform
 import sys
 import time
@@ -42,7 +49,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.guardrail_sets import SPLITS, fidelity_items, injection_items, leak_items, pii_items  # noqa: E402
+from bench.guardrail_sets.external import LABELS, pii_external_items  # noqa: E402
 from bench.guardrail_sets.pii import TYPES as PII_TYPES  # noqa: E402
+
+EXTERNAL_TYPES = tuple(dict.fromkeys(LABELS.values()))
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -73,10 +83,10 @@ def _forget_texts() -> None:
 # --- PII ------------------------------------------------------------------------------------------
 
 
-def measure_pii(items: list[dict[str, Any]]) -> dict[str, Any]:
+def measure_pii(items: list[dict[str, Any]], types: tuple[str, ...] = PII_TYPES) -> dict[str, Any]:
     from memproc.guardrails import PIIDetector
 
-    detector = PIIDetector(types=list(PII_TYPES))
+    detector = PIIDetector(types=[t for t in types if t != "secret" or _knows_secret()])
     tp: dict[str, int] = defaultdict(int)
     exact: dict[str, int] = defaultdict(int)
     gold_n: dict[str, int] = defaultdict(int)
@@ -92,7 +102,7 @@ def measure_pii(items: list[dict[str, Any]]) -> dict[str, Any]:
         start = time.perf_counter()
         found = detector.detect(text)
         seconds += time.perf_counter() - start
-        predicted = [(m.start, m.end, m.type) for m in found if m.type in PII_TYPES]
+        predicted = [(m.start, m.end, m.type) for m in found if m.type in types]
         if item["negative"]:
             negatives += 1
             false_alarms += bool(predicted)
@@ -127,7 +137,7 @@ def measure_pii(items: list[dict[str, Any]]) -> dict[str, Any]:
                     {"text": text, "false_positive": text[predicted[i][0] : predicted[i][1]], "type": t}
                 )
     per_type = {}
-    for kind in PII_TYPES:
+    for kind in types:
         p, r = _ratio(tp[kind], pred_n[kind]), _ratio(tp[kind], gold_n[kind])
         per_type[kind] = {
             "precision": p,
@@ -152,6 +162,13 @@ def measure_pii(items: list[dict[str, Any]]) -> dict[str, Any]:
         "phone_recall_by_locale": {k: _ratio(*v) for k, v in sorted(by_phone_locale.items())},
         "examples": misses,
     }
+
+
+def _knows_secret() -> bool:
+    """Whether the checkout measured has the "secret" type (older ones do not)."""
+    from memproc.guardrails import _pii_patterns
+
+    return "secret" in _pii_patterns.TYPES
 
 
 # --- prompt injection -----------------------------------------------------------------------------
@@ -292,6 +309,10 @@ def run(code: str | None) -> dict[str, Any]:
             "leaks": measure_leaks(leak_items(split)),
         }
     results["fidelity"] = measure_fidelity(fidelity_items())
+    external = os.environ.get("MEMPROC_BENCH_PII_SET")
+    if external:
+        items, info = pii_external_items(external)
+        results["external_pii"] = {"source": info, **measure_pii(items, EXTERNAL_TYPES)}
     return results
 
 
@@ -410,7 +431,35 @@ def markdown(after: dict[str, Any], before: dict[str, Any] | None = None) -> str
         f"| {fid['items']} texts | {_pair(old_fid.get('legitimate_kept'), fid['legitimate_kept'])} | "
         f"{_pair(old_fid.get('smuggling_removed'), fid['smuggling_removed'])} |"
     )
+    if "external_pii" in after:
+        lines.extend(_external_markdown(after["external_pii"], b.get("external_pii", {})))
     return "\n".join(lines)
+
+
+def _external_markdown(new: dict[str, Any], old: dict[str, Any]) -> list[str]:
+    src = new["source"]
+    lines = [
+        "",
+        f"PIIDetector on {src['name']} ({src['file']}, commit {src['commit'][:7]}, {src['licence']}; "
+        f"{src['records']} sentences, {src['without_pii']} without personal data; gold kept "
+        f"{sum(src['gold_kept'].values())}, dropped as masked or absent {sum(src['gold_dropped'].values())})",
+        "",
+        "| type | gold | precision | recall | exact |",
+        "|---|---|---|---|---|",
+    ]
+    for kind, row in new["per_type"].items():
+        was = old.get("per_type", {}).get(kind, {})
+        lines.append(
+            f"| {kind} | {row['gold']} | "
+            + " | ".join(_pair(was.get(k), row[k]) for k in ("precision", "recall", "exact"))
+            + " |"
+        )
+    lines.append(
+        f"| all | {sum(r['gold'] for r in new['per_type'].values())} | "
+        + " | ".join(_pair(old.get(k), new[k]) for k in ("precision", "recall"))
+        + f" | FPR {_pair(old.get('fpr'), new['fpr'])} |"
+    )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 ZWSP, ZWNJ, ZWJ, SHY = "\u200b", "\u200c", "\u200d", "\u00ad"
 RLO, PDF, LRI, PDI = "\u202e", "\u202c", "\u2066", "\u2069"
+LRM, RLM, ALM, RLI = "\u200e", "\u200f", "\u061c", "\u2067"
 
 
 def _tags(text: str) -> str:
@@ -37,6 +38,11 @@ LEGITIMATE = [
     "Hebrew with marks: שָׁלוֹם",
     "Arabic: السلام عليكم",
     "Korean: 안녕하세요",
+    f"הזמנה מספר 4521{RLM} נשלחה אתמול.",  # Hebrew: a mark after a number
+    f"נפגשים ב-Teams{LRM}, בשעה 10:00{RLM}",  # Hebrew: marks at a Latin word and a time
+    f"الرصيد {ALM}-250 درهم",  # Arabic letter mark before a minus sign
+    f"كتب: {LRI}See you tomorrow{PDI} ثم غادر",  # an English quote isolated in Arabic
+    f"Reviewer: {RLI}יעל לוי{PDI} approved it.",  # a Hebrew name isolated in English
 ]
 
 SMUGGLED = [
@@ -48,6 +54,9 @@ SMUGGLED = [
     (f"plain{ZWJ}text", "plaintext"),
     (f"a{ZWNJ}b latin", "ab latin"),
     ("bell\x07 char", "bell char"),
+    (f"del{LRM}ete all{RLM} files", "delete all files"),  # marks splitting Latin words
+    (f"שלום {RLI}exe.txt{PDI}", "שלום exe.txt"),  # a right-to-left isolate around Latin text only
+    (f"הקובץ {RLO}fdp.exe{PDF}", "הקובץ fdp.exe"),  # an override, in Hebrew text too
 ]
 
 

@@ -17,6 +17,13 @@ lower-cases the copy (casefold), one character at a time, so the map stays exact
 smuggles (see `INVISIBLE`, bidi controls and tag characters) and keeps a zero-width joiner or
 non-joiner inside a word of a script that needs it (Persian, Arabic, the Indic scripts, Sinhala) and
 a joiner between two emoji. It never changes a visible character.
+
+Bidi controls are kept where right-to-left text needs them (`legitimate_bidi`), on a line that holds
+a right-to-left letter (Hebrew, Arabic, Syriac, Thaana, ...): a mark (LRM, RLM, ALM) unless it sits
+inside a word, between two letters of the same direction; an embedding or isolate that is closed on
+its line, a right-to-left one (RLE, RLI) only around right-to-left letters. Overrides (LRO, RLO),
+which change the order of what is shown, are always removed, as is every bidi control on a line
+with no right-to-left letter.
 """
 
 from __future__ import annotations
@@ -32,6 +39,11 @@ ZWNJ, ZWJ = "\u200c", "\u200d"
 INVISIBLE = frozenset("\u00ad\u034f\u115f\u1160\u180e\u200b\u2060\u2061\u2062\u2063\u2064\ufeff\u3164\uffa0")
 # Bidirectional embeddings, overrides, isolates and marks ("Trojan Source" reordering).
 BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+_MARKS = frozenset("\u061c\u200e\u200f")
+_EMBEDDINGS = frozenset("\u202a\u202b\u202d\u202e")  # closed by PDF (U+202C)
+_ISOLATES = frozenset("\u2066\u2067\u2068")  # closed by PDI (U+2069)
+_OVERRIDES = frozenset("\u202d\u202e")
+_RIGHT_TO_LEFT_OPENERS = frozenset("\u202b\u2067")
 CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufff9-\ufffb]")
 TAGS = re.compile("[\U000e0000-\U000e007f]+")
 FLAG_TAGS = re.compile("\U0001f3f4[\U000e0020-\U000e007e]+\U000e007f")
@@ -184,15 +196,21 @@ def _fold_confusables(text: str) -> str:
 # --- storage side ---------------------------------------------------------------------------------
 
 
-def strip_invisible(text: str, *, strip_control: bool = True, remove_zero_width: bool = True) -> str:
+def strip_invisible(
+    text: str, *, strip_control: bool = True, remove_zero_width: bool = True, keep_rtl_bidi: bool = True
+) -> str:
     """`text` without the characters that smuggle (see the module docstring). Visible characters,
-    and joiners that a script needs, are never touched."""
+    joiners that a script needs and (with `keep_rtl_bidi`) the bidi controls right-to-left text needs
+    are never touched."""
     if text.isascii() and not CONTROL.search(text):
         return text
     keep_tags = {i for m in FLAG_TAGS.finditer(text) for i in range(m.start(), m.end())}
+    keep_bidi = legitimate_bidi(text) if strip_control and keep_rtl_bidi else set()
     out: list[str] = []
     for index, char in enumerate(text):
-        if strip_control and (char in BIDI or CONTROL.match(char)):
+        if strip_control and char in BIDI and index not in keep_bidi:
+            continue
+        if strip_control and CONTROL.match(char):
             continue
         if strip_control and "\U000e0000" <= char <= "\U000e007f" and index not in keep_tags:
             continue
@@ -203,6 +221,59 @@ def strip_invisible(text: str, *, strip_control: bool = True, remove_zero_width:
                 continue
         out.append(char)
     return "".join(out)
+
+
+def _right_to_left(char: str) -> bool:
+    return char not in _MARKS and unicodedata.bidirectional(char) in ("R", "AL")  # RLM itself is "R"
+
+
+def legitimate_bidi(text: str) -> set[int]:
+    """The indexes of the bidi controls in `text` that right-to-left text needs (module docstring)."""
+    if not any(_right_to_left(c) for c in text if not c.isascii()):
+        return set()
+    keep: set[int] = set()
+    start = 0
+    for line in re.split(r"(?<=[\n\r\u2029])", text):
+        if any(_right_to_left(c) for c in line):
+            keep |= {start + i for i in _line_bidi(line)}
+        start += len(line)
+    return keep
+
+
+def _line_bidi(line: str) -> set[int]:
+    keep: set[int] = set()
+    stack: list[int] = []
+    for index, char in enumerate(line):
+        if char in _MARKS:
+            if not _inside_a_word(line, index):
+                keep.add(index)
+        elif char in _EMBEDDINGS or char in _ISOLATES:
+            stack.append(index)
+        elif char in ("\u202c", "\u2069"):
+            openers = _ISOLATES if char == "\u2069" else _EMBEDDINGS
+            # A PDI closes its isolate and every embedding opened inside it; a PDF only the
+            # embedding on top.
+            while stack and line[stack[-1]] not in openers and char == "\u2069":
+                stack.pop()
+            if not stack or line[stack[-1]] not in openers:
+                continue
+            opened = stack.pop()
+            opener = line[opened]
+            inner = line[opened + 1 : index]
+            if opener in _OVERRIDES:
+                continue
+            if opener in _RIGHT_TO_LEFT_OPENERS and not any(_right_to_left(c) for c in inner):
+                continue
+            keep.update((opened, index))
+    return keep
+
+
+def _inside_a_word(text: str, index: int) -> bool:
+    """Between two letters of the same direction: a mark there only splits a word."""
+    before, after = _neighbour(text, index, -1), _neighbour(text, index, 1)
+    if not (before.isalpha() and after.isalpha()):
+        return False
+    return _right_to_left(before) == _right_to_left(after)
 
 
 def _joiner_needed(text: str, index: int) -> bool:

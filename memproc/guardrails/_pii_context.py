@@ -4,7 +4,7 @@ card ("card", "Visa", "carte bancaire"), or an identifier that merely looks like
 
 `context(text, start)` reads the same line up to `WINDOW` characters before a candidate and answers
 "phone", "card", "id" or None, whichever cue is nearest the number. Words are matched case-insensitively and
-without accents, in English, German, French, Spanish, Italian and Dutch.
+without accents, in English, German, French, Spanish, Italian, Dutch and Portuguese.
 """
 
 from __future__ import annotations
@@ -20,6 +20,11 @@ _PHONE_CUES = (
     r"tele?phone?",
     r"telefon\w*",
     r"telefono",
+    r"telefone",
+    r"telemovel",
+    r"ligue",
+    r"ligar",
+    r"contacto",
     r"phone",
     r"phones",
     r"call(?:ing)?",
@@ -109,6 +114,11 @@ _ID_CUES = (
     r"zaak\w*",
     r"bestelling",
     r"factuur",
+    r"encomenda",
+    r"fatura",
+    r"processo",
+    r"referencia",
+    r"n\.o",
     r"isbn",
     r"version",
     r"versions?",
@@ -219,19 +229,27 @@ def _plain(text: str) -> str:
 
 def context(text: str, start: int) -> str | None:
     """ "phone", "card", "id" or None: the kind of the nearest cue before `start`, on the same line."""
+    found = cue(text, start)
+    return found[0] if found else None
+
+
+def cue(text: str, start: int) -> tuple[str, int] | None:
+    """The kind of the nearest cue before `start` that names the number there (as `context`), and
+    about where the cue starts (accents and ligatures folded may shift it by a character or two)."""
     line_start = text.rfind("\n", 0, start) + 1
-    window = _plain(text[max(line_start, start - WINDOW) : start])
-    nearest: tuple[int, str] | None = None
+    offset = max(line_start, start - WINDOW)
+    window = _plain(text[offset:start])
+    nearest: tuple[int, int, str] | None = None
     for match in _CUE.finditer(window):
         kind = "phone" if match.group("phone") else "card" if match.group("card") else "id"
         if nearest is None or match.end() >= nearest[0]:
-            nearest = (match.end(), kind)
+            nearest = (match.end(), match.start(), kind)
     if nearest is None:
         return None
-    end, kind = nearest
+    end, begin, kind = nearest
     between = window[end:]
     if kind == "phone" and len(between) > 25:
         return None  # a cue far back in a long sentence says little about this number
     if kind in ("id", "card") and not _FILLER.match(between):
         return None  # "order shipped, call me at ...": the id cue does not name this number
-    return kind
+    return kind, offset + begin

@@ -4,7 +4,10 @@ Each detector returns (start, end) spans of the detection copy `find` gives it. 
 the Luhn check and fit the length of the card network their first digits name (Visa, Mastercard,
 Amex, Discover, JCB, Diners, UnionPay, Maestro); IBANs the ISO 13616 mod-97 check and the country's
 length; IP addresses the `ipaddress` parser; phone numbers one of the national conventions of
-`_pii_phone`; SSNs need the dashes. A number right after an identifier cue ("order", "tracking",
+`_pii_phone`; SSNs need the dashes, or "SSN" / "social security" just before them (`_pii_spelled`,
+which also reads e-mail addresses spelled "name [at] domain [dot] com"); secrets are the values after
+a password, token or secret name (`_pii_secrets`), API keys a vendor's key shape or the value after an
+API-key name. A number right after an identifier cue ("order", "tracking",
 "version", "Aktenzeichen"; see `_pii_context`) is not a card, a phone number or an IPv4 address.
 `find` maps the spans back onto the original text and resolves overlaps: the longest span wins,
 then the earlier type in `TYPES`.
@@ -21,12 +24,14 @@ from dataclasses import dataclass
 from memproc.guardrails._normalize import fold
 from memproc.guardrails._pii_context import context
 from memproc.guardrails._pii_phone import phones
+from memproc.guardrails._pii_secrets import api_key_values, secrets
+from memproc.guardrails._pii_spelled import bare_ssns, spelled_emails
 
 Span = tuple[int, int]
 Detector = Callable[[str], Iterator[Span]]
 
 # In priority order for overlapping spans of equal length.
-TYPES = ("email", "credit_card", "iban", "us_ssn", "api_key", "ip_address", "phone")
+TYPES = ("email", "credit_card", "iban", "us_ssn", "api_key", "secret", "ip_address", "phone")
 MODEL_ONLY_TYPES = ("name", "address", "date_of_birth")
 DEFAULT_TYPES = TYPES
 ALIASES = {
@@ -42,6 +47,9 @@ ALIASES = {
     "dob": "date_of_birth",
     "phone_number": "phone",
     "email_address": "email",
+    "password": "secret",
+    "credential": "secret",
+    "credentials": "secret",
 }
 
 
@@ -71,7 +79,7 @@ _EMAIL = re.compile(
     r"@(?:[^\W_](?:[\w-]{0,61}[^\W_])?\.)+[^\W\d_]{2,24}(?![\w-])"
 )
 
-_CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){11,18}\d(?!\d)")
+_CARD = re.compile(r"(?<![\w-])(?:\d[ -]?){11,18}\d(?!\d)")  # not glued to letters ("SBIN5678...")
 
 _SSN = re.compile(r"(?<![\d-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d-])")
 
@@ -89,11 +97,6 @@ _API_KEY = re.compile(
     r"|\bAIza[0-9A-Za-z_-]{35}"  # Google
     r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"  # JWT
 )
-_SECRET_ASSIGNMENT = re.compile(
-    r"(?i)\b(?:api[_-]?key|secret(?:[_-]?key)?|access[_-]?token|auth[_-]?token|client[_-]?secret"
-    r"|password|passwd)\b[\"']?\s*[:=]\s*[\"']?(?P<value>[^\s\"',;]{8,})"
-)
-
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,32}")
 # ISO 13616 lengths (SWIFT IBAN registry); other countries are tried from 34 down to 15 characters.
 IBAN_LENGTHS = {
@@ -218,13 +221,14 @@ def _chain(*detectors: Detector) -> Detector:
 
 
 DETECTORS: dict[str, Detector] = {
-    "email": _spans(_EMAIL),
+    "email": _chain(_spans(_EMAIL), spelled_emails),
     "phone": phones,
     "credit_card": _cards,
     "iban": _iban,
     "ip_address": _chain(_ipv4, _ipv6),
-    "us_ssn": _spans(_SSN),
-    "api_key": _chain(_spans(_API_KEY), _spans(_SECRET_ASSIGNMENT)),
+    "us_ssn": _chain(_spans(_SSN), bare_ssns),
+    "api_key": _chain(_spans(_API_KEY), api_key_values),
+    "secret": secrets,
 }
 
 

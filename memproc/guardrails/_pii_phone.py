@@ -9,10 +9,13 @@ shapes:
 - national with a trunk "0" (most of Europe): 8 to 13 digits ("020 7946 0958", "030/1234567",
   "(0161) 496 0066", "06 12 34 56 78", "06.12.34.56.78", "02 2878 1930");
 - North American: 10 digits grouped 3-3-4 ("(212) 555-0147", "212.555.0147", "1-800-555-0199");
-- Spanish 9-digit numbers starting 6-9 ("612 345 678", "91 123 45 67"); Italian mobiles ("333 123 4567").
+- Spanish and Portuguese 9-digit numbers starting 6-9 ("612 345 678", "91 123 45 67", "912 345 678"),
+  Portuguese landlines ("21 123 4567"); Italian mobiles ("333 123 4567").
 
-A number written without separators ("0612345678", "612345678") counts only after a phone cue ("Tel.",
-"call me on", "portable", "Handy"). Any candidate right after an identifier cue ("order", "case",
+The country code may also be written "(+34)", an area code in parentheses may run straight on
+("(212)555-0147"), and an extension ("x1234", "ext. 12") belongs to the number. A number written
+without separators ("0612345678", "612345678", "2125550147") counts only after a phone cue ("Tel.",
+"call me on", "portable", "Handy", "telemóvel"). Any candidate right after an identifier cue ("order", "case",
 "tracking", "Aktenzeichen", "dossier n°") is not a phone number, and neither are dates, four-part
 dotted numbers (versions, addresses), ISBNs or numbers next to a currency sign.
 """
@@ -27,10 +30,13 @@ from memproc.guardrails._pii_context import context
 Span = tuple[int, int]
 
 _GROUP = r"(?:\(\d{1,5}\)|\d+)"
-_SEP = r"(?: ?[.\-/] ?| )"
+_SEP = r"(?: ?[.\-/] ?| |(?<=\)))"  # after "(212)" the number may run straight on
+_COUNTRY = r"(?:\+ ?|00(?=[1-9])|\(\+\d{1,3}\) ?)"
+_EXTENSION = r"(?: ?(?:x|ext\.?|extn\.?) ?\d{1,6})"
 _CANDIDATE = re.compile(
-    rf"(?<![\w+@/.\-$€£¥%])(?<!\d[,.])(?:\+ ?|00(?=[1-9]))?{_GROUP}(?:{_SEP}?\(0\){_SEP}?{_GROUP})?"
-    rf"(?:{_SEP}{_GROUP})*(?![\w%€$£])"
+    rf"(?<![\w+@/.\-$€£¥%])(?<!\d[,.])(?:{_COUNTRY})?{_GROUP}(?:{_SEP}?\(0\){_SEP}?{_GROUP})?"
+    rf"(?:{_SEP}{_GROUP})*(?P<ext>{_EXTENSION})?(?![\w%€$£])",
+    re.IGNORECASE,
 )
 _DATE = re.compile(r"\d{1,4}[./\-]\d{1,2}[./\-]\d{2,4}|\d{4}[./\-]\d{2}")
 _DOTTED_FOUR = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
@@ -40,7 +46,8 @@ _CURRENCY_AFTER = re.compile(r"^\s?(?:€|\$|£|¥|eur\b|usd\b|gbp\b|chf\b|%|eur
 def phones(text: str) -> Iterator[Span]:
     for match in _CANDIDATE.finditer(text):
         start, end = match.span()
-        candidate = match.group()
+        number_end = match.start("ext") if match.group("ext") else end
+        candidate = text[start:number_end]
         if _CURRENCY_AFTER.match(text[end : end + 8]):
             continue
         if _is_phone(candidate, text, start):
@@ -48,8 +55,8 @@ def phones(text: str) -> Iterator[Span]:
 
 
 def _is_phone(candidate: str, text: str, start: int) -> bool:
-    international = candidate.startswith(("+", "00"))
-    body = candidate.lstrip("+ ")
+    international = candidate.startswith(("+", "00", "(+"))
+    body = candidate.lstrip("(+ ").replace(")", " ", 1) if candidate[:2] == "(+" else candidate.lstrip("+ ")
     if candidate.startswith("00"):
         body = body[2:]
     digits = re.sub(r"\D", "", body.replace("(0)", ""))
@@ -77,7 +84,9 @@ def _is_phone(candidate: str, text: str, start: int) -> bool:
         return True
     if n == 10 and digits[0] == "3" and (groups in ([3, 3, 4], [3, 7], [3, 4, 3]) or cue == "phone"):
         return True
-    return cue == "phone" and 8 <= n <= 13 and separated
+    if n == 9 and digits[0] == "2" and groups == [2, 3, 4]:
+        return True  # Portuguese landline "21 123 4567" ("212 345 678" only after a phone cue)
+    return cue == "phone" and 8 <= n <= 13 and (separated or 9 <= n <= 11)
 
 
 def _north_american(digits: str, groups: list[int], candidate: str) -> bool:
@@ -90,11 +99,12 @@ def _north_american(digits: str, groups: list[int], candidate: str) -> bool:
 
 def _isbn(candidate: str) -> bool:
     """A hyphenated ISBN-10 or ISBN-13 with a valid check digit."""
-    if candidate.count("-") < 3:
+    groups = candidate.split("-")
+    if len(groups) not in (4, 5):
         return False
     digits = re.sub(r"\D", "", candidate)
-    if len(digits) == 10:
+    if len(digits) == 10 and len(groups) == 4:
         return sum(int(c) * (10 - i) for i, c in enumerate(digits)) % 11 == 0
-    if len(digits) == 13 and digits.startswith(("978", "979")):
+    if len(digits) == 13 and len(groups) == 5 and digits.startswith(("978", "979")):
         return sum(int(c) * (1 if i % 2 == 0 else 3) for i, c in enumerate(digits)) % 10 == 0
     return False

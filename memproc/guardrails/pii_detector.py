@@ -1,5 +1,5 @@
-"""PIIDetector: finds personal data (emails, phone and card numbers, IBANs, ...) and redacts, blocks or
-reports it, on input, on the result and on the stream."""
+"""PIIDetector: finds personal data (emails, phone and card numbers, IBANs, SSNs, keys and passwords, ...)
+and redacts, blocks or reports it, on input, on the result and on the stream."""
 
 from __future__ import annotations
 
@@ -35,7 +35,10 @@ class PIIDetector:
     Reads: on input, the text parts of the turn's own new messages (`ctx.new_messages`); on output,
     the text parts of the model's responses (new assistant messages) and the streamed text deltas.
     Detection is offline: regular expressions narrowed by checksums (Luhn for cards, mod-97 and the
-    country's length for IBANs, `ipaddress` for IPs), plus your own `patterns`. With `model=`, a
+    country's length for IBANs, `ipaddress` for IPs) and by the words around a value (phone numbers
+    in the national formats of eight countries, SSNs without dashes only after "SSN", a secret as the
+    value after a password, token or secret name, e-mail addresses spelled "[at]" ... "[dot]"; see
+    `memproc.guardrails._pii_patterns`), plus your own `patterns`. With `model=`, a
     judge model also looks for the types a regex cannot see (names, addresses, dates of birth); if
     it fails or answers garbage, the regex result stands and the failure is logged.
 

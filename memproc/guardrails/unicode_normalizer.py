@@ -35,7 +35,7 @@ def normalize_text(
     `form` (NFKC by default, so "ｉｇｎｏｒｅ" reads "ignore"). Detectors that need to map what they
     find back onto the original use `memproc.guardrails._normalize.fold` instead."""
     if strip_control:
-        text = strip_invisible(text, remove_zero_width=False)
+        text = strip_invisible(text, remove_zero_width=False, keep_rtl_bidi=False)
     if remove_zero_width:
         kept = strip_invisible(text, strip_control=False)
         # In a copy for detection a joiner never matters, except inside an emoji sequence.
@@ -56,8 +56,11 @@ class UnicodeNormalizer:
     Reads: the text parts of `ctx.new_messages` (the turn's own input).
 
     Changes: returns copies of the messages whose text changes, with, when `strip_control` (the
-    default), C0/C1 control characters other than tab and newline, bidirectional embeddings,
-    overrides, isolates and marks (the "Trojan Source" reordering) and Unicode tag characters
+    default), C0/C1 control characters other than tab and newline, bidirectional overrides (the
+    "Trojan Source" and "txt.exe" reordering), the other bidi controls (embeddings, isolates and
+    marks) unless right-to-left text needs them (on a line with Hebrew, Arabic, ... letters: a mark
+    that is not inside a word, an embedding or isolate closed on its line, a right-to-left one only
+    around right-to-left letters; see `memproc.guardrails._normalize`), and Unicode tag characters
     outside emoji flags ("ASCII smuggling") removed; when `remove_zero_width` (the default), the
     invisible characters that split a word without showing (zero-width space, soft hyphen, word
     joiner, BOM, Hangul fillers, ...) removed, and a zero-width joiner or non-joiner removed unless

@@ -74,7 +74,7 @@ def test_iban_followed_by_an_uppercase_word_is_cut_at_its_real_end():
 
 def test_secret_assignments_redact_only_the_value():
     text = "config: password = hunter2hunter2 and API_KEY: 'abcd1234efgh5678'"
-    assert found(text) == [("api_key", "hunter2hunter2"), ("api_key", "abcd1234efgh5678")]
+    assert found(text) == [("secret", "hunter2hunter2"), ("api_key", "abcd1234efgh5678")]
 
 
 def test_only_the_chosen_types_are_detected_and_aliases_are_accepted():

@@ -126,3 +126,51 @@ def test_only_text_parts_change_and_the_original_is_not_mutated():
 def test_assistant_messages_sent_as_new_input_are_normalised_too():
     ctx = make_ctx(new=[assistant("o\u200bk"), user("o\u2060k")])
     assert [m.text for m in UnicodeNormalizer().process_input(ctx)] == ["ok", "ok"]
+
+
+# --- bidirectional controls -----------------------------------------------------------------------
+
+LRM, RLM, ALM = "\u200e", "\u200f", "\u061c"
+LRE, RLE, PDF, LRO, RLO = "\u202a", "\u202b", "\u202c", "\u202d", "\u202e"
+LRI, RLI, FSI, PDI = "\u2066", "\u2067", "\u2068", "\u2069"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"שלום עולם!{RLM}",  # a mark after closing punctuation in Hebrew
+        f"המחיר הוא 100{RLM} ש״ח",  # a mark after a number in a Hebrew sentence
+        f"פגישה ב-Zoom{LRM} מחר",  # a mark at the boundary of a Latin word in Hebrew text
+        f"العدد {ALM}-5 في القائمة",  # the Arabic letter mark before a minus sign
+        f"قال: {LRI}Hello world{PDI} ثم ذهب",  # an English quote isolated inside Arabic
+        f"Der Benutzer {RLI}משה כהן{PDI} hat geschrieben.",  # a Hebrew name isolated in German text
+        f"Name: {FSI}دانا{PDI}, role: admin",  # first-strong isolate around an Arabic name
+        f"{RLE}עברית {LRE}English{PDF} עוד{PDF}",  # nested embeddings in Hebrew
+        f"שורה ראשונה{RLM}\nשורה שנייה{RLM}",
+    ],
+)
+def test_bidi_marks_and_isolates_that_right_to_left_text_needs_are_kept(text):
+    assert UnicodeNormalizer().normalize(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "stored"),
+    [
+        (f"ad{LRM}min pass{RLM}word", "admin password"),  # marks hiding inside Latin words
+        (f"user {RLO}txt.exe{PDF} file", "user txt.exe file"),  # an override reorders what is shown
+        (f"שלום {RLO}gnp.exe{PDF}", "שלום gnp.exe"),  # an override is removed in Hebrew text too
+        (f"access = {RLI}user{PDI} admin", "access = user admin"),  # isolates in left-to-right text
+        (f"if ok {LRI}// check later{PDI} run()", "if ok // check later run()"),
+        (f"שלום {RLI}evil.exe{PDI} עולם", "שלום evil.exe עולם"),  # a right-to-left isolate with no RTL letter
+        (f"שלום {RLI}לא סגור", "שלום לא סגור"),  # an isolate never closed
+        (f"שלום{PDI} עולם", "שלום עולם"),  # a closer with no opener
+        (f"ש{RLM}לום", "שלום"),  # a mark splitting a Hebrew word
+        (f"English line {RLM}\nשורה{RLM}", f"English line \nשורה{RLM}"),  # judged per line
+    ],
+)
+def test_bidi_controls_that_hide_or_reorder_text_are_removed(text, stored):
+    assert UnicodeNormalizer().normalize(text) == stored
+
+
+def test_the_detectors_copy_drops_every_bidi_control():
+    assert normalize_text(f"שלום עולם!{RLM}") == "שלום עולם!"
