@@ -13,6 +13,7 @@ from memproc.processors.conversation import echoed_prefix
 from memproc.processors.store import ThreadSummaryValue
 from memproc.processors.token_limiter import tool_call_groups
 from memproc.processors.tokens import TokenCounter, check_counter_spec, get_token_counter
+from memproc.processors.turn import Turn
 from memproc.processors.turn_info import HistoryEntry, SummaryUsed
 
 __all__ = ["MessageHistory", "newest_within", "savable"]
@@ -167,14 +168,13 @@ class MessageHistory:
                 internal_tools=turn.internal_tool_names,
             )
             if self.compaction is not None:
-                self._note_due_fold(ctx)
+                self._note_due_fold(ctx, self.compaction, turn)
         return None
 
-    def _note_due_fold(self, ctx: ProcessorContext) -> None:
+    def _note_due_fold(self, ctx: ProcessorContext, options: CompactionOptions, turn: Turn) -> None:
         """Asks for a fold (run after commit by the compaction service) when one is due."""
         window = ctx.state.get("compaction")
-        options = self.compaction
-        if not window or options is None or ctx.turn is None:
+        if not window:  # the input hook read no window (a new thread)
             return
         due = fold_due(
             covered=window["covered"],
@@ -187,7 +187,7 @@ class MessageHistory:
         if due is None:
             return
         through, estimate = due
-        ctx.turn.writes.compaction = CompactionDue(
+        turn.writes.compaction = CompactionDue(
             through_sequence=through,
             estimated_tokens=estimate,
             trigger_tokens=options.trigger_tokens,

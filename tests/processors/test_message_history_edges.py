@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from memproc.exceptions import ConfigurationError, MessageConflict
-from memproc.messages import Message, TextPart, ToolCallPart, ToolResultPart
+from memproc.messages import Message, TextPart, ToolCallPart, ToolResultPart, thaw
 from memproc.processors.base import ProcessorContext
 from memproc.processors.compaction import SUMMARY_MESSAGE_ID, CompactionOptions
-from memproc.processors.message_history import MessageHistory, newest_within, savable
+from memproc.processors.message_history import MessageHistory, newest_within, savable, with_withheld
 from memproc.processors.store import InMemoryStore, ThreadSummaryValue
 from memproc.processors.turn import Turn
 from memproc.processors.turn_info import SummaryUsed
@@ -88,13 +88,14 @@ def input_ctx(
     client_ids: set[str] | frozenset[str] = frozenset(),
     agent: Any = None,
     tools: Sequence[Tool] = (),
+    resource_id: str | None = R,
 ) -> ProcessorContext:
     thread = store.threads.get(T, []) if isinstance(store, InMemoryStore) else []
     exists = bool(thread) if exists is None else exists
     turn = Turn(
         agent=agent,
         thread_id=T,
-        resource_id=R,
+        resource_id=resource_id,
         store=store,
         input_messages=list(new),
         client_ids=set(client_ids),
@@ -107,7 +108,7 @@ def input_ctx(
         processor_id="message-history",
         messages=tuple(new),
         thread_id=T,
-        resource_id=R,
+        resource_id=resource_id,
         agent=agent,
         store=store,
         turn=turn,
@@ -320,6 +321,16 @@ def test_a_resent_id_stored_without_a_resource_counts_as_this_threads():
     resent = Message.create("user", "m1 text", id="m1")
     ctx = input_ctx(store, [resent, new_user("next", id="new")], client_ids={"m1"})
     assert ids(MessageHistory(2).process_input(ctx)) == ["m4", "m5", "new"]
+
+
+def test_a_turn_without_a_resource_looks_resent_ids_up_among_messages_without_one():
+    """A thread with no resource (resource_id None) asks the store for resource "", the key its
+    messages were stored under, and a resent id found there is this thread's: dropped, no conflict."""
+    store = store_with(stored(6, resource_id=None))
+    resent = Message.create("user", "m1 text", id="m1")
+    ctx = input_ctx(store, [resent, new_user("next", id="new")], client_ids={"m1"}, resource_id=None)
+    assert ids(MessageHistory(2).process_input(ctx)) == ["m4", "m5", "new"]
+    assert store.called("messages_existing") == [{"ids": ["m1"], "resource_id": ""}]
 
 
 def test_an_id_stored_under_another_resource_is_free_in_this_one():
@@ -673,3 +684,43 @@ def test_in_memory_store_numbers_added_messages_one_after_another():
     store.add(T, stored(3))
     store.add(T, stored(1, prefix="later"))
     assert [m.sequence for m in store.threads[T]] == [1, 2, 3, 4]
+
+
+# --- what guardrails withheld, kept on the saved user message ------------------------------------
+
+
+WITHHELD = {"channel": "search", "message_id": "old", "processor_id": "prompt-injection-detector"}
+
+
+def test_records_withheld_during_the_turn_are_kept_on_the_saved_user_message():
+    ctx = input_ctx(store_with(stored(2)), [new_user("next", id="new")])
+    history = MessageHistory(2)
+    history.process_input(ctx)
+    ctx.turn.writes.withheld = [WITHHELD]
+    out = output_ctx(ctx, [Message.create("assistant", "ok", id="reply")])
+    history.process_output_result(out)
+    saved = {m.id: m for m in ctx.turn.writes.messages}
+    assert list(saved) == ["new", "reply"]
+    assert thaw(saved["new"].metadata)["withheld"] == [WITHHELD]
+    assert "withheld" not in saved["reply"].metadata
+
+
+def test_with_withheld_adds_to_the_last_user_message_only_and_keeps_what_it_had():
+    earlier = Message.create("user", "first", id="u1")
+    last = Message.create("user", "second", id="u2", metadata={"withheld": [{"channel": "history"}], "k": 1})
+    reply = Message.create("assistant", "ok", id="a1")
+    result = with_withheld([earlier, last, reply], [WITHHELD])
+    assert [m.id for m in result] == ["u1", "u2", "a1"]
+    assert result[0] is earlier and result[2] is reply  # the others are the same objects
+    assert thaw(result[1].metadata) == {"withheld": [{"channel": "history"}, WITHHELD], "k": 1}
+    assert thaw(last.metadata)["withheld"] == [{"channel": "history"}]  # the input is not changed
+    assert (result[1].text, result[1].role) == ("second", "user")
+
+
+def test_with_withheld_without_records_or_a_user_message_changes_nothing():
+    messages = [Message.create("assistant", "ok", id="a1"), Message.create("tool", "", id="t1")]
+    assert with_withheld(messages, [WITHHELD]) == messages
+    user = [Message.create("user", "hi", id="u1")]
+    unchanged = with_withheld(user, [])
+    assert unchanged == user and unchanged is not user
+    assert "withheld" not in unchanged[0].metadata
