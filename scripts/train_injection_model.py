@@ -56,7 +56,9 @@ def train(root: str | None = None) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data", help="where the repository snapshots are (default $MEMPROC_PUBLIC_DATA)")
     parser.add_argument("--out", default=str(MODEL))
     parser.add_argument("--check", action="store_true", help="compare with the file at --out, write nothing")
@@ -66,7 +68,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.check:
         shipped = Path(args.out).read_bytes()
         same = shipped == blob
-        print(f"trained {digest}\nshipped {hashlib.sha256(shipped).hexdigest()}\n{'same' if same else 'DIFFERENT'}")
+        print(f"trained {digest}\nshipped {hashlib.sha256(shipped).hexdigest()}")
+        print("same" if same else "DIFFERENT")
         raise SystemExit(0 if same else 1)
     Path(args.out).write_bytes(blob)
     print(f"{args.out}: {len(blob)} bytes, sha256 {digest}")
