@@ -50,6 +50,11 @@ SNAPSHOTS = {
     "clinc": Snapshot("clinc/oos-eval", "828f8093932c8fe6ca7936c3d2e52903b1c523de", "CC-BY-3.0"),
     "xquad": Snapshot("google-deepmind/xquad", "7d30520c717524000f0d9d2f9c10a069acd9d285", "CC-BY-SA-4.0"),
     "bipia": Snapshot("microsoft/BIPIA", "1a2a91da6bb12838e05d1b2e54d98e2f37b835f3", "MIT"),
+    "selfinstruct": Snapshot(
+        "yizhongw/self-instruct", "0b26ccaa415992100fa32df62d41b994cf928e23", "Apache-2.0"
+    ),
+    "mtbench": Snapshot("lm-sys/FastChat", "0e6d3e4beaab66f4d3f93db72541a4abab8af28d", "Apache-2.0"),
+    "mgsm": Snapshot("google-research/url-nlp", "452a21ad3dae5668c06ceeac21ff073e1e40f9be", "CC-BY-4.0"),
 }
 
 # What each source gives (label: 1 attack, 0 benign); "held out" in the cross-source table means
@@ -57,6 +62,7 @@ SNAPSHOTS = {
 SOURCES = tuple(SNAPSHOTS)
 XSAFETY_LANGS = {"en": "_n", "de": "", "fr": "", "es": ""}  # file suffix; Spanish lives in sp/
 XQUAD_LANGS = ("en", "de", "es", "ro")
+MGSM_LANGS = ("en", "de", "fr", "es")
 CLINC_SAMPLE = 2500
 XQUAD_SAMPLE = 600
 
@@ -193,6 +199,49 @@ def _bipia(root: Path) -> list[dict[str, Any]]:
     return items
 
 
+def _selfinstruct(root: Path) -> list[dict[str, Any]]:
+    """Self-Instruct's human-written seed tasks and user-oriented instructions (each with its first
+    input, as a user would paste it): ordinary instructions, many of them rewriting or ignoring
+    something."""
+    items = []
+    for kind, path in (
+        ("seed", "data/seed_tasks.jsonl"),
+        ("user-oriented", "human_eval/user_oriented_instructions.jsonl"),
+    ):
+        for line in _read(root, "selfinstruct", path).splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            instances = row.get("instances") or [{}]
+            first = (instances[0].get("input") or "").strip()
+            text = f"{row['instruction']}\n{first}" if first else row["instruction"]
+            items.append(_item(text, 0, "selfinstruct", "en", kind))
+    return items
+
+
+def _mtbench(root: Path) -> list[dict[str, Any]]:
+    """MT-bench's and Vicuna-bench's questions (every turn): writing, role-play ("pretend yourself to
+    be ..."), reasoning, coding; follow-ups such as "Rewrite your previous response"."""
+    items = []
+    for bench in ("mt_bench", "vicuna_bench"):
+        path = f"fastchat/llm_judge/data/{bench}/question.jsonl"
+        for line in _read(root, "mtbench", path).splitlines():
+            if line.strip():
+                row = json.loads(line)
+                items += [_item(turn, 0, "mtbench", "en", row["category"]) for turn in row["turns"]]
+    return items
+
+
+def _mgsm(root: Path) -> list[dict[str, Any]]:
+    """MGSM: grade-school maths word problems, human-translated."""
+    items = []
+    for lang in MGSM_LANGS:
+        for row in csv.reader(io.StringIO(_read(root, "mgsm", f"mgsm/mgsm_{lang}.tsv")), delimiter="\t"):
+            if row and row[0].strip():
+                items.append(_item(row[0], 0, "mgsm", lang, "maths"))
+    return items
+
+
 def _joined(value: Any) -> str:
     if isinstance(value, list):
         return "\n".join(str(v) for v in value)
@@ -206,6 +255,9 @@ LOADERS = {
     "clinc": _clinc,
     "xquad": _xquad,
     "bipia": _bipia,
+    "selfinstruct": _selfinstruct,
+    "mtbench": _mtbench,
+    "mgsm": _mgsm,
 }
 
 
