@@ -23,6 +23,13 @@ What is measured:
   recall over gold spans, FPR over the hard-negative items (an item with any span is a false alarm).
 - PromptInjectionDetector (default threshold): one verdict per item; recall per family
   (direct, indirect in a tool result, obfuscated, multilingual); FPR over the benign hard negatives.
+  Also with learned=True (the MiniLM head) when the embeddings extra is installed.
+- Cross-source (public data, `--public`, on by default when the snapshots, scikit-learn and the
+  embeddings extra are here): the sources of bench/guardrail_sets/public_injection.py, each held out
+  in turn: the head and its operating point are fitted on the other sources only (the operating point
+  from their own leave-one-source-out scores), then the held-out source is scored by the rules, the
+  head, and both (the higher score). Recall on its attacks and FPR on its benign items, per language.
+  Plus the learned scorer's cost per message: the MiniLM embedding and the head after it, p50.
 - SystemPromptScrubber ("warn", default min_overlap_chars): a response is flagged when it records a leak.
 - UnicodeNormalizer (defaults): the share of legitimate texts stored unchanged and of smuggling texts
   cleaned to the expected string.
@@ -174,10 +181,10 @@ def _knows_secret() -> bool:
 # --- prompt injection -----------------------------------------------------------------------------
 
 
-def measure_injection(items: list[dict[str, Any]]) -> dict[str, Any]:
+def measure_injection(items: list[dict[str, Any]], *, learned: bool = False) -> dict[str, Any]:
     from memproc.guardrails import PromptInjectionDetector
 
-    detector = PromptInjectionDetector()
+    detector = PromptInjectionDetector(learned=learned)
     tp = fp = fn = tn = 0
     by_family: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     by_obfuscation: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -202,7 +209,7 @@ def measure_injection(items: list[dict[str, Any]]) -> dict[str, Any]:
             errors.append({"family": item["family"], "score": verdict["score"], "text": item["text"][:300]})
     p, r = _ratio(tp, tp + fp), _ratio(tp, tp + fn)
     return {
-        "detector": "PromptInjectionDetector",
+        "detector": "PromptInjectionDetector" + (" (learned)" if learned else ""),
         "items": len(items),
         "precision": p,
         "recall": r,
@@ -213,6 +220,144 @@ def measure_injection(items: list[dict[str, Any]]) -> dict[str, Any]:
         "recall_by_obfuscation": {k: _ratio(*v) for k, v in sorted(by_obfuscation.items())},
         "examples": errors,
     }
+
+
+def learned_available() -> str | None:
+    """Why the learned detector cannot be measured here, or None."""
+    try:
+        from memproc.guardrails import _injection_model
+
+        _injection_model.check_available()
+    except Exception as exc:  # an older checkout (--code) has no such module
+        return str(exc)
+    return None
+
+
+def measure_cross_source(root: str | None = None) -> dict[str, Any]:
+    """Leave one public source out: fit on the others, score the held-out one (see the docstring)."""
+    import numpy as np
+
+    from bench.guardrail_sets import public_injection as data
+    from memproc.guardrails._injection_rules import score_text
+
+    items = data.load(root)
+    started = time.perf_counter()
+    features = data.embed(items)
+    embed_seconds = time.perf_counter() - started
+    labels = np.array([i["label"] for i in items])
+    sources = np.array([i["source"] for i in items])
+    rules = np.array([score_text(i["text"]).score for i in items])
+    flagged_learned = np.zeros(len(items), dtype=bool)
+    for source in data.SOURCES:
+        held = sources == source
+        pool = ~held
+        inner = data.out_of_source_logits(features[pool], labels[pool], sources[pool])
+        threshold = data.operating_logit(inner[labels[pool] == 0])
+        coef, intercept = data.fit_head(features[pool], labels[pool])
+        flagged_learned[held] = data.logits(features[held], coef, intercept) >= threshold
+    flagged_rules = rules >= 0.7
+    rows = []
+    for source in data.SOURCES:
+        for lang in sorted({i["lang"] for i in items if i["source"] == source}):
+            sel = np.array([i["source"] == source and i["lang"] == lang for i in items])
+            row: dict[str, Any] = {
+                "source": source,
+                "lang": lang,
+                "attacks": int((sel & (labels == 1)).sum()),
+                "benign": int((sel & (labels == 0)).sum()),
+            }
+            for name, flags in (
+                ("rules", flagged_rules),
+                ("learned", flagged_learned),
+                ("both", flagged_rules | flagged_learned),
+            ):
+                pos, neg = sel & (labels == 1), sel & (labels == 0)
+                row[f"{name}_recall"] = _ratio(int(flags[pos].sum()), int(pos.sum()))
+                row[f"{name}_fpr"] = _ratio(int(flags[neg].sum()), int(neg.sum()))
+            rows.append(row)
+    totals = {}
+    for name, flags in (
+        ("rules", flagged_rules),
+        ("learned", flagged_learned),
+        ("both", flagged_rules | flagged_learned),
+    ):
+        totals[name] = {
+            "recall": _ratio(int(flags[labels == 1].sum()), int((labels == 1).sum())),
+            "fpr": _ratio(int(flags[labels == 0].sum()), int((labels == 0).sum())),
+        }
+    return {
+        "items": len(items),
+        "counts": data.counts(items),
+        "rows": rows,
+        "totals": totals,
+        "embed_items_per_s": round(len(items) / embed_seconds),
+        "latency": measure_learned_latency([i["text"] for i in items[::40]]),
+    }
+
+
+def measure_learned_latency(texts: list[str]) -> dict[str, float]:
+    """p50 ms per message, one at a time: the MiniLM embedding, the head after it, and the rules."""
+    import statistics
+
+    import numpy as np
+
+    from memproc.guardrails import _injection_model
+    from memproc.guardrails._injection_rules import score_text
+
+    head = _injection_model._load()
+    embedder = head["embedder"]
+    embedder.embed(["warm up"])
+    embed_ms, head_ms, rules_ms = [], [], []
+    for text in texts:
+        start = time.perf_counter()
+        vector = np.asarray(embedder.embed([text])[0], dtype=np.float32)
+        middle = time.perf_counter()
+        _injection_model.to_score(float(vector @ head["coef"] + head["intercept"]), 0.7)
+        end = time.perf_counter()
+        _forget_texts()
+        score_text(text)
+        rules_end = time.perf_counter()
+        embed_ms.append((middle - start) * 1000)
+        head_ms.append((end - middle) * 1000)
+        rules_ms.append((rules_end - end) * 1000)
+    return {
+        "texts": len(texts),
+        "embedding_p50_ms": round(statistics.median(embed_ms), 2),
+        "head_p50_ms": round(statistics.median(head_ms), 4),
+        "rules_p50_ms": round(statistics.median(rules_ms), 2),
+    }
+
+
+def cross_source_markdown(cross: dict[str, Any]) -> str:
+    lines = [
+        "Cross-source (each public source held out in turn; the head and its operating point fitted "
+        "on the others): recall on attacks / FPR on benign, at the default threshold 0.7",
+        "",
+        "| held-out source | lang | attacks | benign | rules R / FPR | learned R / FPR | both R / FPR |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in cross["rows"]:
+        lines.append(
+            f"| {row['source']} | {row['lang']} | {row['attacks']:,} | {row['benign']:,} | "
+            + " | ".join(
+                f"{_fmt(row[f'{n}_recall'])} / {_fmt(row[f'{n}_fpr'])}" for n in ("rules", "learned", "both")
+            )
+            + " |"
+        )
+    t = cross["totals"]
+    lines.append(
+        f"| all | | | | {_fmt(t['rules']['recall'])} / {_fmt(t['rules']['fpr'])} | "
+        f"{_fmt(t['learned']['recall'])} / {_fmt(t['learned']['fpr'])} | "
+        f"{_fmt(t['both']['recall'])} / {_fmt(t['both']['fpr'])} |"
+    )
+    lat = cross["latency"]
+    lines += [
+        "",
+        f"Learned scorer, p50 per message over {lat['texts']} texts one at a time: MiniLM embedding "
+        f"{lat['embedding_p50_ms']} ms, the head after it {lat['head_p50_ms']} ms (rules "
+        f"{lat['rules_p50_ms']} ms); batched embedding {cross['embed_items_per_s']} items/s.",
+    ]
+    return "\n".join(lines)
 
 
 # --- system prompt leaks --------------------------------------------------------------------------
@@ -290,7 +435,7 @@ def measure_fidelity(items: list[dict[str, Any]]) -> dict[str, Any]:
 # --- running and reporting ------------------------------------------------------------------------
 
 
-def run(code: str | None) -> dict[str, Any]:
+def run(code: str | None, *, public: bool = True) -> dict[str, Any]:
     logging.getLogger("memproc.guardrails").setLevel(logging.ERROR)
     if code:
         sys.path.insert(0, str(Path(code).resolve()))
@@ -302,18 +447,40 @@ def run(code: str | None) -> dict[str, Any]:
         "when": time.strftime("%Y-%m-%d %H:%M"),
         "splits": {},
     }
+    missing = learned_available()
     for split in SPLITS:
         results["splits"][split] = {
             "pii": measure_pii(pii_items(split)),
             "injection": measure_injection(injection_items(split)),
             "leaks": measure_leaks(leak_items(split)),
         }
+        if missing is None:
+            results["splits"][split]["injection_learned"] = measure_injection(
+                injection_items(split), learned=True
+            )
     results["fidelity"] = measure_fidelity(fidelity_items())
     external = os.environ.get("MEMPROC_BENCH_PII_SET")
     if external:
         items, info = pii_external_items(external)
         results["external_pii"] = {"source": info, **measure_pii(items, EXTERNAL_TYPES)}
+    if public:
+        results["cross_source"] = _cross_source_or_reason(missing)
     return results
+
+
+def _cross_source_or_reason(missing: str | None) -> dict[str, Any]:
+    if missing is not None:
+        return {"skipped": missing}
+    try:
+        import sklearn  # noqa: F401
+    except ImportError:
+        return {"skipped": 'needs scikit-learn: pip install -e ".[train]"'}
+    from bench.guardrail_sets.public_injection import MissingSnapshot
+
+    try:
+        return measure_cross_source()
+    except MissingSnapshot as exc:
+        return {"skipped": str(exc)}
 
 
 def _fmt(value: Any) -> str:
@@ -336,8 +503,10 @@ def markdown(after: dict[str, Any], before: dict[str, Any] | None = None) -> str
     lines: list[str] = []
     lines.append("| detector | split | items | precision | recall | F1 | FPR | items/s |")
     lines.append("|---|---|---|---|---|---|---|---|")
-    for name in ("pii", "injection", "leaks"):
+    for name in ("pii", "injection", "injection_learned", "leaks"):
         for split in SPLITS:
+            if name not in after["splits"][split]:
+                continue
             new = after["splits"][split][name]
             old = b["splits"][split].get(name, {})
             lines.append(
@@ -433,6 +602,14 @@ def markdown(after: dict[str, Any], before: dict[str, Any] | None = None) -> str
     )
     if "external_pii" in after:
         lines.extend(_external_markdown(after["external_pii"], b.get("external_pii", {})))
+    cross = after.get("cross_source")
+    if cross:
+        lines.append("")
+        lines.append(
+            f"Cross-source: skipped ({cross['skipped']})"
+            if "skipped" in cross
+            else cross_source_markdown(cross)
+        )
     return "\n".join(lines)
 
 
@@ -469,8 +646,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--code", help="import memproc from this checkout instead of this one")
     parser.add_argument("--out", help="write the full results (with error examples) as JSON here")
     parser.add_argument("--compare", help="a JSON file from an earlier run: print before/after tables")
+    parser.add_argument(
+        "--no-public", action="store_true", help="skip the cross-source measurement on public data (minutes)"
+    )
     args = parser.parse_args(argv)
-    results = run(args.code)
+    results = run(args.code, public=not args.no_public)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1, ensure_ascii=False))
     before = json.loads(Path(args.compare).read_text()) if args.compare else None

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from memproc.exceptions import ConfigurationError
-from memproc.guardrails import _channels, _options
+from memproc.guardrails import _channels, _injection_model, _options
 from memproc.guardrails._injection_rules import Verdict, score_text
 from memproc.guardrails._judge import ask_json, category_scores
 from memproc.guardrails._judge import score as to_score
@@ -63,7 +63,15 @@ class PromptInjectionDetector:
     Cyrillic and Greek look-alikes made Latin, invisible characters dropped, accents and case
     removed, leetspeak undone, spaced-out and hyphen-broken words joined) and what it hides (base64,
     hex, %-encoding, Unicode tag characters, ROT13 and reversed text when asked for), combined as a
-    noisy OR into a 0-1 score. With `model=` (a ChatModel or "provider/model"), a judge model also
+    noisy OR into a 0-1 score. With `learned=True` (needs the `embeddings` extra; without it the
+    constructor raises ConfigurationError), a logistic-regression head over MiniLM sentence
+    embeddings, trained on public labelled data (`memproc/guardrails/models/SOURCES.md`), also scores
+    every text on every channel and the higher score wins: the rules catch the obfuscations they
+    decode, the head catches paraphrases no phrase lists; its scale puts the threshold at the point
+    where it flagged 2% of benign texts from sources it was not trained on. It is off by default:
+    across sources it adds recall on English attacks but also false alarms on non-English text
+    (bench/RESULTS.md). An embedding error at request time is logged and the rules alone decide.
+    With `model=` (a ChatModel or "provider/model"), a judge model also
     scores the user's input and the higher score wins (the heuristics are never switched off: the
     judge can be injected as well); a judge that fails or answers garbage is logged and ignored.
 
@@ -96,6 +104,7 @@ class PromptInjectionDetector:
         threshold: float = 0.7,
         model: Any = None,
         channels: Any = DEFAULT_CHANNELS,
+        learned: bool = False,
     ) -> None:
         owner = "PromptInjectionDetector"
         self.strategy = _options.choice(owner, "strategy", strategy, STRATEGIES)
@@ -104,23 +113,30 @@ class PromptInjectionDetector:
             raise ConfigurationError(f"{owner}(threshold=...) must be above 0: 0 would flag every message")
         self.model = _options.model(owner, model)
         self.channels = _channels.parse(owner, channels, supported=CHANNELS)
+        self.learned = _options.boolean(owner, "learned", learned)
+        if self.learned:
+            _injection_model.check_available()
 
     def score(self, text: str, *, use_model: bool = True) -> dict[str, Any]:
         """The verdict for one text: score, categories, spans, and where it came from."""
         heuristic = score_text(text)
+        learned = self._learned_score(text)
         judged = self._judge(text) if use_model and self.model is not None else None
         model_score = judged[0].score if judged else None
         categories = dict(heuristic.categories)
         if judged:
             for name, value in judged[0].categories.items():
                 categories[name] = max(value, categories.get(name, 0.0))
-        total = max(heuristic.score, model_score or 0.0)
-        sources = [name for name, value in (("heuristic", heuristic.score), ("model", model_score)) if value]
+        total = max(heuristic.score, learned or 0.0, model_score or 0.0)
+        scores = (("heuristic", heuristic.score), ("learned", learned), ("model", model_score))
+        # a learned score below the threshold is no finding: it is on every text
+        sources = [n for n, v in scores if v and (n != "learned" or v >= self.threshold)]
         return {
             "score": round(total, 4),
             "threshold": self.threshold,
             "categories": sorted(k for k, v in categories.items() if v > 0),
             "heuristic_score": heuristic.score,
+            **({"learned_score": learned} if self.learned else {}),
             "model_score": model_score,
             "source": "+".join(sources) or "none",
             "spans": [list(s) for s in heuristic.spans],
@@ -129,8 +145,20 @@ class PromptInjectionDetector:
         }
 
     def flags(self, text: str) -> bool:
-        """Whether the offline rules flag `text` (no judge): what the memory and tool channels use."""
-        return score_text(text).score >= self.threshold
+        """Whether the offline detectors flag `text` (the rules, and the learned head when on; no
+        judge): what the memory and tool channels use."""
+        return self._offline(text).score >= self.threshold
+
+    def _learned_score(self, text: str) -> float | None:
+        return _injection_model.learned_score(text, self.threshold) if self.learned else None
+
+    def _offline(self, text: str) -> Verdict:
+        """The rules' verdict, its score raised to the learned head's when that is higher."""
+        verdict = score_text(text)
+        learned = self._learned_score(text)
+        if learned is None or learned <= verdict.score:
+            return verdict
+        return Verdict(learned, verdict.categories, verdict.spans)
 
     # --- hooks ---------------------------------------------------------------------------------
 
@@ -160,7 +188,7 @@ class PromptInjectionDetector:
         if "tool_result" not in self.channels:
             return None
         text = "\n".join(_channels.result_texts(result))
-        verdict = score_text(text)
+        verdict = self._offline(text)
         if verdict.score < self.threshold:
             return None
         self._record(
@@ -239,7 +267,7 @@ class PromptInjectionDetector:
             if item.quarantined:
                 withheld.withhold(item, {"reason": "quarantined in storage"})
                 continue
-            verdict = score_text(item.text)
+            verdict = self._offline(item.text)
             if verdict.score < self.threshold:
                 continue
             self._record(ctx, item.channel, verdict, message_id=item.message_id)
@@ -282,7 +310,7 @@ class PromptInjectionDetector:
             return None
         value = thaw(args.get("memory"))
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        verdict = score_text(text)
+        verdict = self._offline(text)
         if verdict.score < self.threshold:
             return None
         self._record(
@@ -368,7 +396,7 @@ class PromptInjectionDetector:
     def __repr__(self) -> str:
         return (
             f"PromptInjectionDetector(strategy={self.strategy!r}, threshold={self.threshold}, "
-            f"channels={sorted(self.channels)!r})"
+            f"channels={sorted(self.channels)!r}, learned={self.learned})"
         )
 
 
