@@ -163,6 +163,19 @@
     }
   }
 
+  // A turn that stopped at a tool call waiting for a decision (the admin's Pending tool calls, or
+  // `<memproc-chat>`'s buttons) or for the app's answer (a client-side tool).
+  function showPending(pending) {
+    const call = `${pending.tool_name || "a tool"}(${JSON.stringify(pending.args || {})})`;
+    banner("pending", {
+      code: pending.kind || "approval",
+      title: pending.kind === "client" ? "Waiting for the app to answer a tool call" : "Waiting for approval",
+      lines: [
+        { text: `The model called ${call}. The turn resumes, and is saved, once ${pending.kind === "client" ? "the app answers it" : "someone allowed to decide approves or rejects it (Admin › Pending tool calls)"}.` },
+      ],
+    });
+  }
+
   function beforeModel(tripwire) {
     return !tripwire || !tripwire.phase || tripwire.phase === "input";
   }
@@ -509,6 +522,9 @@
           typing(replyLi);
         } else if (event.type === "tool-call") {
           $("messages").insertBefore(el("li", "tool pending", `🔧 ${event.data.name}(${JSON.stringify(event.data.args)})`), replyLi);
+        } else if (event.type === "suspended") {
+          // A tool call waits for a person (or for the app): nothing of the turn is saved yet.
+          return { memory: event.data.memory || {}, tripwire: null, pending: event.data.pending || {} };
         } else if (event.type === "tripwire" || event.type === "finish") {
           return { memory: event.data.memory || {}, tripwire: event.type === "tripwire" ? event.data.tripwire || {} : null };
         } else if (event.type === "error") {
@@ -554,14 +570,18 @@
     typing(replyLi);
     try {
       const result = await streamTurn(text, replyLi);
-      if (result.tripwire) {
+      if (result.pending) {
+        replyLi.remove();
+        markUnsaved(userLi, "Waiting · saved once the call is decided");
+        showPending(result.pending);
+      } else if (result.tripwire) {
         replyLi.remove();
         document.querySelectorAll("#messages li.tool.pending").forEach((li) => li.remove());
         markUnsaved(userLi, beforeModel(result.tripwire) ? "Blocked · not sent to the model, not saved" : "Blocked · not saved");
         showTripwire(result.tripwire);
       }
       await loadThreads();
-      if (!result.tripwire) noticeRewrite(text, await loadMessages());
+      if (!result.tripwire && !result.pending) noticeRewrite(text, await loadMessages());
       await loadMemoryPanel(result);
     } catch (error) {
       replyLi.remove();

@@ -471,6 +471,44 @@ def test_model_errors_are_told_in_plain_words(open_page, live_server):
         unregister("flaky")
 
 
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_waiting_for_approval_says_so_and_is_saved_once_decided(open_page, live_server):
+    """An agent with an approval-gated tool: the page says the turn waits (not "the connection
+    dropped"), nothing is saved; approved in the admin's way, the turn is saved whole and shows."""
+    from memproc import tool
+    from memproc.llm.types import ModelResponse, ToolCall
+    from memproc.models import Message, PendingToolCall
+    from memproc.services import approvals
+
+    @tool(requires_approval=True)
+    def refund(order: str) -> str:
+        """Refunds an order."""
+        return f"refunded {order}"
+
+    call = ModelResponse(tool_calls=[ToolCall("c1", "refund", {"order": "A-1"})], finish_reason="tool_calls")
+    model = ScriptedModel([call, "Refunded A-1."])
+    register(Agent(id="refunds", name="Refunds", model=model, memory=Memory(), tools=[refund]), replace=True)
+    try:
+        page = open_page(DESKTOP)
+        open_chat(page, live_server.url, "refunds")
+        send(page, "Refund order A-1")
+        banner = page.locator("#banner.pending")
+        text = banner.inner_text()
+        assert "Waiting for approval" in text and 'refund({"order":"A-1"})' in text
+        assert "connection dropped" not in page.inner_text("body")
+        assert "Waiting · saved once the call is decided" in page.inner_text("#messages")
+        assert not Message.objects.exists()
+        pending = PendingToolCall.objects.get()
+        approvals.approve(pending.pk)
+        page.reload()
+        wait_ready(page)
+        assert "Refunded A-1." in page.inner_text("#messages")
+        assert Message.objects.count() == 4
+    finally:
+        unregister("refunds")
+
+
 class GatedModel(ScriptedModel):
     """Streams its reply only when the test opens the gates: before the first word, and halfway."""
 
