@@ -23,7 +23,7 @@ What is measured:
   recall over gold spans, FPR over the hard-negative items (an item with any span is a false alarm).
 - PromptInjectionDetector (default threshold): one verdict per item; recall per family
   (direct, indirect in a tool result, obfuscated, multilingual); FPR over the benign hard negatives.
-  Also with learned=True (the MiniLM head) when the embeddings extra is installed.
+  Also with engine="both" (the MiniLM head beside the rules) when the embeddings extra is installed.
 - Cross-source (public data, `--public`, on by default when the snapshots, scikit-learn and the
   embeddings extra are here): the sources of bench/guardrail_sets/public_injection.py, each held out
   in turn: the head and its operating point are fitted on the other sources only (the operating point
@@ -184,7 +184,7 @@ def _knows_secret() -> bool:
 def measure_injection(items: list[dict[str, Any]], *, learned: bool = False) -> dict[str, Any]:
     from memproc.guardrails import PromptInjectionDetector
 
-    detector = PromptInjectionDetector(learned=learned)
+    detector = PromptInjectionDetector(engine="both" if learned else "rules")
     tp = fp = fn = tn = 0
     by_family: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     by_obfuscation: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -456,7 +456,8 @@ def run(code: str | None, *, public: bool = True) -> dict[str, Any]:
         }
         if missing is None:
             results["splits"][split]["injection_learned"] = measure_injection(
-                injection_items(split), learned=True
+                injection_items(split),
+                learned=True,  # engine="both"
             )
     results["fidelity"] = measure_fidelity(fidelity_items())
     external = os.environ.get("MEMPROC_BENCH_PII_SET")

@@ -1,11 +1,11 @@
-"""The learned half of PromptInjectionDetector(learned=True): a logistic-regression head over MiniLM
+"""The learned half of PromptInjectionDetector(engine="both"): a logistic-regression head over MiniLM
 sentence embeddings (memproc.embedders.minilm), shipped as plain weights in models/injection_head.npz
 (scripts/train_injection_model.py made it; models/SOURCES.md says from what, and its sha256).
 
 It needs the `embeddings` extra (onnxruntime, tokenizers, the MiniLM model and tokenizer files):
 `check_available()` raises ConfigurationError when they are missing, so a detector built with
-learned=True fails at start-up, never at request time. At request time an embedding error is logged
-and the message is scored by the rules alone.
+engine="model" or "both" fails at start-up, never at request time. At request time an embedding error
+is logged and the message is scored by the rules alone.
 """
 
 from __future__ import annotations
@@ -39,18 +39,19 @@ def check_available() -> None:
     for module in ("onnxruntime", "tokenizers", "numpy"):
         if importlib.util.find_spec(module) is None:
             raise ConfigurationError(
-                f"PromptInjectionDetector(learned=True) needs {module}: {INSTALL_HINT}, "
-                "or use learned=False (the phrase rules alone)"
+                f"PromptInjectionDetector(engine='model' or 'both') needs {module}: {INSTALL_HINT}, "
+                'or use engine="rules" (the phrase rules alone)'
             )
     try:
         default_model_path()
         default_tokenizer_path()
     except ConfigurationError as exc:
         raise ConfigurationError(
-            f"PromptInjectionDetector(learned=True) needs the MiniLM model: {exc}; or use learned=False"
+            f"PromptInjectionDetector(engine='model' or 'both') needs the MiniLM model: {exc}; "
+            'or use engine="rules"'
         ) from exc
     if not MODEL_FILE.is_file():
-        raise ConfigurationError(f"PromptInjectionDetector(learned=True): no weights file at {MODEL_FILE}")
+        raise ConfigurationError(f"PromptInjectionDetector(engine=...): no weights file at {MODEL_FILE}")
 
 
 def _load() -> dict[str, Any]:

@@ -22,6 +22,10 @@ __all__ = ["PromptInjectionDetector"]
 logger = logging.getLogger("memproc.guardrails")
 
 STRATEGIES = ("block", "warn", "rewrite")
+# "rules": the phrase rules; "model": the learned scorer alone; "both": the higher of the two. The
+# default stays "rules": across public sources "both" adds recall but also false alarms (bench/RESULTS.md).
+ENGINES = ("rules", "model", "both")
+NO_VERDICT = Verdict(0.0, {})
 CATEGORIES = (
     "instruction-override",
     "jailbreak",
@@ -63,8 +67,9 @@ class PromptInjectionDetector:
     Cyrillic and Greek look-alikes made Latin, invisible characters dropped, accents and case
     removed, leetspeak undone, spaced-out and hyphen-broken words joined) and what it hides (base64,
     hex, %-encoding, Unicode tag characters, ROT13 and reversed text when asked for), combined as a
-    noisy OR into a 0-1 score. With `learned=True` (needs the `embeddings` extra; without it the
-    constructor raises ConfigurationError), a logistic-regression head over MiniLM sentence
+    noisy OR into a 0-1 score. `engine="both"` adds (and `engine="model"` uses alone) a learned
+    scorer, which needs the `embeddings` extra (without it the constructor raises
+    ConfigurationError): a logistic-regression head over MiniLM sentence
     embeddings, trained on public labelled data (`memproc/guardrails/models/SOURCES.md`), also scores
     every text on every channel and the higher score wins: the rules catch the obfuscations they
     decode, the head catches paraphrases no phrase lists; its scale puts the threshold at the point
@@ -104,7 +109,7 @@ class PromptInjectionDetector:
         threshold: float = 0.7,
         model: Any = None,
         channels: Any = DEFAULT_CHANNELS,
-        learned: bool = False,
+        engine: str = "rules",
     ) -> None:
         owner = "PromptInjectionDetector"
         self.strategy = _options.choice(owner, "strategy", strategy, STRATEGIES)
@@ -113,13 +118,14 @@ class PromptInjectionDetector:
             raise ConfigurationError(f"{owner}(threshold=...) must be above 0: 0 would flag every message")
         self.model = _options.model(owner, model)
         self.channels = _channels.parse(owner, channels, supported=CHANNELS)
-        self.learned = _options.boolean(owner, "learned", learned)
+        self.engine = _options.choice(owner, "engine", engine, ENGINES)
+        self.learned = self.engine != "rules"
         if self.learned:
             _injection_model.check_available()
 
     def score(self, text: str, *, use_model: bool = True) -> dict[str, Any]:
         """The verdict for one text: score, categories, spans, and where it came from."""
-        heuristic = score_text(text)
+        heuristic = self._rules(text)
         learned = self._learned_score(text)
         judged = self._judge(text) if use_model and self.model is not None else None
         model_score = judged[0].score if judged else None
@@ -152,9 +158,13 @@ class PromptInjectionDetector:
     def _learned_score(self, text: str) -> float | None:
         return _injection_model.learned_score(text, self.threshold) if self.learned else None
 
+    def _rules(self, text: str) -> Verdict:
+        """The phrase rules' verdict; nothing found with `engine="model"`, which leaves them out."""
+        return score_text(text) if self.engine != "model" else NO_VERDICT
+
     def _offline(self, text: str) -> Verdict:
         """The rules' verdict, its score raised to the learned head's when that is higher."""
-        verdict = score_text(text)
+        verdict = self._rules(text)
         learned = self._learned_score(text)
         if learned is None or learned <= verdict.score:
             return verdict
@@ -396,7 +406,7 @@ class PromptInjectionDetector:
     def __repr__(self) -> str:
         return (
             f"PromptInjectionDetector(strategy={self.strategy!r}, threshold={self.threshold}, "
-            f"channels={sorted(self.channels)!r}, learned={self.learned})"
+            f"channels={sorted(self.channels)!r}, engine={self.engine!r})"
         )
 
 
