@@ -32,14 +32,24 @@ def message_from_row(row: dict[str, Any]) -> Message:
 
 def messages_recent(*, thread_key: str, limit: int) -> list[Message]:
     """The newest `limit` messages of a thread, oldest first. One query on the thread+sequence index."""
+    return [message_from_row(row) for row in messages_recent_rows(thread_key=thread_key, limit=limit)]
+
+
+def messages_recent_rows(
+    *, thread_key: str, limit: int, thread_fields: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """The rows (MESSAGE_FIELDS) of a thread's newest `limit` messages, oldest first, each with the
+    thread's `thread_fields` as `thread__<name>` (joined on its primary key). One query on the
+    thread+sequence index; none for a `limit` below 1."""
     if limit <= 0:
         return []
+    related = [f"thread__{name}" for name in thread_fields]
     rows = (
         models.Message.objects.filter(thread_id=thread_key)
         .order_by("-sequence")
-        .values(*MESSAGE_FIELDS)[:limit]
+        .values(*MESSAGE_FIELDS, *related)[:limit]
     )
-    return [message_from_row(row) for row in reversed(list(rows))]
+    return list(rows)[::-1]
 
 
 def messages_existing(*, resource_id: str, ids: Iterable[str]) -> dict[str, tuple[str, str]]:

@@ -17,7 +17,7 @@ from memproc.exceptions import ThreadNotFoundError, ValidationError
 from memproc.messages import Message
 from memproc.models import thread_key
 from memproc.selectors.filters import metadata_filter
-from memproc.selectors.messages import messages_recent
+from memproc.selectors.messages import message_from_row, messages_recent_rows
 
 SUMMARY_FIELDS = ("text", "covered_sequence", "version", "counted_through", "counted_tokens")
 
@@ -36,13 +36,26 @@ def thread_read(
 ) -> ThreadRead:
     """A turn's first read: the thread's owner, with `memory` its working memory in the same query;
     with `summary` its compaction summary's fields (None without one); with `history` its newest
-    `history` messages (None when not asked for). One query, plus one for each of the last two."""
+    `history` messages (None when not asked for).
+
+    With `history`, one query reads the window with the thread's columns on each row; only a thread
+    that holds no message (or does not exist) costs a second, the thread's own read. Without, the
+    thread's read alone. One more query with `summary`."""
     fields = ("resource_id", "title", "last_sequence")
     if memory:
         fields += ("working_memory", "working_memory_version")
-    row = models.Thread.objects.filter(pk=thread_key).order_by().values_list(*fields).first()
+    row: tuple[Any, ...] | None = None
+    recent: list[Message] | None = None
+    if history > 0:
+        rows = messages_recent_rows(thread_key=thread_key, limit=history, thread_fields=fields)
+        if rows:
+            row = tuple(rows[-1][f"thread__{name}"] for name in fields)
+            recent = [message_from_row(r) for r in rows]
     if row is None:
-        return ThreadRead(None, None, None, None)
+        row = models.Thread.objects.filter(pk=thread_key).order_by().values_list(*fields).first()
+        if row is None:
+            return ThreadRead(None, None, None, None)
+        recent = [] if history > 0 else None
     summary_row = None
     if summary:
         summary_row = (
@@ -51,7 +64,6 @@ def thread_read(
             .values_list(*SUMMARY_FIELDS)
             .first()
         )
-    recent = messages_recent(thread_key=thread_key, limit=history) if history > 0 else None
     return ThreadRead(row[:3], summary_row, recent, (row[3], int(row[4])) if memory else None)
 
 
