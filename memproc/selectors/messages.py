@@ -74,8 +74,11 @@ def messages_around(*, message_keys: Sequence[str], before: int, after: int) -> 
     thread+sequence index."""
     if not message_keys:
         return {}
-    hits = models.Message.objects.filter(id__in=list(message_keys), recall_excluded=False).values_list(
-        "thread_id", "sequence"
+    # No order (the model's default joins the thread to sort by it): the ranges are OR'd together.
+    hits = (
+        models.Message.objects.filter(id__in=list(message_keys), recall_excluded=False)
+        .order_by()
+        .values_list("thread_id", "sequence")
     )
     ranges = Q()
     for key, sequence in hits:
