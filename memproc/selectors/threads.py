@@ -15,9 +15,9 @@ from django.utils.dateparse import parse_datetime
 from memproc import models
 from memproc.exceptions import ThreadNotFoundError, ValidationError
 from memproc.messages import Message
-from memproc.models import thread_key
+from memproc.models import split_thread_key, thread_key
 from memproc.selectors.filters import metadata_filter
-from memproc.selectors.messages import message_from_row, messages_recent_rows
+from memproc.selectors.messages import messages_recent_rows, window_messages
 
 SUMMARY_FIELDS = ("text", "covered_sequence", "version", "counted_through", "counted_tokens")
 
@@ -47,10 +47,12 @@ def thread_read(
     row: tuple[Any, ...] | None = None
     recent: list[Message] | None = None
     if history > 0:
-        rows = messages_recent_rows(thread_key=thread_key, limit=history, thread_fields=fields)
+        # The thread's resource is its key's (no column read for it).
+        joined = fields[1:]
+        rows = messages_recent_rows(thread_key=thread_key, limit=history, thread_fields=joined)
         if rows:
-            row = tuple(rows[-1][f"thread__{name}"] for name in fields)
-            recent = [message_from_row(r) for r in rows]
+            row = (split_thread_key(thread_key)[0], *(rows[-1][f"thread__{name}"] for name in joined))
+            recent = window_messages(thread_key, rows)
     if row is None:
         row = models.Thread.objects.filter(pk=thread_key).order_by().values_list(*fields).first()
         if row is None:
