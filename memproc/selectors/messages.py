@@ -30,16 +30,48 @@ def message_from_row(row: dict[str, Any]) -> Message:
     )
 
 
+# A thread's window: the thread and resource of its rows are those of the thread's key, so the read
+# leaves their columns out (each column read costs the ORM ~30 µs a query; bench/RESULTS.md).
+WINDOW_FIELDS = ("public_id", "role", "content", "created_at", "sequence")
+
+
 def messages_recent(*, thread_key: str, limit: int) -> list[Message]:
     """The newest `limit` messages of a thread, oldest first. One query on the thread+sequence index."""
+    return window_messages(thread_key, messages_recent_rows(thread_key=thread_key, limit=limit))
+
+
+def messages_recent_rows(
+    *, thread_key: str, limit: int, thread_fields: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """The rows (WINDOW_FIELDS) of a thread's newest `limit` messages, oldest first, each with the
+    thread's `thread_fields` as `thread__<name>` (joined on its primary key). One query on the
+    thread+sequence index; none for a `limit` below 1."""
     if limit <= 0:
         return []
+    related = [f"thread__{name}" for name in thread_fields]
     rows = (
         models.Message.objects.filter(thread_id=thread_key)
         .order_by("-sequence")
-        .values(*MESSAGE_FIELDS)[:limit]
+        .values(*WINDOW_FIELDS, *related)[:limit]
     )
-    return [message_from_row(row) for row in reversed(list(rows))]
+    return list(rows)[::-1]
+
+
+def window_messages(thread_key: str, rows: Iterable[Mapping[str, Any]]) -> list[Message]:
+    """The messages of `messages_recent_rows`'s rows of the thread `thread_key`."""
+    resource_id, thread_id = split_thread_key(thread_key)
+    return [
+        message_from_content(
+            id=row["public_id"],
+            role=row["role"],
+            content=row["content"] or {},
+            created_at=row["created_at"],
+            thread_id=thread_id,
+            resource_id=resource_id,
+            sequence=row["sequence"],
+        )
+        for row in rows
+    ]
 
 
 def messages_existing(*, resource_id: str, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
@@ -64,8 +96,11 @@ def messages_around(*, message_keys: Sequence[str], before: int, after: int) -> 
     thread+sequence index."""
     if not message_keys:
         return {}
-    hits = models.Message.objects.filter(id__in=list(message_keys), recall_excluded=False).values_list(
-        "thread_id", "sequence"
+    # No order (the model's default joins the thread to sort by it): the ranges are OR'd together.
+    hits = (
+        models.Message.objects.filter(id__in=list(message_keys), recall_excluded=False)
+        .order_by()
+        .values_list("thread_id", "sequence")
     )
     ranges = Q()
     for key, sequence in hits:

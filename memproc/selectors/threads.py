@@ -15,9 +15,9 @@ from django.utils.dateparse import parse_datetime
 from memproc import models
 from memproc.exceptions import ThreadNotFoundError, ValidationError
 from memproc.messages import Message
-from memproc.models import thread_key
+from memproc.models import split_thread_key, thread_key
 from memproc.selectors.filters import metadata_filter
-from memproc.selectors.messages import messages_recent
+from memproc.selectors.messages import messages_recent_rows, window_messages
 
 SUMMARY_FIELDS = ("text", "covered_sequence", "version", "counted_through", "counted_tokens")
 
@@ -36,13 +36,28 @@ def thread_read(
 ) -> ThreadRead:
     """A turn's first read: the thread's owner, with `memory` its working memory in the same query;
     with `summary` its compaction summary's fields (None without one); with `history` its newest
-    `history` messages (None when not asked for). One query, plus one for each of the last two."""
+    `history` messages (None when not asked for).
+
+    With `history`, one query reads the window with the thread's columns on each row; only a thread
+    that holds no message (or does not exist) costs a second, the thread's own read. Without, the
+    thread's read alone. One more query with `summary`."""
     fields = ("resource_id", "title", "last_sequence")
     if memory:
         fields += ("working_memory", "working_memory_version")
-    row = models.Thread.objects.filter(pk=thread_key).order_by().values_list(*fields).first()
+    row: tuple[Any, ...] | None = None
+    recent: list[Message] | None = None
+    if history > 0:
+        # The thread's resource is its key's (no column read for it).
+        joined = fields[1:]
+        rows = messages_recent_rows(thread_key=thread_key, limit=history, thread_fields=joined)
+        if rows:
+            row = (split_thread_key(thread_key)[0], *(rows[-1][f"thread__{name}"] for name in joined))
+            recent = window_messages(thread_key, rows)
     if row is None:
-        return ThreadRead(None, None, None, None)
+        row = models.Thread.objects.filter(pk=thread_key).order_by().values_list(*fields).first()
+        if row is None:
+            return ThreadRead(None, None, None, None)
+        recent = [] if history > 0 else None
     summary_row = None
     if summary:
         summary_row = (
@@ -51,7 +66,6 @@ def thread_read(
             .values_list(*SUMMARY_FIELDS)
             .first()
         )
-    recent = messages_recent(thread_key=thread_key, limit=history) if history > 0 else None
     return ThreadRead(row[:3], summary_row, recent, (row[3], int(row[4])) if memory else None)
 
 

@@ -48,13 +48,13 @@ def sequences_allocate(*, thread_key: str, count: int, using: str, expected: int
     the last sequence the caller read (a turn, at its start), one UPDATE swaps it for the new one;
     when another writer moved it meanwhile, the sequence is bumped and read back.
     """
-    threads = models.Thread.objects.using(using).filter(pk=thread_key)
     now = timezone.now()
-    swapped = expected is not None and threads.filter(last_sequence=expected).update(
+    threads = models.Thread.objects.using(using)
+    if expected is not None and threads.filter(pk=thread_key, last_sequence=expected).update(
         last_sequence=expected + count, updated_at=now
-    )
-    if swapped:
-        return expected + 1  # type: ignore[operator]
+    ):
+        return expected + 1
+    threads = threads.filter(pk=thread_key)
     if not threads.update(last_sequence=F("last_sequence") + count, updated_at=now):
         raise ValidationError(f"Thread {public_thread_id(thread_key)!r} does not exist")
     return threads.values_list("last_sequence", flat=True).get() - count + 1

@@ -25,7 +25,9 @@ class DjangoMemoryStore:
     One per turn. The turn's first read (`thread_owner`) also reads the thread's compaction summary
     when the turn compacts (`summaries`), kept for `thread_summary`, and, in the same query as the
     thread, its working memory when the turn uses the thread's (`thread_memory`), kept for
-    `working_memory_get`.
+    `working_memory_get`, and its newest `history` messages (the longest history window of the
+    turn), kept for `messages_recent`: a turn on a thread with messages reads the thread and its
+    window in one query (bench/RESULTS.md, "Against the code before the renovation").
     """
 
     def __init__(
@@ -33,6 +35,7 @@ class DjangoMemoryStore:
         *,
         summaries: bool = True,
         thread_memory: bool = False,
+        history: int = 0,
         before: int | None = None,
         hidden: Iterable[str] = (),
     ) -> None:
@@ -40,14 +43,21 @@ class DjangoMemoryStore:
         # their ids): it reads the thread as it was before them.
         self.summaries = summaries
         self.thread_memory = thread_memory
+        self.history = 0 if before is not None else history
         self.before = before
         self.hidden = frozenset(hidden)
         self._summaries: dict[str, ThreadSummaryValue | None] = {}
         self._memories: dict[str, tuple[str, int]] = {}
+        # thread key -> (the last sequence it was read at, its newest `history` messages)
+        self._recent: dict[str, tuple[int, list[Message]]] = {}
 
     def thread_owner(self, *, thread_id: str, resource_id: str) -> tuple[str, str, int] | None:
         key = thread_key(resource_id, thread_id)
-        read = thread_read(thread_key=key, summary=self.summaries, memory=self.thread_memory)
+        read = thread_read(
+            thread_key=key, history=self.history, summary=self.summaries, memory=self.thread_memory
+        )
+        if read.owner is not None and read.recent is not None:
+            self._recent[key] = (read.owner[2], read.recent)
         if self.summaries:
             self._summaries[key] = None if read.summary is None else summary_value(read.summary)
         if read.memory is not None:
@@ -72,6 +82,10 @@ class DjangoMemoryStore:
         key = thread_key(resource_id or "", thread_id)
         if self.before is not None and self.hidden:
             return messages_before(thread_key=key, before=self.before, limit=limit)
+        read = self._recent.get(key)
+        # The window the first read brought serves any shorter one of the thread as it was read.
+        if read is not None and 0 < limit <= self.history and last_sequence in (None, read[0]):
+            return read[1][-limit:]
         return messages_recent(thread_key=key, limit=limit)
 
     def messages_existing(self, *, ids: Iterable[str], resource_id: str | None) -> dict[str, tuple[str, str]]:

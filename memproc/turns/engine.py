@@ -32,7 +32,7 @@ from memproc.conf import settings
 from memproc.events import GenerateResult, PendingCall, StreamEvent, Tripwire
 from memproc.messages import Message, MessageInput, thaw
 from memproc.processors.conversation import Conversation
-from memproc.processors.message_history import savable
+from memproc.processors.message_history import MessageHistory, savable
 from memproc.processors.runner import Blocked, ProcessorRunner
 from memproc.processors.turn import Turn, TurnWrites
 from memproc.processors.working_memory import WorkingMemory
@@ -127,6 +127,9 @@ class TurnEngine(ModelLoop):
             thread=self.thread_ref,
             summaries=any(getattr(p, "compaction", None) is not None for p in self.input_chain),
             thread_memory=any(isinstance(p, WorkingMemory) and p.scope == "thread" for p in self.input_chain),
+            history=max(
+                (p.last_messages for p in self.input_chain if isinstance(p, MessageHistory)), default=0
+            ),
             replace_from=self.replace_from,
         )
 

@@ -28,12 +28,14 @@ def turn_start(
     thread: ThreadRef | None = None,
     summaries: bool = True,
     thread_memory: bool = False,
+    history: int = 0,
     replace_from: str | None = None,
 ) -> Turn:
     """Normalises input (unless it comes as a `TurnInput`) and checks thread ownership: one query
     when the call has memory, and one more for the thread's compaction summary with `summaries`; the
-    thread's working memory comes with the first with `thread_memory`. A `thread` the caller resolved
-    already (the HTTP views) is not read again.
+    thread's working memory comes with the first with `thread_memory`, and so do its newest
+    `history` messages (the turn's history window; a thread without messages costs one more query).
+    A `thread` the caller resolved already (the HTTP views) is not read again.
 
     System messages in the input are kept apart: used for this turn after the instructions, never
     saved (rule 18).
@@ -68,7 +70,7 @@ def turn_start(
     replaces: list[str] = []
     exists, title, last_sequence = False, "", None
     if plan.has_memory:
-        store = DjangoMemoryStore(summaries=summaries, thread_memory=thread_memory)
+        store = DjangoMemoryStore(summaries=summaries, thread_memory=thread_memory, history=history)
         if thread is not None:
             thread_id, resource_id = thread.thread_id, thread.resource_id
             exists, title, last_sequence = thread.exists, thread.title, thread.last_sequence

@@ -234,10 +234,10 @@ def test_compaction_costs_a_turn_no_query_while_no_fold_is_due(make_agent, model
 
 
 def turn_queries(*, compacting: bool = False) -> int:
-    """A turn with history and no recall: the thread, its summary when it compacts, its history;
-    savepoint, the save, release. The save is the sequence UPDATE (a swap of the value the turn read)
-    and the message INSERT."""
-    return 2 + int(compacting) + 2 + 2
+    """A turn with history and no recall: the thread with its history (one query), its summary when it
+    compacts; savepoint, the save, release. The save is the sequence UPDATE (a swap of the value the
+    turn read) and the message INSERT."""
+    return 1 + int(compacting) + 2 + 2
 
 
 def test_a_turn_that_finds_a_fold_due_runs_it_after_commit_with_a_fixed_number_of_queries(
