@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from memproc import logs
 from memproc.exceptions import ConfigurationError
 
 logger = logging.getLogger("memproc.guardrails")
@@ -90,8 +91,11 @@ def learned_score(text: str, threshold: float) -> float | None:
     """The head's score for `text`, or None when it could not run (logged; the rules still apply)."""
     try:
         logit = _cached_logit(text)
-    except Exception:  # an embedding failure must not fail the turn: the rules still screen it
-        logger.exception("memproc: the learned prompt-injection scorer failed; using the rules alone")
+    except Exception as exc:  # an embedding failure must not fail the turn: the rules still screen it
+        # Masked (memproc.logs.failure): the embedder's error may quote the text being screened.
+        logs.failure(
+            logger, "memproc: the learned prompt-injection scorer failed; using the rules alone", exc=exc
+        )
         return None
     return round(to_score(logit, threshold), 4)
 
