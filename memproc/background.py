@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as SendTimeout
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, transaction
@@ -37,6 +37,9 @@ TASKS: dict[str, Callable[..., Any]] = {}
 
 # A job written at enqueue time belongs to its after-commit send for this long; only then may the
 # dispatcher take it, so a healthy send and a concurrent sweep do not both deliver it.
+# An outbox row for good: (id, created_at); see `job_ref`.
+JobRef = tuple[int, datetime]
+
 SEND_LEASE = timedelta(seconds=60)
 # While a dispatcher delivers a job it holds it for this long (a crashed dispatcher releases it).
 DISPATCH_LEASE = timedelta(seconds=300)
@@ -74,12 +77,20 @@ def enqueue(task_name: str, *, kwargs: dict[str, Any], inline: Callable[[], Any]
         job = OutboxJob.objects.create(
             task=task_name, kwargs=kwargs, next_attempt_at=timezone.now() + SEND_LEASE
         )
-        transaction.on_commit(lambda: _send_after_commit(job.pk, task_name, kwargs), using=memproc_db())
+        ref = job_ref(job)
+        transaction.on_commit(lambda: _send_after_commit(ref, task_name, kwargs), using=memproc_db())
         return
     transaction.on_commit(lambda: _run_inline_after_commit(task_name, kwargs, inline), using=memproc_db())
 
 
-def _send_after_commit(job_id: int, task_name: str, kwargs: dict[str, Any]) -> None:
+def job_ref(job: Any) -> JobRef:
+    """What names one outbox row for good: its id and creation time. SQLite gives the id of a deleted
+    row to the next one, so a send that returns late (stuck on a broker while a dispatcher delivered
+    and deleted its job) must not delete or reschedule a newer job by id alone."""
+    return (job.pk, job.created_at)
+
+
+def _send_after_commit(job_id: JobRef, task_name: str, kwargs: dict[str, Any]) -> None:
     try:
         celery_send_bounded(task_name, kwargs)
     except BrokerUnanswered as exc:
@@ -198,10 +209,10 @@ def outbox_dispatch(*, limit: int = 500, include_parked: bool = False) -> dict[s
                 run_task_inline(job.task, job.kwargs)
         except Exception as exc:
             logger.warning("memproc: outbox job %s (%s) failed again: %s", job.pk, job.task, _describe(exc))
-            _record_failure(job.pk, exc, attempts=job.attempts + 1)
+            _record_failure(job_ref(job), exc, attempts=job.attempts + 1)
             counts["failed"] += 1
             continue
-        _forget(job.pk)
+        _forget(job_ref(job))
         counts["delivered"] += 1
     return counts
 
@@ -214,24 +225,26 @@ def celery_send(task_name: str, kwargs: dict[str, Any], *, app: Any = None) -> N
     app.send_task(task_name, kwargs=kwargs)
 
 
-def _record_failure(job_id: int, exc: BaseException, *, attempts: int) -> None:
+def _job(ref: JobRef) -> Any:
     from memproc.models import OutboxJob
 
+    return OutboxJob.objects.filter(pk=ref[0], created_at=ref[1])
+
+
+def _record_failure(job_id: JobRef, exc: BaseException, *, attempts: int) -> None:
     try:
-        OutboxJob.objects.filter(pk=job_id).update(
+        _job(job_id).update(
             attempts=attempts, next_attempt_at=timezone.now() + _backoff(attempts), last_error=_describe(exc)
         )
     except DatabaseError as exc:
-        logs.failure(logger, "memproc: could not record the failure of outbox job %s", job_id, exc=exc)
+        logs.failure(logger, "memproc: could not record the failure of outbox job %s", job_id[0], exc=exc)
 
 
-def _forget(job_id: int) -> None:
-    from memproc.models import OutboxJob
-
+def _forget(job_id: JobRef) -> None:
     try:
-        OutboxJob.objects.filter(pk=job_id).delete()
+        _job(job_id).delete()
     except DatabaseError as exc:  # delivered; a later sweep sends it again, which the idempotent task absorbs
-        logs.failure(logger, "memproc: could not remove delivered outbox job %s", job_id, exc=exc)
+        logs.failure(logger, "memproc: could not remove delivered outbox job %s", job_id[0], exc=exc)
 
 
 def _backoff(attempts: int) -> timedelta:

@@ -287,3 +287,32 @@ def test_operators_see_the_outbox_in_the_admin_and_can_send_a_parked_job(celery_
     assert response.status_code == 200 and b"Delivered 1" in response.content
     assert celery_sends.calls == [("memproc.purge_expired", {})]
     assert not OutboxJob.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_late_send_never_touches_a_newer_job_that_took_its_id(monkeypatch, settings):
+    """A send stuck on a broker may return after the dispatcher has delivered and deleted its job, and
+    after SQLite has given that id to a new job: neither its success nor its failure may delete or
+    reschedule the new job (which would then never be sent)."""
+    settings.MEMPROC = {**getattr(settings, "MEMPROC", {}), "BACKGROUND": "celery"}
+    sends: list[str] = []
+    monkeypatch.setattr(background, "celery_send_bounded", lambda name, kwargs: sends.append(name))
+    old = OutboxJob.objects.create(task="memproc.embed_messages", kwargs={"ids": ["a"]})
+    stale = background.job_ref(old)
+    old.delete()  # delivered by the dispatcher meanwhile
+    newer = OutboxJob.objects.create(
+        id=stale[0], task="memproc.embed_messages", kwargs={"ids": ["b"]}, next_attempt_at=timezone.now()
+    )
+    background._send_after_commit(stale, "memproc.embed_messages", {"ids": ["a"]})
+    assert sends == ["memproc.embed_messages"]
+    newer.refresh_from_db()  # still there, untouched
+    assert (newer.attempts, newer.last_error) == (0, "")
+
+    def broken(name: str, kwargs: dict[str, Any]) -> None:
+        raise ConnectionError("broker went away")
+
+    monkeypatch.setattr(background, "celery_send_bounded", broken)
+    background._send_after_commit(stale, "memproc.embed_messages", {"ids": ["a"]})
+    newer.refresh_from_db()
+    assert (newer.attempts, newer.last_error) == (0, "")
+    assert background.outbox_dispatch()["failed"] == 1  # the newer job is still due, and tried
