@@ -505,6 +505,10 @@ def measured_loop(args: argparse.Namespace, memory: Any, thread_id: str) -> dict
             agent.generate(
                 make_text("warmup", j), thread_id=f"{args.workload.lower()}-warmup", resource_id=RESOURCE
             )
+        # One unmeasured turn on the live thread: an empty thread's first turn reads its row apart from
+        # its (empty) window, one statement more than every later turn.
+        model.turn = args.turns  # W3: a working-memory text no measured turn writes again
+        agent.generate(make_text("warmup", args.warmup), thread_id=thread_id, resource_id=RESOURCE)
         model.calls = 0
         with connection.execute_wrapper(counter):
             loop_start = time.perf_counter()
