@@ -14,7 +14,6 @@ import importlib.util
 import logging
 import math
 import threading
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +89,7 @@ def to_score(logit: float, threshold: float) -> float:
 def learned_score(text: str, threshold: float) -> float | None:
     """The head's score for `text`, or None when it could not run (logged; the rules still apply)."""
     try:
-        logit = _cached_logit(text)
+        (logit,) = raw_logits([text])
     except Exception as exc:  # an embedding failure must not fail the turn: the rules still screen it
         # Masked (memproc.logs.failure): the embedder's error may quote the text being screened.
         logs.failure(
@@ -98,9 +97,3 @@ def learned_score(text: str, threshold: float) -> float | None:
         )
         return None
     return round(to_score(logit, threshold), 4)
-
-
-# History and recall score the same stored messages on every turn; one embedding costs ~5-20 ms.
-@lru_cache(maxsize=2048)
-def _cached_logit(text: str) -> float:
-    return raw_logits([text])[0]

@@ -329,11 +329,13 @@ def client_calls_in_thread(
     tool_call_ids: Collection[str], *, agent_id: str, thread_id: str, resource_id: str
 ) -> list[PendingToolCall]:
     """The client-side calls (any state) with those model call ids of `agent_id`'s turns in that
-    thread of that resource, the newest first."""
+    thread of that resource: the pending ones first, then the newest first (a call id the model
+    reused also names older, answered calls; the first row is the one an answer is for)."""
     if not tool_call_ids:
         return []
     rows = _thread_calls(agent_id=agent_id, thread_id=thread_id, resource_id=resource_id)
-    return list(rows.filter(kind="client", tool_call_id__in=list(tool_call_ids)).order_by("-created_at"))
+    calls = rows.filter(kind="client", tool_call_id__in=list(tool_call_ids)).order_by("-created_at")
+    return sorted(calls, key=lambda row: row.state != State.PENDING)
 
 
 def pending_submit_result(

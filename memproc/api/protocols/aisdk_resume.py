@@ -111,7 +111,7 @@ def _answer_client_call(step: list[Mapping[str, Any]], *, where: dict[str, str])
     rows = approvals.client_calls_in_thread(list(done), **where)
     if not rows:
         return None
-    row = next((r for r in rows if r.state == r.State.PENDING), rows[0])
+    row = rows[0]  # the waiting one, if any
     part = done[row.tool_call_id]
     failed = part.get("state") == "output-error"
     result = part.get("errorText") if failed else part.get("output")

@@ -149,8 +149,7 @@ def answered_call(
     )
     if not calls:
         return None
-    # The waiting one, if any (newest first otherwise): an id the model reused names an older call too.
-    pending = min(calls, key=lambda c: c.state != PendingToolCall.State.PENDING)
+    pending = calls[0]  # the waiting one, if any
     if pending.state != PendingToolCall.State.PENDING:
         raise PendingCallConflict("This tool call is no longer pending: its turn has its result.")
     tool_results_check(messages, thread_exists=False)  # the call must be in the conversation
