@@ -7,25 +7,37 @@ document has; the rows that hold thread keys get the key of (the document's reso
 from __future__ import annotations
 
 import json
-import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.utils.dateparse import parse_datetime
-
 from memproc import models
 from memproc.exceptions import AttachmentError, ValidationError
-from memproc.messages import UNSTORABLE, Message, has_unstorable_text, message_from_content, part_errors
-from memproc.models import THREAD_KEY_SEPARATOR, message_key, message_keys, thread_key
+from memproc.messages import Message, message_from_content, part_errors
+from memproc.models import message_key, message_keys, thread_key
 from memproc.processors.attachment_checks import inline_files_check
 from memproc.services.attachments import attachment_body_limit
 from memproc.services.export.document import FORMAT, VERSION
-
-INT_MAX = 2**31 - 1  # PositiveIntegerField's range on every database
-# Sequences (BIGINT columns) and file sizes: room for the thread to grow, and exact in every JSON reader.
-SEQUENCE_MAX = 2**53 - 1
+from memproc.services.export.fields import (
+    SEQUENCE_MAX,
+    choice_at,
+    dict_at,
+    flag_at,
+    id_at,
+    integer_at,
+    items_at,
+    names_at,
+    number_at,
+    object_at,
+    resource_id_at,
+    storable,
+    text_at,
+    thread_id_at,
+    thread_ref_at,
+    time_at,
+    uuid_at,
+)
 
 Revision = models.WorkingMemoryRevision
 Log = models.TripwireLog
@@ -59,99 +71,99 @@ def document_rows(document: Mapping[str, Any]) -> Rows:
             f"This memproc reads export version {VERSION}; the document is version "
             f"{document.get('version')!r}"
         )
-    rows = Rows(resource=_resource(_object(document, "resource", "resource")))
-    for i, item in enumerate(_items(document, "threads")):
+    rows = Rows(resource=_resource(object_at(document, "resource", "resource")))
+    for i, item in enumerate(items_at(document, "threads")):
         thread = _thread(item, f"threads[{i}]", rows.resource.pk)
         rows.threads.append(thread)
         if item.get("summary") is not None:
             rows.summaries.append(
-                _summary(_object(item, "summary", f"threads[{i}]"), f"threads[{i}].summary", thread)
+                _summary(object_at(item, "summary", f"threads[{i}]"), f"threads[{i}].summary", thread)
             )
-        for j, raw in enumerate(_items(item, "messages", f"threads[{i}]")):
+        for j, raw in enumerate(items_at(item, "messages", f"threads[{i}]")):
             message = _message(raw, f"threads[{i}].messages[{j}]", thread)
             rows.messages.append(message)
             # The thread's counter past its messages, or its next turn would take a used sequence.
             thread.last_sequence = max(thread.last_sequence, message.sequence)
-    for i, item in enumerate(_items(document, "working_memory_revisions")):
+    for i, item in enumerate(items_at(document, "working_memory_revisions")):
         revision = _revision(item, f"working_memory_revisions[{i}]", rows.resource.pk)
         rows.revisions.append(revision)
         if isinstance(item.get("actor"), str):
             rows.actors[revision.pk] = item["actor"]
-    for i, item in enumerate(_items(document, "turn_records")):
+    for i, item in enumerate(items_at(document, "turn_records")):
         rows.turns.append(_turn(item, f"turn_records[{i}]"))
-    for i, item in enumerate(_items(document, "tripwire_logs")):
+    for i, item in enumerate(items_at(document, "tripwire_logs")):
         log = _tripwire(item, f"tripwire_logs[{i}]")
         rows.tripwires.append(log)
         if isinstance(item.get("reviewed_by"), str):
             rows.reviewers[log.pk] = item["reviewed_by"]
-    for i, item in enumerate(_items(document, "pending_tool_calls")):  # absent before approvals
+    for i, item in enumerate(items_at(document, "pending_tool_calls")):  # absent before approvals
         call = _pending(item, f"pending_tool_calls[{i}]", rows.resource.pk)
         rows.pending.append(call)
         if isinstance(item.get("decided_by"), str):
             rows.deciders[call.pk] = item["decided_by"]
-    for i, item in enumerate(_items(document, "attachments")):
+    for i, item in enumerate(items_at(document, "attachments")):
         where = f"attachments[{i}]"
         attachment = _attachment(item, where, rows.resource.pk)
         rows.attachments.append(attachment)
-        rows.files[attachment.pk] = _text(item, "file", where)
+        rows.files[attachment.pk] = text_at(item, "file", where)
     return rows
 
 
 def _resource(data: Mapping[str, Any]) -> models.Resource:
     where = "resource"
     return models.Resource(
-        id=_resource_id(data, "id", where),
-        metadata=_obj(data, "metadata", where),
-        working_memory=_text(data, "working_memory", where),
-        working_memory_version=_integer(data, "working_memory_version", where),
+        id=resource_id_at(data, "id", where),
+        metadata=dict_at(data, "metadata", where),
+        working_memory=text_at(data, "working_memory", where),
+        working_memory_version=integer_at(data, "working_memory_version", where),
         # Optional: documents written before the memory view have none.
-        pinned_fields=_names(data, "pinned_fields", where),
-        created_at=_time(data, "created_at", where),
-        updated_at=_time(data, "updated_at", where),
+        pinned_fields=names_at(data, "pinned_fields", where),
+        created_at=time_at(data, "created_at", where),
+        updated_at=time_at(data, "updated_at", where),
     )
 
 
 def _thread(data: Mapping[str, Any], where: str, resource_id: str) -> models.Thread:
     """An unsaved thread with its key set (bulk_create does not run `Thread.save`)."""
-    public_id = _thread_id(data, "id", where)
+    public_id = thread_id_at(data, "id", where)
     return models.Thread(
         id=thread_key(resource_id, public_id),
         public_id=public_id,
         resource_id=resource_id,
-        title=_text(data, "title", where)[:255],
-        agent_id=_text(data, "agent_id", where)[:255],
-        metadata=_obj(data, "metadata", where),
-        working_memory=_text(data, "working_memory", where),
-        working_memory_version=_integer(data, "working_memory_version", where),
-        last_sequence=_integer(data, "last_sequence", where, high=SEQUENCE_MAX),
-        created_at=_time(data, "created_at", where),
-        updated_at=_time(data, "updated_at", where),
+        title=text_at(data, "title", where)[:255],
+        agent_id=text_at(data, "agent_id", where)[:255],
+        metadata=dict_at(data, "metadata", where),
+        working_memory=text_at(data, "working_memory", where),
+        working_memory_version=integer_at(data, "working_memory_version", where),
+        last_sequence=integer_at(data, "last_sequence", where, high=SEQUENCE_MAX),
+        created_at=time_at(data, "created_at", where),
+        updated_at=time_at(data, "updated_at", where),
         # Optional: documents written before threads could be archived have none.
-        archived_at=_time(data, "archived_at", where, optional=True),
+        archived_at=time_at(data, "archived_at", where, optional=True),
     )
 
 
 def _summary(data: Mapping[str, Any], where: str, thread: models.Thread) -> models.ThreadSummary:
     return models.ThreadSummary(
         thread_id=thread.pk,
-        text=_text(data, "text", where),
-        covered_sequence=_integer(data, "covered_sequence", where, high=SEQUENCE_MAX),
-        token_count=_integer(data, "token_count", where),
+        text=text_at(data, "text", where),
+        covered_sequence=integer_at(data, "covered_sequence", where, high=SEQUENCE_MAX),
+        token_count=integer_at(data, "token_count", where),
     )
 
 
 def _message(data: Mapping[str, Any], where: str, thread: models.Thread) -> models.Message:
     """A message row, checked as the API checks a turn's messages (`_message_check`); `text` is
     computed from the content's parts, as a save computes it."""
-    content = _obj(data, "content", where)
-    role = _choice(data, "role", where, models.Message.Role.choices)
+    content = dict_at(data, "content", where)
+    role = choice_at(data, "role", where, models.Message.Role.choices)
     if role == models.Message.Role.SYSTEM:
         raise ValidationError(
             f"{where}.role: system messages are never stored (an agent's instructions are its system "
             "prompt), so an export holds none"
         )
     value = _message_check(data, where, role, content)
-    token_count = _integer(data, "token_count", where, optional=True)
+    token_count = integer_at(data, "token_count", where, optional=True)
     return models.Message(
         id=message_key(thread.resource_id, value.id),
         public_id=value.id,
@@ -161,9 +173,9 @@ def _message(data: Mapping[str, Any], where: str, thread: models.Thread) -> mode
         content=content,
         text=value.text,
         token_count=token_count,
-        created_at=_time(data, "created_at", where),
-        sequence=_integer(data, "sequence", where, low=1, high=SEQUENCE_MAX),
-        recall_excluded=_flag(data, "recall_excluded", where),
+        created_at=time_at(data, "created_at", where),
+        sequence=integer_at(data, "sequence", where, low=1, high=SEQUENCE_MAX),
+        recall_excluded=flag_at(data, "recall_excluded", where),
     )
 
 
@@ -175,7 +187,7 @@ def _message_check(data: Mapping[str, Any], where: str, role: str, content: dict
     if not isinstance(content.get("metadata") or {}, dict):
         raise ValidationError(f"{where}.content.metadata: expected an object")
     try:
-        value = message_from_content(id=_id(data, "id", where), role=role, content=content)
+        value = message_from_content(id=id_at(data, "id", where), role=role, content=content)
     except (ValidationError, TypeError, ValueError) as exc:
         raise ValidationError(f"{where}.content: {exc}") from exc
     errors = [error for part in value.parts for error in part_errors(part)]
@@ -198,23 +210,23 @@ def _message_check(data: Mapping[str, Any], where: str, role: str, content: dict
 def _revision(data: Mapping[str, Any], where: str, resource_id: str) -> models.WorkingMemoryRevision:
     """A revision names threads of the document's resource: its thread scope key and `thread_id`
     become that resource's thread keys."""
-    scope = _choice(data, "scope", where, Revision.Scope.choices)
+    scope = choice_at(data, "scope", where, Revision.Scope.choices)
     if scope == Revision.Scope.THREAD:
-        key = thread_key(resource_id, _thread_id(data, "key", where))
+        key = thread_key(resource_id, thread_id_at(data, "key", where))
     else:
-        key = _id(data, "key", where)
+        key = id_at(data, "key", where)
     return Revision(
-        id=_uuid(data, "id", where),
+        id=uuid_at(data, "id", where),
         scope=scope,
         key=key,
-        old=_text(data, "old", where),
-        new=_text(data, "new", where),
-        version=_integer(data, "version", where),
-        source=_choice(data, "source", where, Revision.Source.choices),
-        thread_id=thread_key(resource_id, _thread_ref(data, "thread_id", where)),
-        turn_id=_uuid(data, "turn_id", where) if data.get("turn_id") else None,
+        old=text_at(data, "old", where),
+        new=text_at(data, "new", where),
+        version=integer_at(data, "version", where),
+        source=choice_at(data, "source", where, Revision.Source.choices),
+        thread_id=thread_key(resource_id, thread_ref_at(data, "thread_id", where)),
+        turn_id=uuid_at(data, "turn_id", where) if data.get("turn_id") else None,
         message_ids=message_keys(resource_id, _ids(data, "message_ids", where)),
-        created_at=_time(data, "created_at", where),
+        created_at=time_at(data, "created_at", where),
     )
 
 
@@ -231,69 +243,69 @@ def _turn(data: Mapping[str, Any], where: str) -> models.TurnRecord:
     if not isinstance(message_ids, list):
         raise ValidationError(f"{where}.message_ids: expected a list")
     return models.TurnRecord(
-        id=_uuid(data, "id", where),
-        agent_id=_text(data, "agent_id", where),
-        thread_id=_thread_ref(data, "thread_id", where),
-        resource_id=_text(data, "resource_id", where),
-        status=_choice(data, "status", where, models.TurnRecord.Status.choices),
-        model=_text(data, "model", where),
-        steps=_integer(data, "steps", where),
-        usage=_obj(data, "usage", where),
-        manifest=_obj(data, "manifest", where),
+        id=uuid_at(data, "id", where),
+        agent_id=text_at(data, "agent_id", where),
+        thread_id=thread_ref_at(data, "thread_id", where),
+        resource_id=text_at(data, "resource_id", where),
+        status=choice_at(data, "status", where, models.TurnRecord.Status.choices),
+        model=text_at(data, "model", where),
+        steps=integer_at(data, "steps", where),
+        usage=dict_at(data, "usage", where),
+        manifest=dict_at(data, "manifest", where),
         message_ids=message_ids,
-        tripwire_id=_uuid(data, "tripwire_id", where) if data.get("tripwire_id") else None,
-        error=_text(data, "error", where),
-        started_at=_time(data, "started_at", where),
-        duration_ms=_number(data, "duration_ms", where),
+        tripwire_id=uuid_at(data, "tripwire_id", where) if data.get("tripwire_id") else None,
+        error=text_at(data, "error", where),
+        started_at=time_at(data, "started_at", where),
+        duration_ms=number_at(data, "duration_ms", where),
     )
 
 
 def _tripwire(data: Mapping[str, Any], where: str) -> models.TripwireLog:
     return Log(
-        id=_uuid(data, "id", where),
-        agent_id=_text(data, "agent_id", where),
-        processor_id=_text(data, "processor_id", where),
-        phase=_choice(data, "phase", where, Log.Phase.choices),
-        reason=_text(data, "reason", where),
+        id=uuid_at(data, "id", where),
+        agent_id=text_at(data, "agent_id", where),
+        processor_id=text_at(data, "processor_id", where),
+        phase=choice_at(data, "phase", where, Log.Phase.choices),
+        reason=text_at(data, "reason", where),
         retry=bool(data.get("retry", False)),
-        metadata=_obj(data, "metadata", where),
-        thread_id=_thread_ref(data, "thread_id", where),
-        resource_id=_text(data, "resource_id", where),
-        content=_storable(data.get("content"), f"{where}.content"),
-        status=_choice(data, "status", where, Log.Status.choices),
-        reviewed_at=_time(data, "reviewed_at", where, optional=True),
-        note=_text(data, "note", where),
-        created_at=_time(data, "created_at", where),
+        metadata=dict_at(data, "metadata", where),
+        thread_id=thread_ref_at(data, "thread_id", where),
+        resource_id=text_at(data, "resource_id", where),
+        content=storable(data.get("content"), f"{where}.content"),
+        status=choice_at(data, "status", where, Log.Status.choices),
+        reviewed_at=time_at(data, "reviewed_at", where, optional=True),
+        note=text_at(data, "note", where),
+        created_at=time_at(data, "created_at", where),
     )
 
 
 def _pending(data: Mapping[str, Any], where: str, resource_id: str) -> models.PendingToolCall:
     Call = models.PendingToolCall
-    kind = _text(data, "kind", where)
+    kind = text_at(data, "kind", where)
     if kind not in ("approval", "client"):
         raise ValidationError(f"{where}.kind: expected 'approval' or 'client'")
     edited = data.get("edited_arguments")
     if edited is not None and not isinstance(edited, Mapping):
         raise ValidationError(f"{where}.edited_arguments: expected an object or null")
     return Call(
-        id=_uuid(data, "id", where),
-        agent_id=_id(data, "agent_id", where),
-        thread_id=_thread_ref(data, "thread_id", where),
+        id=uuid_at(data, "id", where),
+        agent_id=id_at(data, "agent_id", where),
+        thread_id=thread_ref_at(data, "thread_id", where),
         resource_id=resource_id,
         kind=kind,
-        state=_choice(data, "state", where, Call.State.choices),
-        tool_name=_id(data, "tool_name", where),
-        tool_call_id=_id(data, "tool_call_id", where),
-        arguments=_obj(data, "arguments", where),
-        edited_arguments=_storable(dict(edited), f"{where}.edited_arguments") if edited is not None else None,
-        turn=_obj(data, "turn", where),
-        result=_storable(data.get("result"), f"{where}.result"),
+        state=choice_at(data, "state", where, Call.State.choices),
+        tool_name=id_at(data, "tool_name", where),
+        tool_call_id=id_at(data, "tool_call_id", where),
+        arguments=dict_at(data, "arguments", where),
+        edited_arguments=storable(dict(edited), f"{where}.edited_arguments") if edited is not None else None,
+        turn=dict_at(data, "turn", where),
+        result=storable(data.get("result"), f"{where}.result"),
         result_is_error=bool(data.get("result_is_error", False)),
-        decided_at=_time(data, "decided_at", where, optional=True),
-        reason=_text(data, "reason", where),
-        created_at=_time(data, "created_at", where),
-        expires_at=_time(data, "expires_at", where, optional=True),
-        completed_at=_time(data, "completed_at", where, optional=True),
+        decided_at=time_at(data, "decided_at", where, optional=True),
+        reason=text_at(data, "reason", where),
+        created_at=time_at(data, "created_at", where),
+        expires_at=time_at(data, "expires_at", where, optional=True),
+        completed_at=time_at(data, "completed_at", where, optional=True),
     )
 
 
@@ -302,150 +314,12 @@ def _attachment(data: Mapping[str, Any], where: str, resource_id: str) -> models
     if message_id is not None and not isinstance(message_id, str):
         raise ValidationError(f"{where}.message_id: expected a string or null")
     return models.Attachment(
-        id=_uuid(data, "id", where),
+        id=uuid_at(data, "id", where),
         resource_id=resource_id,
         message_id=message_key(resource_id, message_id) if message_id else None,
-        name=_text(data, "name", where)[:255],
-        content_type=_text(data, "content_type", where)[:255],
-        size=_integer(data, "size", where, high=SEQUENCE_MAX),
-        sha256=_text(data, "sha256", where),
-        created_at=_time(data, "created_at", where),
+        name=text_at(data, "name", where)[:255],
+        content_type=text_at(data, "content_type", where)[:255],
+        size=integer_at(data, "size", where, high=SEQUENCE_MAX),
+        sha256=text_at(data, "sha256", where),
+        created_at=time_at(data, "created_at", where),
     )
-
-
-# --- field readers ------------------------------------------------------------------------------------
-
-
-def _object(data: Any, key: str, where: str) -> Mapping[str, Any]:
-    value = data.get(key) if isinstance(data, Mapping) else None
-    if not isinstance(value, Mapping):
-        raise ValidationError(f"{where}: expected an object")
-    return value
-
-
-def _items(data: Mapping[str, Any], key: str, where: str = "") -> list[Mapping[str, Any]]:
-    value = data.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
-        raise ValidationError(f"{f'{where}.' if where else ''}{key}: expected a list of objects")
-    return value
-
-
-def _id(data: Mapping[str, Any], key: str, where: str) -> str:
-    value = data.get(key)
-    if not isinstance(value, str) or not value or len(value) > 255 or UNSTORABLE.search(value):
-        raise ValidationError(f"{where}.{key}: expected an id (a string of 1 to 255 characters)")
-    return value
-
-
-def _resource_id(data: Mapping[str, Any], key: str, where: str) -> str:
-    """A resource id: it starts the keys of the resource's threads, so it cannot hold their separator."""
-    value = _id(data, key, where)
-    if THREAD_KEY_SEPARATOR in value:
-        raise ValidationError(f"{where}.{key}: a resource id cannot hold control characters")
-    return value
-
-
-def _thread_id(data: Mapping[str, Any], key: str, where: str) -> str:
-    """A thread id as callers know it. A stored key (resource id, separator, thread id) is refused
-    rather than guessed at: no export writes one."""
-    value = _id(data, key, where)
-    if THREAD_KEY_SEPARATOR in value:
-        raise ValidationError(f"{where}.{key}: expected a thread id, not a stored thread key")
-    return value
-
-
-def _thread_ref(data: Mapping[str, Any], key: str, where: str) -> str:
-    """An optional thread id ("": none), beside a resource id or of the document's resource."""
-    return _thread_id(data, key, where) if _text(data, key, where) else ""
-
-
-def _uuid(data: Mapping[str, Any], key: str, where: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(str(data.get(key)))
-    except ValueError as exc:
-        raise ValidationError(f"{where}.{key}: expected a UUID") from exc
-
-
-def _text(data: Mapping[str, Any], key: str, where: str) -> str:
-    value = data.get(key, "")
-    if not isinstance(value, str) or UNSTORABLE.search(value):
-        raise ValidationError(f"{where}.{key}: expected a string (without NUL or lone surrogates)")
-    return value
-
-
-def _integer(
-    data: Mapping[str, Any],
-    key: str,
-    where: str,
-    *,
-    low: int = 0,
-    high: int = INT_MAX,
-    optional: bool = False,
-) -> Any:
-    """An integer from `low` to `high` (an integral float is taken as one). The default range fits
-    the integer columns of every database; sequences and sizes go to SEQUENCE_MAX."""
-    value = data.get(key, None if optional else 0)
-    if value is None and optional:
-        return None
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValidationError(f"{where}.{key}: expected a whole number from {low} to {high}")
-    return value
-
-
-def _number(data: Mapping[str, Any], key: str, where: str) -> float:
-    value = data.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-        raise ValidationError(f"{where}.{key}: expected a finite number >= 0")
-    return float(value)
-
-
-def _obj(data: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
-    value = data.get(key, {})
-    if not isinstance(value, dict):
-        raise ValidationError(f"{where}.{key}: expected an object")
-    return _storable(value, f"{where}.{key}")
-
-
-def _storable(value: Any, where: str) -> Any:
-    if has_unstorable_text(value):
-        raise ValidationError(f"{where}: holds NUL characters or lone surrogates, which no database stores")
-    return value
-
-
-def _time(data: Mapping[str, Any], key: str, where: str, *, optional: bool = False) -> Any:
-    value = data.get(key)
-    if value is None and optional:
-        return None
-    try:
-        parsed = parse_datetime(value) if isinstance(value, str) else None
-    except ValueError:
-        parsed = None
-    if parsed is None or parsed.tzinfo is None:
-        raise ValidationError(f"{where}.{key}: expected an ISO 8601 time with an offset")
-    return parsed
-
-
-def _names(data: Mapping[str, Any], key: str, where: str) -> list[str]:
-    """An optional list of short strings (absent: empty)."""
-    value = data.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) and 0 < len(v) <= 255 for v in value):
-        raise ValidationError(f"{where}.{key}: expected a list of names (strings of 1 to 255 characters)")
-    return _storable(list(dict.fromkeys(value)), f"{where}.{key}")
-
-
-def _flag(data: Mapping[str, Any], key: str, where: str) -> bool:
-    """An optional boolean (absent: false)."""
-    value = data.get(key, False)
-    if not isinstance(value, bool):
-        raise ValidationError(f"{where}.{key}: expected true or false")
-    return value
-
-
-def _choice(data: Mapping[str, Any], key: str, where: str, choices: Any) -> str:
-    value = data.get(key)
-    allowed = [c[0] for c in choices]
-    if value not in allowed:
-        raise ValidationError(f"{where}.{key}: expected one of {', '.join(allowed)}")
-    return value
