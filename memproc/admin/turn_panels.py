@@ -17,6 +17,20 @@ from django.urls import NoReverseMatch
 
 from memproc import models
 from memproc.admin.common import admin_url, changelist_url
+from memproc.admin.manifest_fields import (
+    as_int,
+    history_ids,
+    id_list,
+    is_number,
+    percent,
+    recalled,
+    recalled_ids,
+    search_hits,
+    search_ids,
+    searches,
+    usage_label,
+    usage_tokens,
+)
 from memproc.selectors.messages import message_excerpts
 from memproc.selectors.turns import thread_turns_until
 
@@ -142,7 +156,7 @@ def attach_turn_panels(views: Sequence[Any], *, thread_key: str, until: datetime
     )
     replies = {}
     for record in records:
-        reply = next((i for i in reversed(_ids(record.message_ids)) if i in assistants), None)
+        reply = next((i for i in reversed(id_list(record.message_ids)) if i in assistants), None)
         if reply is not None and reply not in replies:
             replies[reply] = record
     if not replies:
@@ -152,9 +166,9 @@ def attach_turn_panels(views: Sequence[Any], *, thread_key: str, until: datetime
         i
         for record in replies.values()
         for i in [
-            *_history_ids(record.manifest),
-            *_recalled_ids(record.manifest),
-            *_search_ids(record.manifest),
+            *history_ids(record.manifest),
+            *recalled_ids(record.manifest),
+            *search_ids(record.manifest),
         ]
         if i not in on_page
     ]
@@ -170,14 +184,14 @@ def record_view(record: models.TurnRecord) -> TurnView:
     """A record's `TurnView` for its own admin page: every message linked to its admin page. One query."""
     manifest = record.manifest if isinstance(record.manifest, Mapping) else {}
     ids = [
-        *_history_ids(manifest),
-        *_recalled_ids(manifest),
-        *_search_ids(manifest),
-        *_ids(record.message_ids),
+        *history_ids(manifest),
+        *recalled_ids(manifest),
+        *search_ids(manifest),
+        *id_list(record.message_ids),
     ]
     links = _Links(on_page={}, excerpts=message_excerpts(resource_id=record.resource_id, message_ids=ids))
     view = turn_view(record, links=links, thread_key=_record_thread_key(record))
-    view.saved = [links.message(i) for i in _ids(record.message_ids)]
+    view.saved = [links.message(i) for i in id_list(record.message_ids)]
     view.own_page = True
     return view
 
@@ -203,18 +217,18 @@ def turn_view(record: models.TurnRecord, *, links: _Links, thread_key: str) -> T
         steps=record.steps,
         started_at=record.started_at,
         duration_ms=duration,
-        usage=[(_usage_label(k), v) for k, v in (record.usage or {}).items() if _is_number(v)],
-        history=[links.message(i) for i in _history_ids(manifest)],
+        usage=[(usage_label(k), v) for k, v in (record.usage or {}).items() if is_number(v)],
+        history=[links.message(i) for i in history_ids(manifest)],
         recalled=[
             links.recalled(r, thread_key=thread_key, resource_id=record.resource_id)
-            for r in _recalled(manifest)
+            for r in recalled(manifest)
         ],
         recall_error=bool(manifest.get("recall_error")),
         searches=[
             _search_view(search, links=links, thread_key=thread_key, resource_id=record.resource_id)
-            for search in _searches(manifest)
+            for search in searches(manifest)
         ],
-        echoed=_int(manifest.get("echoed")),
+        echoed=as_int(manifest.get("echoed")),
         working_memory=_working_memory(manifest.get("working_memory"), resource_id=record.resource_id),
         tokens=_tokens(manifest.get("tokens")),
         processors=_timings(manifest.get("processors"), duration),
@@ -225,7 +239,7 @@ def turn_view(record: models.TurnRecord, *, links: _Links, thread_key: str) -> T
     )
     spent = sum(p.ms for p in view.processors)
     view.other_ms = max(0.0, duration - spent)
-    view.other_pct = _pct(view.other_ms, duration)
+    view.other_pct = percent(view.other_ms, duration)
     return view
 
 
@@ -271,7 +285,7 @@ class _Links:
         ref = self.message(str(item.get("id") or ""))
         source = thread_key if ref.on_page else self._recalled_from(ref.id, item, resource_id)
         score = item.get("score")
-        score = float(score) if _is_number(score) else None
+        score = float(score) if is_number(score) else None
         return RecallRef(
             **ref.__dict__,
             score=score,
@@ -291,51 +305,20 @@ class _Links:
         return models.thread_key(resource_id, public) if public and resource_id else ""
 
 
-# --- manifest fields (a record may come from an older or newer memproc: read defensively) -----------
-
-
-def _ids(value: Any) -> list[str]:
-    return [str(i) for i in value if isinstance(i, (str, int))] if isinstance(value, list) else []
-
-
-def _history_ids(manifest: Mapping[str, Any]) -> list[str]:
-    return _ids(manifest.get("history"))
-
-
-def _recalled(manifest: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    items = manifest.get("recalled")
-    return [r for r in items if isinstance(r, Mapping) and r.get("id")] if isinstance(items, list) else []
-
-
-def _recalled_ids(manifest: Mapping[str, Any]) -> list[str]:
-    return [str(r["id"]) for r in _recalled(manifest)]
-
-
-def _searches(manifest: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    items = manifest.get("searches")
-    return [s for s in items if isinstance(s, Mapping)] if isinstance(items, list) else []
-
-
-def _search_hits(search: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    hits = search.get("hits")
-    return [h for h in hits if isinstance(h, Mapping) and h.get("id")] if isinstance(hits, list) else []
-
-
-def _search_ids(manifest: Mapping[str, Any]) -> list[str]:
-    return [str(h["id"]) for search in _searches(manifest) for h in _search_hits(search)]
+# --- manifest parts as views (fields are read by memproc.admin.manifest_fields) ---------------------
 
 
 def _search_view(
     search: Mapping[str, Any], *, links: _Links, thread_key: str, resource_id: str
 ) -> SearchView:
-    withheld = set(_ids(search.get("withheld")))
+    withheld = set(id_list(search.get("withheld")))
     hits = []
-    for hit in _search_hits(search):
+    for hit in search_hits(search):
         ref = links.recalled(hit, thread_key=thread_key, resource_id=resource_id)
         hits.append(SearchHitRef(**ref.__dict__, withheld=ref.id in withheld))
     return SearchView(
         scope=str(search.get("scope") or ""),
-        query_chars=_int(search.get("query_chars")),
+        query_chars=as_int(search.get("query_chars")),
         hits=hits,
         error=str(search.get("error") or ""),
     )
@@ -346,7 +329,7 @@ def _working_memory(value: Any, *, resource_id: str) -> WorkingMemoryRef | None:
     key, which the links need, is that id within the turn's resource."""
     if not isinstance(value, Mapping) or not value.get("scope") or not value.get("key"):
         return None
-    scope, label, version = str(value["scope"]), str(value["key"]), _int(value.get("version"))
+    scope, label, version = str(value["scope"]), str(value["key"]), as_int(value.get("version"))
     if scope != "thread":
         key = label
     elif resource_id:
@@ -368,12 +351,12 @@ def _working_memory(value: Any, *, resource_id: str) -> WorkingMemoryRef | None:
 
 
 def _tokens(value: Any) -> TokenCounts | None:
-    if not isinstance(value, Mapping) or not _is_number(value.get("total")):
+    if not isinstance(value, Mapping) or not is_number(value.get("total")):
         return None
     total = int(value["total"])
-    limit = int(value["limit"]) if _is_number(value.get("limit")) and value["limit"] > 0 else None
+    limit = int(value["limit"]) if is_number(value.get("limit")) and value["limit"] > 0 else None
     return TokenCounts(
-        total=total, limit=limit, dropped=_int(value.get("dropped")), pct=_pct(total, limit or 0)
+        total=total, limit=limit, dropped=as_int(value.get("dropped")), pct=percent(total, limit or 0)
     )
 
 
@@ -385,28 +368,13 @@ def _timings(value: Any, duration: float) -> list[HookTiming]:
             processor=str(p.get("processor") or "?"),
             hook=str(p.get("hook") or ""),
             ms=float(p["ms"]),
-            calls=_int(p.get("calls")),
-            pct=_pct(float(p["ms"]), duration),
+            calls=as_int(p.get("calls")),
+            pct=percent(float(p["ms"]), duration),
         )
         for p in value
-        if isinstance(p, Mapping) and _is_number(p.get("ms"))
+        if isinstance(p, Mapping) and is_number(p.get("ms"))
     ]
     return sorted(timings, key=lambda t: -t.ms)
-
-
-def _usage_label(key: Any) -> str:
-    """`prompt_tokens` reads "prompt"; other keys as they are, spaced."""
-    return str(key).removesuffix("_tokens").replace("_", " ")
-
-
-def usage_tokens(usage: Any) -> int | None:
-    """The usage's `total_tokens`, else prompt + completion tokens; None when it reports neither."""
-    if not isinstance(usage, Mapping):
-        return None
-    if _is_number(usage.get("total_tokens")):
-        return int(usage["total_tokens"])
-    parts = [usage[k] for k in ("prompt_tokens", "completion_tokens") if _is_number(usage.get(k))]
-    return int(sum(parts)) if parts else None
 
 
 def _changelist(model_name: str, query: str) -> str | None:
@@ -431,15 +399,3 @@ def _clip(text: str, limit: int = EXCERPT_CHARS - 40) -> str:
 
 def _short(message_id: str) -> str:
     return message_id if len(message_id) <= SHORT_ID_CHARS + 1 else message_id[:SHORT_ID_CHARS] + "…"
-
-
-def _pct(part: float, whole: float) -> float:
-    return round(min(100.0, part / whole * 100), 1) if whole > 0 else 0.0
-
-
-def _int(value: Any) -> int:
-    return int(value) if _is_number(value) else 0
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
