@@ -206,11 +206,13 @@ def run(args: argparse.Namespace, tmp: Path, stack: contextlib.ExitStack) -> Ite
 
 def warm_up(args: argparse.Namespace, rig: Rig, clients: dict[str, Client]) -> None:
     """Imports, first connections, each worker's clients: not part of any level. With several workers
-    the warm-up turns of each round run together, so that the kernel hands them to different
-    processes (uvicorn's workers accept on one socket)."""
-    for n in range(args.warmup):
+    the warm-up is `--warmup` rounds (3 at least) of 10 turns per worker started together: uvicorn's
+    workers accept on one socket, and fewer turns all went to one of them (the other's first level
+    then paid its imports, 1 to 3 s on the first deltas)."""
+    several = rig.workers > 1
+    for n in range(max(args.warmup, 3) if several else args.warmup):
         for name, client in clients.items():
-            names = [f"warmup-{n}-{k}" for k in range(4 * rig.workers if rig.workers > 1 else 1)]
+            names = [f"warmup-{n}-{k}" for k in range(10 * rig.workers if several else 1)]
             turns = asyncio.run(client.gather(names))
             failed = [turn for turn in turns if not turn.ok]
             if failed:
