@@ -121,7 +121,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--rounds",
         type=int,
         default=1,
-        help="with --endpoint both: pairs per level, the order swapped each time (baseline first at "
+        help="with --endpoint both: pairs per level, the order swapped each time (memproc first at "
         "even levels of the first round)",
     )
     parser.add_argument(
