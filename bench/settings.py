@@ -6,6 +6,7 @@ sets before either loads them:
 
 - BENCH_SQLITE: the SQLite file (default: an in-memory database);
 - BENCH_PG_HOST, BENCH_PG_PORT: the embedded PostgreSQL's socket dir and port (instead of SQLite);
+  BENCH_PG_NAME: the database on it (default "postgres");
   BENCH_PG_OPTIONS: libpq options for it, e.g. "-c synchronous_commit=off";
 - BENCH_BACKGROUND: memproc's BACKGROUND, "inline" (default) or "celery";
 - BENCH_REDIS_URL: the Celery broker (default redis://127.0.0.1:6379/13, a database kept for benchmarks);
@@ -34,7 +35,7 @@ DATABASES = {
 if os.environ.get("BENCH_PG_HOST"):
     DATABASES["default"] = {
         "ENGINE": "django.db.backends.postgresql",
-        "NAME": "postgres",
+        "NAME": os.environ.get("BENCH_PG_NAME", "postgres"),
         "USER": "postgres",
         "HOST": os.environ["BENCH_PG_HOST"],
         "PORT": os.environ.get("BENCH_PG_PORT", "5432"),

@@ -8,6 +8,11 @@ database; a turn gives its permit back with its connection before it waits for t
 (`memproc.turns.asgi`), so the permits bound the connections, not the turns in flight. Others
 wait for a permit instead of failing. Under WSGI the server's workers already bound both.
 
+The permits are per process: N worker processes (`uvicorn --workers N`) admit N × ASYNC_THREADS
+requests and hold up to about N × 2 × ASYNC_THREADS connections. Nothing here is shared between
+processes; Django's connection pool, per process too, bounds the connections under it
+(docs/guides/deploying.md, "Several worker processes").
+
 A request gives its permit back the same way while it waits on another network back end that may be
 slow or silent, the attachment storage (`admission_paused`): an upload stuck on S3 until botocore's
 timeouts end it must not keep other users' reads waiting for a permit.

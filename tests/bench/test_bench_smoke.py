@@ -138,6 +138,17 @@ def test_run_py_times_turns_by_cpu_on_request(tmp_path: Path, phase: str) -> Non
     assert tiny_run(tmp_path, "W1", "sqlite")["clock"] == "wall"
 
 
+def test_run_py_http_phase_reports_pre_model_cpu(tmp_path: Path) -> None:
+    """--phase http: W1's and W2's turns through the generate endpoint, by the thread's CPU clock up to
+    the model call and to the answer: the part before the model is part of the whole request."""
+    for workload in ("W1", "W2"):
+        stats = tiny_run(tmp_path, workload, "sqlite", "--phase", "http")
+        assert stats["phase"] == "http" and stats["clock"] == "cpu" and stats["turns"] == 5
+        assert 0 < stats["pre_model_cpu_p50_ms"] <= stats["pre_model_cpu_p95_ms"]
+        assert stats["pre_model_cpu_p50_ms"] < stats["request_cpu_p50_ms"] <= stats["request_cpu_p95_ms"]
+    assert not list(tmp_path.glob("memproc-bench-*")), "bench/run.py left its temp folder behind"
+
+
 def test_run_py_refuses_an_unknown_clock() -> None:
     refused = run_refused("bench/run.py", "--workload", "W1", "--clock", "sundial")
     assert refused.returncode == 2 and "--clock" in refused.stderr

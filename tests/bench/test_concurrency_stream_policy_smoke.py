@@ -15,7 +15,18 @@ from tests.bench.test_bench_smoke import run_script
 def test_concurrency_py_runs_with_a_stream_policy(tmp_path: Path, policy: str) -> None:
     pytest.importorskip("uvicorn")
     pytest.importorskip("openai")
-    args = ["--concurrency", "2", "--model-delay", "0.2", "--chunk-delay", "0.01", "--pause", "0"]
+    args = [
+        "--endpoint",
+        "memproc",
+        "--concurrency",
+        "2",
+        "--model-delay",
+        "0.2",
+        "--chunk-delay",
+        "0.01",
+        "--pause",
+        "0",
+    ]
     (level,) = run_script(
         tmp_path, "bench/concurrency.py", *args, "--stream-policy", policy, "--timeout", "30", timeout=90
     )
