@@ -146,30 +146,30 @@ def build_index_concurrently(connection: Any, embedder_id: str, dimensions: int,
         with connection.cursor() as cursor:
             if state != "none":
                 cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {qn(name)}")
-            _set_build_options(cursor)
+            changed = _set_build_options(cursor)
             try:
                 cursor.execute(sql)
             except BaseException:
                 cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {qn(name)}")
                 raise
             finally:
-                _reset_build_options(cursor)
+                for option in changed:
+                    cursor.execute(f"RESET {option}")
         return "built"
     finally:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [lock])
 
 
-def _set_build_options(cursor: Any) -> None:
-    if settings.HNSW_BUILD_MEMORY:
-        cursor.execute(
-            "SELECT set_config('maintenance_work_mem', %s, false)", [str(settings.HNSW_BUILD_MEMORY)]
-        )
-    if settings.HNSW_BUILD_WORKERS is not None:
-        workers = str(int(settings.HNSW_BUILD_WORKERS))
-        cursor.execute("SELECT set_config('max_parallel_maintenance_workers', %s, false)", [workers])
-
-
-def _reset_build_options(cursor: Any) -> None:
-    cursor.execute("RESET maintenance_work_mem")
-    cursor.execute("RESET max_parallel_maintenance_workers")
+def _set_build_options(cursor: Any) -> list[str]:
+    """Sets the session's build options from the settings; returns the ones it set (to RESET after)."""
+    options = {
+        "maintenance_work_mem": settings.HNSW_BUILD_MEMORY,
+        "max_parallel_maintenance_workers": settings.HNSW_BUILD_WORKERS,
+    }
+    changed = []
+    for option, value in options.items():
+        if value is not None and value != "":
+            cursor.execute("SELECT set_config(%s, %s, false)", [option, str(value)])
+            changed.append(option)
+    return changed
