@@ -1,6 +1,6 @@
 """Where an HNSW index starts to pay: exact search against HNSW search over a whole embedder, by size.
 
-    python bench/index_threshold.py                          # 2k..100k vectors, ~5 min on 2 cores
+    python bench/index_threshold.py                          # 2k..100k vectors, ~10 min on 2 cores
     python bench/index_threshold.py --sizes 5000,20000 --queries 20
 
 For each size, runs `bench/recall_scale.py` (its own embedded PostgreSQL, clustered 384-d vectors)

