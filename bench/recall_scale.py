@@ -12,18 +12,21 @@ share, as sentence embeddings have), each cluster spread along its own random
 embeddings have a low intrinsic dimension; uniform random vectors would make recall meaningless).
 Rows are spread over many resources whose messages arrive interleaved in time: small resources
 (`--small-size`, 500 vectors about 10 topics), `--medium` resources just under
-EXACT_SEARCH_MAX_ROWS, and `--large` resources holding `--large-fraction` of the table. The HNSW
-index is built by `PgvectorStore.ensure_index`
+EXACT_SEARCH_MAX_ROWS, and `--large` resources holding `--large-fraction` of the table.
+
+Before the index exists, `--queries` queries per scope go through the store as a site's searches
+would right after a bulk load (phase "before": exact, recall 1.0 by construction, and its latency).
+The HNSW index is then built by the product's background job (`index_build_due`, what
+`memproc.build_index` runs: CREATE INDEX CONCURRENTLY with `--build-workers` parallel workers)
 (`--index-options` instead builds the same SQL WITH other m / ef_construction, as an experiment).
 
-Then, for each `--ef` value, `--queries` queries per scope (a fresh point of a random cluster; for a
-scoped query, of one of the resource's topics, the resource drawn at random per query) go through
-`PgvectorStore.search` (top 10): the whole table, one small, one medium and one large resource.
-Recall@10 is measured against exact top-10 computed with NumPy over the same rows while loading
-(`--sql-check` queries per scope are also checked against a brute-force SQL ORDER BY with index
-scans disabled). The path the store chose is read from EXPLAIN ANALYZE of one query per scope.
-Prints JSON lines on stdout and a compact table on stderr.
-"""
+Then (phase "after"), for each `--ef` value, `--queries` queries per scope (a fresh point of a
+random cluster; for a scoped query, of one of the resource's topics, the resource drawn at random
+per query) go through `PgvectorStore.search` (top 10): the whole table, one small, one medium and
+one large resource. Recall@10 is measured against exact top-10 computed with NumPy over the same
+rows while loading (`--sql-check` queries per scope are also checked against a brute-force SQL ORDER
+BY with index scans disabled). The path the store chose is read from EXPLAIN ANALYZE of one query
+per scope. Prints JSON lines on stdout and a compact table on stderr."""
 
 from __future__ import annotations
 
@@ -130,7 +133,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--index-options",
         default="",
         help="experiment: build memproc's index SQL WITH (...), e.g. 'm = 24, ef_construction = 128' "
-        "(default: PgvectorStore.ensure_index, pgvector's defaults m 16, ef_construction 64)",
+        "(default: the background build job, with HNSW_M and HNSW_EF_CONSTRUCTION)",
+    )
+    parser.add_argument(
+        "--skip-before", action="store_true", help="do not measure the searches made before the index exists"
     )
     parser.add_argument("--no-prewarm", action="store_true", help="do not pg_prewarm the HNSW index")
     parser.add_argument(
@@ -611,10 +617,13 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run(args: argparse.Namespace, server) -> None:
+    from django.conf import settings as django_settings
     from django.db import connection
+    from django.test import override_settings
 
     from memproc.conf import settings as memproc_settings
-    from memproc.vectors.pgvector_index import index_name, index_sql
+    from memproc.vectors.pgvector_index import index_name, index_sql, index_state
+    from memproc.vectors.pgvector_maintenance import index_build_due
     from memproc.vectors.pgvector_store import PgvectorStore
 
     exact_max_rows = args.exact_max_rows
@@ -675,10 +684,35 @@ def run(args: argparse.Namespace, server) -> None:
     pg.execute("VACUUM (ANALYZE) memproc_message")
     vacuum_s = time.perf_counter() - t0
 
+    index = index_name(EMBEDDER_ID, args.dims)
+    results = []
+    if not args.skip_before:
+        store = PgvectorStore(exact_max_rows=exact_max_rows)
+        for scope, (vectors, chosen) in scopes.items():
+            resources = [None if r is None else resource_label(r) for r in chosen]
+            scope_rows = args.n if scope == "all" else int(layout.sizes[chosen[0]])
+            row = {
+                "bench": "recall_scale",
+                "kind": "search",
+                "phase": "before",
+                "index_state": index_state(connection, index)[0],
+                "n": args.n,
+                "ef_search": None,
+                "scope": scope,
+                "scope_rows": scope_rows,
+                "exact_max_rows": exact_max_rows,
+                "branch": "exact",
+                **explain_path(store, vectors[0], resources[0], index),
+                **measure_scope(store, scope, vectors, resources, truths[scope], args.warmup),
+                "load_avg_1m": round(os.getloadavg()[0], 2),
+            }
+            results.append(row)  # printed after the setup and the SQL check
+            log(
+                f"before the index, {scope}: p50 {row['p50_ms']} ms "
+                f"recall {row['recall_at_10']} path {row['path']}"
+            )
+
     maintenance = size_setting(args.maintenance_work_mem, args.n, args.dims, 1024, 8192)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SET maintenance_work_mem = '{maintenance}'")
-        cursor.execute(f"SET max_parallel_maintenance_workers = {int(args.build_workers)}")
     log(f"building HNSW (maintenance_work_mem {maintenance}, {args.build_workers} parallel workers)")
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
@@ -687,15 +721,20 @@ def run(args: argparse.Namespace, server) -> None:
             ") WHERE ", f") WITH ({args.index_options}) WHERE ", 1
         )
         with connection.cursor() as cursor:
+            cursor.execute(f"SET maintenance_work_mem = '{maintenance}'")
+            cursor.execute(f"SET max_parallel_maintenance_workers = {int(args.build_workers)}")
             cursor.execute(sql)
+            cursor.execute("RESET maintenance_work_mem")
     else:
-        PgvectorStore().ensure_index(EMBEDDER_ID, args.dims)
+        build = {"HNSW_BUILD_MEMORY": maintenance, "HNSW_BUILD_WORKERS": int(args.build_workers)}
+        with override_settings(MEMPROC={**getattr(django_settings, "MEMPROC", {}), **build}):
+            done = index_build_due(embedder_id=EMBEDDER_ID, dimensions=args.dims, force=True)
+        if done != {index: "built"}:
+            raise SystemExit(f"the build job did not build {index}: {done}")
     build_s = time.perf_counter() - t0
-    index = index_name(EMBEDDER_ID, args.dims)
-    if not scalar("SELECT count(*) FROM pg_indexes WHERE indexname = %s", [index]):
-        raise SystemExit(f"ensure_index did not create {index}: see the warning above")
+    if index_state(connection, index)[0] != "valid":
+        raise SystemExit(f"{index} is not valid after the build: {index_state(connection, index)}")
     with connection.cursor() as cursor:
-        cursor.execute("RESET maintenance_work_mem")
         cursor.execute("ANALYZE memproc_messageembedding")
     prewarm_s = None
     if not args.no_prewarm:
@@ -720,7 +759,8 @@ def run(args: argparse.Namespace, server) -> None:
         "vacuum_analyze_s": round(vacuum_s, 2),
         "index_build_s": round(build_s, 2),
         "maintenance_work_mem": maintenance,
-        "index_options": args.index_options or "default (m 16, ef_construction 64)",
+        "index_options": args.index_options
+        or f"m {memproc_settings.HNSW_M}, ef_construction {memproc_settings.HNSW_EF_CONSTRUCTION}",
         "parallel_workers": args.build_workers,
         "load_avg_before_build": round(load_before, 2),
         "load_avg_after_build": round(os.getloadavg()[0], 2),
@@ -759,7 +799,8 @@ def run(args: argparse.Namespace, server) -> None:
         flush=True,
     )
 
-    results = []
+    for row in results:
+        print(json.dumps(row), flush=True)
     for ef in [int(x) for x in args.ef.split(",") if x.strip()]:
         stores = [(PgvectorStore(ef_search=ef, exact_max_rows=exact_max_rows), exact_max_rows)]
         if args.alt_exact_max_rows:
@@ -776,6 +817,8 @@ def run(args: argparse.Namespace, server) -> None:
                 row = {
                     "bench": "recall_scale",
                     "kind": "search",
+                    "phase": "after",
+                    "index_state": "valid",
                     "n": args.n,
                     "ef_search": ef,
                     "scope": scope,
@@ -808,6 +851,7 @@ def targets(results: list[dict]) -> dict:
     """Per scope (and other threshold), the smallest ef_search meeting p50 <= 10 ms and recall@10 >= 0.95.
 
     None where no ef_search tried met both."""
+    results = [row for row in results if row.get("phase") != "before"]
     default = results[0]["exact_max_rows"] if results else None
     met: dict[str, int | None] = {}
     for row in results:
@@ -830,11 +874,26 @@ def print_table(setup: dict, results: list[dict]) -> None:
         f"HNSW build {setup['index_build_s']} s (index {setup['index_mb']} MB)",
         file=out,
     )
-    header = ("ef", "scope", "rows", "max", "path", "p50 ms", "p95 ms", "count ms", "recall@10", "<0.5")
-    print("{:>4} {:<7} {:>9} {:>6} {:<6} {:>7} {:>7} {:>8} {:>9} {:>5}  scans".format(*header), file=out)
+    header = (
+        "index",
+        "ef",
+        "scope",
+        "rows",
+        "max",
+        "path",
+        "p50 ms",
+        "p95 ms",
+        "count ms",
+        "recall@10",
+        "<0.5",
+    )
+    print(
+        "{:<6} {:>4} {:<7} {:>9} {:>6} {:<6} {:>7} {:>7} {:>8} {:>9} {:>5}  scans".format(*header), file=out
+    )
     for r in results:
         cells = (
-            r["ef_search"],
+            r["index_state"],
+            r["ef_search"] if r["ef_search"] is not None else "-",
             r["scope"],
             f"{r['scope_rows']:,}",
             r["exact_max_rows"],
@@ -846,7 +905,7 @@ def print_table(setup: dict, results: list[dict]) -> None:
             r["recall_below_half"],
         )
         print(
-            "{:>4} {:<7} {:>9} {:>6} {:<6} {:>7.2f} {:>7.2f} {:>8.2f} {:>9.3f} {:>5}  ".format(*cells)
+            "{:<6} {:>4} {:<7} {:>9} {:>6} {:<6} {:>7.2f} {:>7.2f} {:>8.2f} {:>9.3f} {:>5}  ".format(*cells)
             + "; ".join(r["search_scans"]),
             file=out,
         )

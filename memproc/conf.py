@@ -28,9 +28,17 @@ DEFAULTS: dict[str, Any] = {
     # row and ~1.7x per build. 64 suits write-heavy sites that embed inline and search small scopes.
     "HNSW_M": 16,
     "HNSW_EF_CONSTRUCTION": 128,
-    # maintenance_work_mem for the index builds of Memory.bulk_import (e.g. "1GB"); None keeps the
-    # server's. A graph that does not fit is finished on disk, several times slower.
+    # maintenance_work_mem for the background index builds (memproc.build_index, memproc_index
+    # --build; e.g. "1GB"); None keeps the server's. A graph that does not fit is finished on disk,
+    # several times slower.
     "HNSW_BUILD_MEMORY": None,
+    # max_parallel_maintenance_workers for those builds (pgvector builds HNSW in parallel); None keeps
+    # the server's. Each worker is a process and a core: leave a core to the site.
+    "HNSW_BUILD_WORKERS": 2,
+    # An embedder's HNSW index is built (in the background) once it has this many rows; below it
+    # every search is exact: up to 2,000 rows as fast as HNSW, at 5,000 a few ms slower (p50 9.8 ms
+    # against 2.0 ms), past it ~3.5 ms more per 1,000 rows (bench/index_threshold.py; docs: Scaling).
+    "HNSW_BUILD_MIN_ROWS": 5_000,
     # What the HNSW index holds: "halfvec" (2 bytes a dimension, up to 4,000 dimensions) or "vector"
     # (4 bytes, up to 2,000). halfvec: an index 43% smaller, built 10-25% faster, W2 searches as fast
     # or up to 16% faster, the same recall, the 1M check met (bench/RESULTS.md); searches return

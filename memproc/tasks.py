@@ -24,7 +24,13 @@ Wire names (never renamed; payloads are ids and small scalars, JSON-serialisable
   its summary; sent after a turn of an agent with ``Memory(compaction=...)`` found a fold due)
 - ``memproc.index_merge``         ``{"embedder_id": str | None, "dimensions": int | None,
   "using": str | None}`` (PostgreSQL: moves embeddings written outside the HNSW graph into it; sent
-  by the pgvector store once a process has written enough of them)
+  by the pgvector store once a process has written enough of them; builds the embedder's index
+  when it has grown past HNSW_BUILD_MIN_ROWS without one)
+- ``memproc.build_index``         ``{"embedder_id": str | None, "dimensions": int | None,
+  "using": str | None, "force": bool}`` (PostgreSQL: builds a missing or invalid HNSW index
+  CONCURRENTLY once the embedder has HNSW_BUILD_MIN_ROWS rows, any number with force; sent when
+  ``Memory.bulk_import()`` ends; with no embedder, every one: schedule it with Celery beat if
+  processes rarely write 500 rows)
 
 Every task is idempotent: it may run twice (``acks_late`` redelivers after a worker dies) with no
 harm. Transient failures (an embedder or a model provider unavailable or rate-limited, a database
@@ -56,7 +62,7 @@ from memproc.services import approvals
 from memproc.services.compaction.job import thread_compact
 from memproc.services.purge import expired_purge, resource_purge
 from memproc.services.recall import messages_embed
-from memproc.services.reindex import embedding_index_merge, reindex_run
+from memproc.services.reindex import embedding_index_build, embedding_index_merge, reindex_run
 from memproc.services.titles import thread_title_generate, title_options
 
 logger = logging.getLogger(__name__)
@@ -202,6 +208,17 @@ def index_merge(
     return embedding_index_merge(embedder_id=embedder_id, dimensions=dimensions, using=using)
 
 
+def build_index(
+    embedder_id: str | None = None,
+    dimensions: int | None = None,
+    using: str | None = None,
+    force: bool = False,
+) -> dict[str, str]:
+    """Builds the embedder's HNSW index (every embedder's when None) where it pays and is not valid
+    (see `embedding_index_build`); returns index name -> what happened."""
+    return embedding_index_build(embedder_id=embedder_id, dimensions=dimensions, using=using, force=force)
+
+
 def _agent_model(agent_id: str | None, agent_model: str | None) -> Any:
     """The agent's model when it is registered here, else its model id (None: the DEFAULT_MODEL)."""
     if agent_id:
@@ -221,6 +238,7 @@ TASKS: dict[str, Callable[..., Any]] = {
     "memproc.outbox_dispatch": outbox_dispatch,
     "memproc.compact_thread": compact_thread,
     "memproc.index_merge": index_merge,
+    "memproc.build_index": build_index,
     "memproc.expire_pending_tool_calls": expire_pending_tool_calls,
     "memproc.resume_tool_call": resume_tool_call,
 }
@@ -280,5 +298,6 @@ if shared_task is not None:
     outbox_dispatch_task = _celery_task("memproc.outbox_dispatch")
     compact_thread_task = _celery_task("memproc.compact_thread")
     index_merge_task = _celery_task("memproc.index_merge")
+    build_index_task = _celery_task("memproc.build_index")
     expire_pending_tool_calls_task = _celery_task("memproc.expire_pending_tool_calls")
     resume_tool_call_task = _celery_task("memproc.resume_tool_call")

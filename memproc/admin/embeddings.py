@@ -14,6 +14,7 @@ from django.utils.translation import gettext_lazy as _
 from memproc import models
 from memproc.admin.cells import clipped, list_time, stacked
 from memproc.admin.common import ADMIN_MEDIA_CSS, ReadOnlyAdmin, admin_url, thread_admin_link, thread_label
+from memproc.vectors.pgvector_maintenance import index_status
 
 
 @admin.register(models.MessageEmbedding)
@@ -38,6 +39,14 @@ class MessageEmbeddingAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[models.MessageEmbedding]:
         return super().get_queryset(request).defer("vector")
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        """The list, under each embedder's HNSW index state (PostgreSQL; nothing elsewhere): where an
+        operator looks when recall is slow or a build seems stuck."""
+        context = dict(extra_context or {})
+        if self.has_view_or_change_permission(request):
+            context["vector_indexes"] = index_status()
+        return super().changelist_view(request, context)
 
     class Media:
         css = ADMIN_MEDIA_CSS

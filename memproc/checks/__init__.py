@@ -72,6 +72,8 @@ VALIDATORS: dict[str, Validator] = {
     "HNSW_M": values.integer(2, 100),
     "HNSW_EF_CONSTRUCTION": values.integer(4, 1000),
     "HNSW_BUILD_MEMORY": values.postgres_memory,
+    "HNSW_BUILD_WORKERS": values.optional(values.integer(0, 1024, unit="workers")),
+    "HNSW_BUILD_MIN_ROWS": values.integer(0, unit="rows"),
     "HNSW_INDEX_TYPE": values.hnsw_index_type,
     "EXACT_SEARCH_MAX_ROWS": values.integer(0, unit="rows"),
     "EMBEDDING_CHUNK_CHARS": values.integer(1, unit="characters"),

@@ -42,6 +42,15 @@ def integer(minimum: int, maximum: int | None = None, *, unit: str = "") -> Vali
     return validate
 
 
+def optional(validate: Validator) -> Validator:
+    """None (the server's own value), or what `validate` accepts."""
+
+    def validate_optional(key: str, value: Any) -> list[CheckMessage]:
+        return [] if value is None else validate(key, value)
+
+    return validate_optional
+
+
 def seconds(key: str, value: Any) -> list[CheckMessage]:
     """A positive number of seconds (an int or a float, not a bool or string)."""
     if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < float("inf"):

@@ -94,9 +94,11 @@ class MessageDataMixin:
         """A block for loading many messages (history from another system, a backfill).
 
         Inside it `save_messages` embeds in this process (not on a worker) and the vector store holds
-        its index back, building it once at the end: on PostgreSQL that is pgvector's HNSW index, which
-        costs milliseconds per row to maintain and a fraction of that to build. Searches stay correct
-        meanwhile (exact). Start it outside a transaction. Without semantic recall it changes nothing.
+        its index back: on PostgreSQL that is pgvector's HNSW index, which costs milliseconds per row to
+        maintain and a fraction of that to build. When the block ends it sends the background job that
+        builds it (`memproc.build_index`) and returns without waiting for the build. Searches stay
+        correct meanwhile (exact until the index is valid). Start it outside a transaction. Without
+        semantic recall it changes nothing.
         """
         if not self.embeds_messages or self._importing:
             yield

@@ -6,7 +6,9 @@ the chosen embedder yet are embedded, so a run can stop anywhere and start again
 stored while a run goes on come later in that order, so a long run picks them up too.
 
 `embedding_index_merge` is the other maintenance job, PostgreSQL only: it moves an embedder's tail
-(rows written with `indexed = false`, outside its HNSW graph) into the graph, in batches.
+(rows written with `indexed = false`, outside its HNSW graph) into the graph, in batches, and, when
+the embedder has grown past HNSW_BUILD_MIN_ROWS with no valid index, builds it (`embedding_index_build`,
+also the body of `memproc.build_index`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from memproc.exceptions import ValidationError
 from memproc.models import public_thread_id
 from memproc.selectors.threads import thread_key_for
 from memproc.services.recall import EMBEDDABLE_ROLES, EmbeddingSource, sources_embed
-from memproc.vectors.pgvector_maintenance import index_tail_merge
+from memproc.vectors.pgvector_maintenance import index_build_due, index_tail_merge
 
 DEFAULT_BATCH_SIZE = 100
 MERGE_BATCH_SIZE = 500
@@ -189,7 +191,25 @@ def embedding_index_merge(
     marked = 0
     for model, size in _tails(connection, embedder_id, dimensions):
         marked += index_tail_merge(connection, model, size, batch_size)
+        if not connection.in_atomic_block:
+            # The merge is sent every MERGE_AFTER_ROWS rows a process writes: the moment to notice
+            # that the embedder outgrew exact search. A valid index costs one catalog lookup here.
+            index_build_due(embedder_id=model, dimensions=size, using=alias)
     return marked
+
+
+def embedding_index_build(
+    *,
+    embedder_id: str | None = None,
+    dimensions: int | None = None,
+    using: str | None = None,
+    force: bool = False,
+) -> dict[str, str]:
+    """Builds the HNSW index of the embedder given (or of every embedder) where it is missing or
+    invalid and the embedder has HNSW_BUILD_MIN_ROWS rows (any number with `force`), CONCURRENTLY;
+    returns index name -> what happened (see `index_build_due`). PostgreSQL only (elsewhere: {})."""
+    alias = using or router.db_for_write(models.MessageEmbedding)
+    return index_build_due(embedder_id=embedder_id, dimensions=dimensions, using=alias, force=force)
 
 
 def _tails(connection: Any, embedder_id: str | None, dimensions: int | None) -> list[tuple[str, int]]:

@@ -191,7 +191,8 @@ class DjangoVectorStore:
 
     def deferred_index(self, embedder_id: str, dimensions: int) -> AbstractContextManager[None]:
         """A block of bulk writes during which no search index is maintained row by row; the store
-        brings its index up to date once at the end. Nothing to defer for stores without an index."""
+        brings its index up to date after it (pgvector: a background job builds it, off the caller's
+        time). Nothing to defer for stores without an index."""
         return nullcontext()
 
     def search(

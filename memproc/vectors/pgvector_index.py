@@ -92,3 +92,84 @@ def columns(connection: Any) -> dict[str, str]:
 
 def _parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def index_state(connection: Any, name: str) -> tuple[str, int | None]:
+    """The state of the index `name` and its size in bytes (None when there is none).
+
+    "none": no such index; "valid": the planner uses it; "building": a CREATE INDEX CONCURRENTLY of
+    it is running (it exists, not yet valid, and `pg_stat_progress_create_index` shows its build);
+    "invalid": an interrupted build's leftover, which no search uses and the next build replaces.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT i.indisvalid, pg_relation_size(i.indexrelid), EXISTS (SELECT 1 FROM "
+            "pg_catalog.pg_stat_progress_create_index p WHERE p.index_relid = i.indexrelid) "
+            "FROM pg_catalog.pg_index i WHERE i.indexrelid = to_regclass(%s)",
+            [name],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return "none", None
+    valid, size, building = row
+    if valid:
+        return "valid", int(size)
+    return ("building" if building else "invalid"), int(size)
+
+
+def build_index_concurrently(connection: Any, embedder_id: str, dimensions: int, *, kind: str) -> str:
+    """Builds one embedder's HNSW index with CREATE INDEX CONCURRENTLY (writes go on); returns
+    "built", "valid" (it already was) or "busy" (another session builds it, or a bulk load holds it
+    back: that one sends a build when it ends).
+
+    The session advisory lock of `deferral_lock` keeps two workers from building one index and a
+    build from racing a bulk load. An invalid leftover (a build killed midway: CONCURRENTLY leaves
+    it behind, and IF NOT EXISTS would keep it) is dropped first. The build runs with
+    HNSW_BUILD_MEMORY as `maintenance_work_mem` and HNSW_BUILD_WORKERS as
+    `max_parallel_maintenance_workers` (pgvector builds HNSW in parallel since 0.6), both reset after.
+    A build that fails drops what it left, so the next call starts over. Call it outside a transaction.
+    """
+    if connection.in_atomic_block:
+        raise ValueError("CREATE INDEX CONCURRENTLY cannot run inside a transaction")
+    name = index_name(embedder_id, int(dimensions), kind)
+    qn = connection.ops.quote_name
+    lock = deferral_lock(name)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [lock])
+        if not cursor.fetchone()[0]:
+            return "busy"
+    try:
+        state, _ = index_state(connection, name)
+        if state == "valid":
+            return "valid"
+        sql = index_sql(connection, embedder_id, int(dimensions), concurrently=True, kind=kind)
+        with connection.cursor() as cursor:
+            if state != "none":
+                cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {qn(name)}")
+            changed = _set_build_options(cursor)
+            try:
+                cursor.execute(sql)
+            except BaseException:
+                cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {qn(name)}")
+                raise
+            finally:
+                for option in changed:
+                    cursor.execute(f"RESET {option}")
+        return "built"
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [lock])
+
+
+def _set_build_options(cursor: Any) -> list[str]:
+    """Sets the session's build options from the settings; returns the ones it set (to RESET after)."""
+    options = {
+        "maintenance_work_mem": settings.HNSW_BUILD_MEMORY,
+        "max_parallel_maintenance_workers": settings.HNSW_BUILD_WORKERS,
+    }
+    changed = []
+    for option, value in options.items():
+        if value is not None and value != "":
+            cursor.execute("SELECT set_config(%s, %s, false)", [option, str(value)])
+            changed.append(option)
+    return changed

@@ -1,5 +1,6 @@
-"""Index maintenance off the request path: every embedder's index built ahead (`memproc_reindex`),
-and an embedder's tail merged into its graph (`memproc.index_merge`)."""
+"""Index maintenance off the request path: an embedder's index built in the background once it pays
+(`memproc.build_index`, `memproc_index --build`), every embedder's index state (`memproc_index
+--status`, the admin), and an embedder's tail merged into its graph (`memproc.index_merge`)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import DatabaseError, connections, transaction
+from django.db.models import Count
 
+from memproc.conf import settings
 from memproc.exceptions import ConfigurationError
 from memproc.fields import is_postgres
 from memproc.models import MessageEmbedding
-from memproc.vectors.pgvector_index import index_name, index_type
+from memproc.vectors.pgvector_index import index_name, index_state, index_type
 from memproc.vectors.pgvector_store import PgvectorStore
+
+# Rows marked per transaction when the tail is folded in before a build (no graph to insert into yet).
+MERGE_BATCH_ROWS = 5000
 
 
 @dataclass
@@ -25,14 +31,107 @@ class IndexBuild:
     failed: list[tuple[str, str]]
 
 
+@dataclass(frozen=True)
+class IndexStatus:
+    """One embedder's HNSW index as an operator sees it: `state` is "none", "building", "invalid" or
+    "valid" (see `index_state`); `size` in bytes, None without an index."""
+
+    model: str
+    dimensions: int
+    rows: int
+    name: str
+    state: str
+    size: int | None
+
+
+def index_status(*, using: str | None = None) -> list[IndexStatus]:
+    """Every embedder with stored rows, with its row count and its index (of HNSW_INDEX_TYPE's type).
+    One count query over the table, then one catalog query per embedder: for a command or an admin
+    page, not for a turn."""
+    alias = PgvectorStore(using=using).db_for_read()
+    connection = connections[alias]
+    if not is_postgres(connection):
+        return []
+    kind = index_type(connection)
+    counts = (
+        MessageEmbedding.objects.using(alias)
+        .order_by()
+        .values_list("model", "dimensions")
+        .annotate(rows=Count("id"))
+        .order_by("model", "dimensions")
+    )
+    statuses = []
+    for model, dimensions, rows in counts:
+        name = index_name(model, dimensions, kind)
+        state, size = index_state(connection, name)
+        statuses.append(IndexStatus(model, int(dimensions), int(rows), name, state, size))
+    return statuses
+
+
+def index_build_due(
+    *,
+    embedder_id: str | None = None,
+    dimensions: int | None = None,
+    using: str | None = None,
+    force: bool = False,
+) -> dict[str, str]:
+    """The background build: for the embedder given (or every one with rows), builds its index when
+    it is not valid and the embedder has HNSW_BUILD_MIN_ROWS rows (any number with `force`);
+    returns index name -> "built", "valid", "busy" (another session builds it or a bulk load holds
+    it) or "small" (below the threshold: searches stay exact, as fast there).
+
+    Idempotent and safe to run twice at once (`build_index_concurrently` holds an advisory lock).
+    Before a build the embedder's tail is marked (cheap while no graph exists), so the new graph
+    holds every row. Nothing on a database other than PostgreSQL. Call it outside a transaction.
+    """
+    store = PgvectorStore(using=using)
+    alias = store.db_for_write()
+    connection = connections[alias]
+    if not is_postgres(connection):
+        return {}
+    kind = index_type(connection)
+    if embedder_id is not None and dimensions is not None:
+        pairs = [(embedder_id, int(dimensions))]
+    else:
+        rows = MessageEmbedding.objects.using(alias).order_by()
+        if embedder_id is not None:
+            rows = rows.filter(model=embedder_id)
+        pairs = list(rows.values_list("model", "dimensions").distinct())
+    done: dict[str, str] = {}
+    for model, size in pairs:
+        name = index_name(model, size, kind)
+        if index_state(connection, name)[0] == "valid":
+            done[name] = "valid"
+            continue
+        if not force and _rows_below(connection, model, size, int(settings.HNSW_BUILD_MIN_ROWS)):
+            done[name] = "small"
+            continue
+        index_tail_merge(connection, model, size, MERGE_BATCH_ROWS)
+        done[name] = store.build_index(model, size)
+    return done
+
+
+def _rows_below(connection: Any, model: str, dimensions: int, limit: int) -> bool:
+    """Whether the embedder has fewer than `limit` rows (a count capped at `limit`)."""
+    qn = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT COUNT(*) FROM (SELECT 1 FROM {qn(MessageEmbedding._meta.db_table)} "
+            "WHERE model = %s AND dimensions = %s LIMIT %s) AS capped",
+            [model, int(dimensions), int(limit)],
+        )
+        return int(cursor.fetchone()[0]) < limit
+
+
 def build_indexes(*, using: str | None = None) -> IndexBuild:
     """Builds the missing HNSW index of every embedder with stored rows, in HNSW_INDEX_TYPE's type,
     CONCURRENTLY (writes go on), then drops that embedder's index of the other type, if any.
 
-    For deploying indexes ahead of the first search (on a large table the lazy build of
-    `ensure_index` would hold writes back while it runs) and for switching HNSW_INDEX_TYPE. An
-    embedder keeps its old index when the new one fails to build (a `vector` index takes at most
-    2,000 dimensions). Call it outside a transaction.
+    For deploying indexes now, whatever the embedder's size (`memproc_index --build`,
+    `memproc_reindex --build-index`) and for switching HNSW_INDEX_TYPE. An invalid leftover of an
+    interrupted build counts as missing: it is dropped and built again. An embedder keeps its old
+    index when the new one fails to build (a `vector` index takes at most 2,000 dimensions). An
+    index another session is building is reported failed ("busy"). Call it outside a transaction.
     """
     store = PgvectorStore(using=using)
     alias = store.db_for_write()
@@ -49,13 +148,17 @@ def build_indexes(*, using: str | None = None) -> IndexBuild:
     done = IndexBuild([], [], [])
     for model, dimensions in list(pairs):
         name = index_name(model, dimensions, kind)
-        if name not in existing:
+        if index_state(connection, name)[0] != "valid":
             try:
-                store.build_index(model, dimensions, analyze=False)
+                result = store.build_index(model, dimensions, analyze=False)
             except DatabaseError as exc:
                 done.failed.append((name, str(exc).strip()))
                 continue
-            done.built.append(name)
+            if result == "busy":
+                done.failed.append((name, "another session is building it (or a bulk load holds it back)"))
+                continue
+            if result == "built":
+                done.built.append(name)
         stale = index_name(model, dimensions, other)
         if stale in existing:
             with connection.cursor() as cursor:

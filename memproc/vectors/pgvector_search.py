@@ -6,16 +6,18 @@ transaction, so the settings last for that search only; inside a caller's transa
 its end (harmless: they only tune HNSW scans). No session SET, so poolers in transaction mode are fine.
 
 The SELECT picks its own strategy, with no extra round trip: it counts the scope's rows up to
-`EXACT_SEARCH_MAX_ROWS` (an index-only scan) and, through two branches gated on that count, either
-scores every row of the scope exactly (small scopes: exact, and cheaper than HNSW) or orders by the
-HNSW index expression with iterative scanning, so a filter on one resource or thread still yields
-`top_k` rows when the scope is a small fraction of the table. In that branch the planner may still
-prefer the (model, resource_id) btree and a sort for a selective scope; that answer is exact. The
-HNSW branch is joined by an exact scan of the scope's tail (through the partial btree
-`memproc_emb_tail`), and the two candidate lists are merged by distance. The statement also returns
-the count; a scope found larger than the limit is searched without the count (and without the exact
-branch) for LARGE_SCOPE_SECONDS: scopes grow as conversations do, and the count is an index scan of
-up to `exact_max_rows + 1` entries on every search.
+`EXACT_SEARCH_MAX_ROWS` (an index-only scan), looks the embedder's HNSW index up in `pg_index`, and,
+through two branches gated on both, either scores every row of the scope exactly (small scopes, and
+any scope while the embedder has no *valid* index: none yet, one being built CONCURRENTLY, or an
+interrupted build's leftover) or orders by the HNSW index expression with iterative scanning, so a
+filter on one resource or thread still yields `top_k` rows when the scope is a small fraction of the
+table. In that branch the planner may still prefer the (model, resource_id) btree and a sort for a
+selective scope; that answer is exact. The HNSW branch is joined by an exact scan of the scope's
+tail (through the partial btree `memproc_emb_tail`), and the two candidate lists are merged by
+distance. The statement also returns the count; a scope found larger than the limit is searched
+without the count (its exact branch then runs only while the index is not valid) for
+LARGE_SCOPE_SECONDS: scopes grow as conversations do, and the count is an index scan of up to
+`exact_max_rows + 1` entries on every search.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import numpy as np
 from memproc.fields import vector_literal
 from memproc.models import MessageEmbedding
 from memproc.vectors.base import SearchFilter, scope_sql
-from memproc.vectors.pgvector_index import columns, index_type, pgvector_version
+from memproc.vectors.pgvector_index import columns, index_name, index_type, pgvector_version
 
 # Rows fetched from the HNSW branch per wanted message: room for several chunks of one message.
 CHUNK_OVERFETCH = 4
@@ -106,6 +108,7 @@ def search_statement(
         dims=int(query.size),
         top_k=top_k,
         exact_max_rows=exact_max_rows if counted else None,
+        index=index_name(embedder_id, int(query.size), index_type(connection)),
     )
     if threshold is not None:
         select += " HAVING MIN(distance) <= %s"
@@ -138,11 +141,17 @@ def select_sql(
     dims: int,
     top_k: int,
     exact_max_rows: int | None,
+    index: str,
 ) -> tuple[str, list[Any]]:
     """Counts the scope (capped), then runs the exact branch or the HNSW and tail branches; with
-    `exact_max_rows` None (a scope known to be large), the HNSW and tail branches alone.
+    `exact_max_rows` None (a scope known to be large), the exact branch only while `index` is not
+    valid.
 
-    Each branch is gated on the count by a one-time filter, so the other is never executed. The exact
+    Each branch is gated on the count and on `index` being valid (`pg_index.indisvalid`: no index,
+    one being built CONCURRENTLY and an interrupted build's leftover are all invalid, and the planner
+    uses none of them) by one-time filters, so the other branch is never executed. Without the
+    validity gate a large scope with no index would be ordered by the index expression (halfvec by
+    default) with a sort: nearly, not strictly, exact, and slower than the exact branch. The exact
     branch measures distance on the untyped column, which no index matches: it scores every row of
     the scope (through the btree on model and thread or resource) and keeps the best few with a top-N
     heap sort before grouping chunks by message. The HNSW branch orders by the
@@ -162,34 +171,39 @@ def select_sql(
     index_order = f"({column['vector']}::{kind}({dims})) <=> %s::{kind}({dims})"
     distance = f"({column['vector']}::vector({dims})) <=> %s::vector({dims})"
     limit = top_k * CHUNK_OVERFETCH
-    large = exact = count = ""
+    # to_regclass: NULL (so not valid) when the index does not exist; names resolve like the table's.
+    valid = (
+        "(SELECT COALESCE(bool_or(indisvalid), false) FROM pg_catalog.pg_index "
+        f"WHERE indexrelid = to_regclass('{index}'))"
+    )
+    use_index = valid
+    count = exact = ""
     params: list[Any] = []
     if exact_max_rows is not None:
         scope_rows = "(SELECT n FROM scope_rows)"
-        large = f" AND {scope_rows} > {exact_max_rows}"
+        use_index = f"({scope_rows} > {exact_max_rows} AND {valid})"
         count = f", {scope_rows} AS scope_rows"
         exact = (
             f"scope_rows AS (SELECT COUNT(*) AS n FROM "
             f"(SELECT 1 FROM {table} WHERE {scope} LIMIT {exact_max_rows + 1}) AS capped), "
         )
         params += scope_params
-    sql = f"WITH {exact}candidates AS ("
-    if exact_max_rows is not None:
-        sql += (
-            f"(SELECT {column['message']} AS message_id, {column['thread_id']} AS thread_id, "
-            f"({column['vector']} <=> %s::vector) AS distance FROM {table} "
-            f"WHERE {scope} AND {same_size} AND {scope_rows} <= {exact_max_rows} "
-            f"ORDER BY 3 LIMIT {limit}) UNION ALL "
-        )
-        params += [literal, *scope_params]
+    sql = (
+        f"WITH {exact}candidates AS ("
+        f"(SELECT {column['message']} AS message_id, {column['thread_id']} AS thread_id, "
+        f"({column['vector']} <=> %s::vector) AS distance FROM {table} "
+        f"WHERE {scope} AND {same_size} AND NOT {use_index} "
+        f"ORDER BY 3 LIMIT {limit}) UNION ALL "
+    )
+    params += [literal, *scope_params]
     sql += (
         f"(SELECT {column['message']} AS message_id, {column['thread_id']} AS thread_id, "
         f"{distance} AS distance FROM {table} "
-        f"WHERE {scope} AND {same_size} AND {column['indexed']}{large} "
+        f"WHERE {scope} AND {same_size} AND {column['indexed']} AND {use_index} "
         f"ORDER BY {index_order} LIMIT {limit}) "
         f"UNION ALL "
         f"(SELECT {column['message']}, {column['thread_id']}, {distance} FROM {table} "
-        f"WHERE {scope} AND {same_size} AND NOT {column['indexed']}{large} "
+        f"WHERE {scope} AND {same_size} AND NOT {column['indexed']} AND {use_index} "
         f"ORDER BY 3 LIMIT {limit})) "
         f"SELECT message_id, thread_id, MIN(distance) AS distance{count} FROM candidates "
         f"GROUP BY message_id, thread_id"

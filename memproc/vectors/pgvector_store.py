@@ -6,7 +6,12 @@ search and rewrites of neighbour lists, ~2 ms a vector). They form the embedder'
 process has written `merge_after` of them it enqueues `memproc.index_merge`, which marks the tail
 in batches (`embedding_index_merge`), so the graph grows off the turn: on a Celery worker, or, with
 inline background work, in a daemon thread of this process. A bulk load with the index
-held back (`deferred_index`) writes its rows marked, since the index is built over them at the end.
+held back (`deferred_index`) writes its rows marked, since the index is built over them afterwards.
+
+No store or search runs DDL: an embedder's index is built by the background job
+`memproc.build_index` (sent when a bulk load ends, and by the merge once the embedder has
+HNSW_BUILD_MIN_ROWS rows), by `manage.py memproc_index --build`, or by a migration. Until it is valid
+the search scores rows exactly (`pgvector_search`).
 
 The index (its name, type and DDL) is in `pgvector_index`, the search statement in `pgvector_search`,
 building and merging off the request path in `pgvector_maintenance`.
@@ -18,12 +23,11 @@ import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import numpy as np
-from django.db import DatabaseError, connections, transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from memproc import background, logs
@@ -35,14 +39,20 @@ from memproc.models import MessageEmbedding
 from memproc.processors.store import VectorHit
 from memproc.vectors.base import (
     EMBEDDING_COLUMNS,
-    CommitMarker,
     DjangoVectorStore,
     EmbeddingRow,
     SearchFilter,
     embedding_values,
-    tentative_marker,
 )
-from memproc.vectors.pgvector_index import deferral_lock, forget_versions, index_name, index_sql, index_type
+from memproc.vectors.pgvector_index import (
+    build_index_concurrently,
+    deferral_lock,
+    forget_versions,
+    index_name,
+    index_sql,
+    index_state,
+    index_type,
+)
 from memproc.vectors.pgvector_search import (
     forget_large_scopes,
     last_result,
@@ -56,26 +66,9 @@ logger = logging.getLogger("memproc.vectors")
 MERGE_AFTER_ROWS = 500
 
 
-@dataclass(frozen=True, slots=True)
-class _IndexState:
-    """What this process learnt about one index; `marker` when it learnt it inside a transaction."""
-
-    created: bool
-    marker: CommitMarker | None
-
-    def settled(self) -> bool:
-        """No need to try again: it exists, or it failed and trying again now would fail too."""
-        if self.marker is None:
-            return True
-        if self.created:
-            return self.marker.holds()  # gone if the creating transaction rolled back
-        return self.marker.pending()  # a failure inside a transaction: retry once it has ended
-
-
-_known_indexes: dict[tuple[str, str, int], _IndexState] = {}
 _deferred: set[tuple[str, str, int]] = set()  # indexes this process holds back for a bulk load
 _unmerged: dict[tuple[str, str, int], int] = {}  # rows this process wrote unmarked since its last merge
-_merging: dict[tuple[str | None, str, int], threading.Thread] = {}  # inline merges running in threads
+_running: dict[tuple[Any, ...], threading.Thread] = {}  # inline merges and builds running in threads
 _lock = threading.Lock()
 
 
@@ -113,8 +106,6 @@ class PgvectorStore(DjangoVectorStore):
             return
         alias = self.db_for_write()
         keys = [_index_key(alias, row.model, row.dimensions) for row in rows]
-        for _, model, dimensions, _ in set(keys):
-            self.ensure_index(model, dimensions)
         with _lock:
             held = [key in _deferred for key in keys]
         now = timezone.now()
@@ -156,7 +147,6 @@ class PgvectorStore(DjangoVectorStore):
     ) -> list[VectorHit]:
         alias = self.db_for_read()
         connection = connections[alias]
-        self.ensure_index(embedder_id, query.size, using=alias)
         sql, large_key = self._search(
             connection,
             embedder_id=embedder_id,
@@ -197,153 +187,133 @@ class PgvectorStore(DjangoVectorStore):
     def ensure_index(
         self, embedder_id: str, dimensions: int, *, using: str | None = None, concurrently: bool = False
     ) -> None:
-        """Creates the embedder's HNSW index unless this process knows it exists.
+        """Creates the embedder's HNSW index now unless it exists: for commands, migrations and tests,
+        never called by a store or a search (a request runs no DDL).
 
-        Cheap on an empty table; on a large one it locks writes while it builds, so deploy it ahead
-        with `concurrently=True` (outside a transaction) from a command or a migration. While a bulk
-        load holds the index back (`deferred_index`, in any process), nothing is created or cached.
+        `concurrently=True` (outside a transaction) goes through `build_index`; otherwise a plain
+        CREATE INDEX, which holds writes back while it builds (fine on a small table or in a
+        migration). While a bulk load holds the index back (in any session), nothing is created.
         """
+        if concurrently:
+            self.build_index(embedder_id, dimensions, analyze=False)
+            return
         alias = using or self.db_for_write()
-        key = _index_key(alias, embedder_id, dimensions)
-        with _lock:
-            state = _known_indexes.get(key)
-            if key in _deferred or (state is not None and state.settled()):
-                return
         connection = connections[alias]
         if not is_postgres(connection):
             raise ConfigurationError("PgvectorStore needs PostgreSQL with the pgvector extension")
-        if concurrently and connection.in_atomic_block:
-            raise ValueError("CREATE INDEX CONCURRENTLY cannot run inside a transaction")
+        key = _index_key(alias, embedder_id, dimensions)
         name = index_name(embedder_id, int(dimensions), key[-1])
-        sql = index_sql(connection, embedder_id, int(dimensions), concurrently=concurrently, kind=key[-1])
-        created = True
-        try:
-            if concurrently:
-                with connection.cursor() as cursor:
-                    cursor.execute(sql)
-            else:
-                with transaction.atomic(using=alias), connection.cursor() as cursor:
-                    # Another session is bulk loading with this index held back: leave it to that one.
-                    cursor.execute("SELECT pg_try_advisory_xact_lock_shared(%s)", [deferral_lock(name)])
-                    if not cursor.fetchone()[0]:
-                        return
-                    cursor.execute(sql)
-        except DatabaseError as exc:
-            # Another process created it at the same moment, this role may not create indexes, or
-            # this transaction already wrote embeddings ("pending trigger events"). Searches still
-            # work, exactly; retry in a later transaction, not on every search.
-            logs.failure(
-                logger, "Could not create the HNSW index for %s", embedder_id, exc=exc, level=logging.WARNING
-            )
-            created = False
-        with _lock:
-            _known_indexes[key] = _IndexState(created, tentative_marker(alias))
+        with transaction.atomic(using=alias), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_xact_lock_shared(%s)", [deferral_lock(name)])
+            if cursor.fetchone()[0]:
+                cursor.execute(index_sql(connection, embedder_id, int(dimensions), kind=key[-1]))
 
     @contextmanager
     def deferred_index(self, embedder_id: str, dimensions: int) -> Iterator[None]:
-        """Holds the embedder's HNSW index back for a bulk load, then builds it once.
+        """Holds the embedder's HNSW index back for a bulk load; when the block ends, sends the
+        background job `memproc.build_index` and returns, without building.
 
         pgvector's own advice: inserting a row into an HNSW graph costs milliseconds (it searches the
         graph and rewrites its neighbours' lists), building the graph over the loaded rows costs a
-        fraction of that per row. The index is dropped (CONCURRENTLY), other sessions are kept from
-        re-creating it by an advisory lock, and at the end it is built CONCURRENTLY (writes go on) and
-        the table is vacuumed and analysed. Searches meanwhile stay correct: without the index they
-        score rows exactly. Call it outside a transaction; the build takes `maintenance_work_mem`
-        (the graph of N d-dimensional rows needs about N * (2d + 200) bytes to build in memory with
-        a halfvec index, N * (4d + 200) with a vector one).
+        fraction of that per row. The index is dropped (CONCURRENTLY) and other sessions are kept from
+        re-creating it by an advisory lock. The job builds it CONCURRENTLY (writes go on) when the
+        embedder has HNSW_BUILD_MIN_ROWS rows, or whatever its size when an index existed before the
+        load. Searches meanwhile stay correct: until the index is valid they score rows exactly. Call
+        it outside a transaction. The build takes `maintenance_work_mem` (HNSW_BUILD_MEMORY; the
+        graph of N d-dimensional rows needs about N * (2d + 200) bytes to build in memory with a
+        halfvec index, N * (4d + 200) with a vector one).
         """
         alias = self.db_for_write()
         connection = connections[alias]
         if not is_postgres(connection):
             raise ConfigurationError("PgvectorStore needs PostgreSQL with the pgvector extension")
         if connection.in_atomic_block:
-            raise ValueError(
-                "deferred_index() must start outside a transaction: it drops and builds an index"
-            )
+            raise ValueError("deferred_index() must start outside a transaction: it drops an index")
         key = _index_key(alias, embedder_id, dimensions)
         name = index_name(embedder_id, int(dimensions), key[-1])
         qn = connection.ops.quote_name
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_lock(%s)", [deferral_lock(name)])
+        existed = False
         try:
             with _lock:
                 _deferred.add(key)
-                _known_indexes.pop(key, None)
+            existed = index_state(connection, name)[0] != "none"
             with connection.cursor() as cursor:
                 cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {qn(name)}")
-            try:
-                yield
-            finally:
-                with _lock:
-                    _deferred.discard(key)
-                self.build_index(embedder_id, int(dimensions))
+            yield
         finally:
+            with _lock:
+                _deferred.discard(key)
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [deferral_lock(name)])
+            # After the unlock, so the job finds the lock free; also when the load failed midway (what
+            # it stored is there, its index dropped). Outside a transaction it is sent at once.
+            kwargs = {"embedder_id": embedder_id, "dimensions": int(dimensions), "using": self.using}
+            kwargs["force"] = existed
+            inline = partial(run_in_thread, "memproc.build_index", kwargs)
+            background.enqueue("memproc.build_index", kwargs=kwargs, inline=inline)
 
-    def build_index(self, embedder_id: str, dimensions: int, *, analyze: bool = True) -> None:
-        """Builds the embedder's index CONCURRENTLY (an interrupted build leaves an invalid index:
-        it is dropped, so the next call starts over), then VACUUM ANALYZE for the planner's statistics
-        and the visibility map that the capped scope count scans."""
+    def build_index(self, embedder_id: str, dimensions: int, *, analyze: bool = True) -> str:
+        """Builds the embedder's index now, CONCURRENTLY (see `build_index_concurrently`: "built",
+        "valid" or "busy"), then, when it built one, VACUUM ANALYZE for the planner's statistics and
+        the visibility map that the capped scope count scans. Call it outside a transaction."""
         alias = self.db_for_write()
         connection = connections[alias]
-        qn = connection.ops.quote_name
-        key = _index_key(alias, embedder_id, dimensions)
-        name = index_name(embedder_id, int(dimensions), key[-1])
-        memory = settings.HNSW_BUILD_MEMORY
-        with connection.cursor() as cursor:
-            if memory:
-                cursor.execute("SELECT set_config('maintenance_work_mem', %s, false)", [str(memory)])
-            try:
-                try:
-                    cursor.execute(index_sql(connection, embedder_id, int(dimensions), concurrently=True))
-                except BaseException:
-                    cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {qn(name)}")
-                    raise
-                if analyze:
-                    cursor.execute(f"VACUUM (ANALYZE) {qn(MessageEmbedding._meta.db_table)}")
-            finally:
-                if memory:
-                    cursor.execute("RESET maintenance_work_mem")
-        with _lock:
-            _known_indexes[key] = _IndexState(True, None)
+        if not is_postgres(connection):
+            raise ConfigurationError("PgvectorStore needs PostgreSQL with the pgvector extension")
+        kind = _index_key(alias, embedder_id, dimensions)[-1]
+        done = build_index_concurrently(connection, embedder_id, int(dimensions), kind=kind)
+        if done == "built" and analyze:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"VACUUM (ANALYZE) {connection.ops.quote_name(MessageEmbedding._meta.db_table)}"
+                )
+        return done
 
 
 def merge_in_thread(kwargs: dict[str, Any]) -> threading.Thread | None:
-    """Inline mode's way to run `memproc.index_merge`: in a daemon thread of this process, so the
-    request whose embeddings crossed the threshold does not wait for the graph insertions either.
-    One thread per embedder at a time; a failure is logged, and the next threshold tries again (the
-    tail is still there, and still searched)."""
-    key = (kwargs.get("using"), kwargs["embedder_id"], kwargs["dimensions"])
+    """Inline mode's way to run `memproc.index_merge` (see `run_in_thread`)."""
+    return run_in_thread("memproc.index_merge", kwargs)
 
-    def merge() -> None:
+
+def run_in_thread(task_name: str, kwargs: dict[str, Any]) -> threading.Thread | None:
+    """Inline mode's way to run `memproc.index_merge` or `memproc.build_index`: in a thread of this
+    process, so the request (or bulk load) that sent it does not wait for graph insertions or the
+    build. One thread per task and embedder at a time; a failure is logged, and the next send tries
+    again (the rows are still there, and still searched). A build's thread is not a daemon: a process
+    that exits (a command that imported) waits for it, so no build is cut off halfway; a merge's is
+    (a merge cut off loses nothing)."""
+    key = (task_name, kwargs.get("using"), kwargs.get("embedder_id"), kwargs.get("dimensions"))
+
+    def work() -> None:
         try:
-            background.run_task_inline("memproc.index_merge", kwargs)
+            background.run_task_inline(task_name, kwargs)
         except Exception as exc:
             logs.failure(
-                logger, "memproc: the index merge of %s failed; it is tried again later", key[1], exc=exc
+                logger, "memproc: %s of %s failed; it is tried again later", task_name, key[2], exc=exc
             )
         finally:
             connections.close_all()  # this thread's connections only
             with _lock:
-                _merging.pop(key, None)
+                _running.pop(key, None)
 
     with _lock:
-        if key in _merging:
+        if key in _running:
             return None
-        thread = _merging[key] = threading.Thread(target=merge, name="memproc-index-merge", daemon=True)
+        name = "memproc-index-build" if task_name == "memproc.build_index" else "memproc-index-merge"
+        daemon = task_name != "memproc.build_index"
+        thread = _running[key] = threading.Thread(target=work, name=name, daemon=daemon)
     thread.start()
     return thread
 
 
 def forget_indexes() -> None:
-    """Forgets which indexes exist and which scopes were large (for tests that drop or delete them)."""
-    with _lock:
-        _known_indexes.clear()
+    """Forgets the extension versions and which scopes were large (for tests that drop or delete them)."""
     forget_versions()
     forget_large_scopes()
 
 
 def _index_key(alias: str, embedder_id: str, dimensions: int) -> tuple[str, str, int, str]:
-    """What this process knows about an index (created, held back) is keyed by this."""
+    """What this process knows about an index (held back, rows written unmarked) is keyed by this."""
     return (alias, embedder_id, int(dimensions), index_type(connections[alias]))

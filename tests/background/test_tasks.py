@@ -40,6 +40,7 @@ WIRE_NAMES = {
     "memproc.outbox_dispatch",
     "memproc.compact_thread",
     "memproc.index_merge",
+    "memproc.build_index",
     "memproc.expire_pending_tool_calls",
     "memproc.resume_tool_call",
 }

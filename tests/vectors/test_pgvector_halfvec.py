@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.test.utils import CaptureQueriesContext
 
 from memproc.vectors import NumpyVectorStore, PgvectorStore, pgvector_index
@@ -78,12 +78,14 @@ def test_a_halfvec_search_returns_full_precision_scores(make_messages) -> None:
 
 def test_halfvec_indexes_embedders_of_more_than_2000_dimensions(make_messages, settings) -> None:
     messages, vectors = make_messages("t1", 4), clustered(4, dims=2500)
-    PgvectorStore(merge_after=None).store(rows_for(messages, vectors, model="wide"))
+    PgvectorStore().ensure_index("wide", 2500)
+    NumpyVectorStore().store(rows_for(messages, vectors, model="wide"))  # marked: in the index
     assert index_name("wide", 2500, "halfvec") in hnsw_indexes()
     hits = PgvectorStore(exact_max_rows=0).search(embedder_id="wide", vector=vectors[2], top_k=1)
     assert hits[0].message_id == messages[2].id
     use_type(settings, "vector")  # pgvector's HNSW takes at most 2,000 dimensions of `vector`
-    PgvectorStore(merge_after=None).ensure_index("wide", 2500)
+    with pytest.raises(DatabaseError, match="2000 dimensions"):
+        PgvectorStore().ensure_index("wide", 2500)
     assert index_name("wide", 2500, "vector") not in hnsw_indexes()
 
 
@@ -98,7 +100,7 @@ def test_migration_0014_converts_indexes_both_ways_concurrently(make_messages, s
     use_type(settings, "halfvec")
     migration.forwards(None, editor)
     after = hnsw_indexes()
-    assert set(after) == {index_name(M, 16, "halfvec")}  # m8: still built on first use
+    assert set(after) == {index_name(M, 16, "halfvec")}  # m8: left to the build job
     definition = after[index_name(M, 16, "halfvec")]
     assert "halfvec_cosine_ops" in definition and "ef_construction='128'" in definition
     assert definition.endswith("AND indexed)")

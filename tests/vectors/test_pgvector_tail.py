@@ -42,6 +42,7 @@ def test_the_merge_does_nothing_on_sqlite(on_postgres) -> None:
 def test_the_index_holds_only_marked_rows_and_new_rows_are_written_unmarked(make_messages) -> None:
     messages = make_messages("t1", 4)
     store = PgvectorStore(merge_after=None)
+    store.ensure_index(M, 16)
     store.store(rows_for(messages[:2], clustered(2), model=M))
     NumpyVectorStore().store(rows_for(messages[2:], clustered(2, seed=1), model=M))
     with connection.cursor() as cursor:
