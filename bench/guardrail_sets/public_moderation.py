@@ -213,13 +213,18 @@ def _xsafety(root: Path) -> list[dict[str, Any]]:
 
 
 def _sdcnl(root: Path) -> list[dict[str, Any]]:
-    """SDCNL: Reddit posts from r/SuicideWatch (self-harm), title and text; its r/depression posts
-    are left out (distress, not self-harm, and no benign counterpart)."""
+    """SDCNL: Reddit posts, title and text: r/SuicideWatch's as self-harm, r/depression's as benign.
+    The latter are distress, often with dark thoughts (label noise), but without them the only long
+    first-person texts the head saw were self-harm, and it took any such text for self-harm."""
     rows = _csv(_read(root, "sdcnl", "data/combined-set.csv"))
     return [
-        _item(f"{r['title'].strip()}\n{r['selftext'].strip()}", ("self-harm",), "sdcnl", "suicidewatch")
+        _item(
+            f"{r['title'].strip()}\n{r['selftext'].strip()}",
+            ("self-harm",) if r["is_suicide"] == "1" else (),
+            "sdcnl",
+            "suicidewatch" if r["is_suicide"] == "1" else "depression",
+        )
         for r in rows
-        if r["is_suicide"] == "1"
     ]
 
 
