@@ -2,13 +2,13 @@
 head ("model") and both, on public labelled sets the head was never trained on.
 
 The sets (bench/guardrail_sets/public_moderation.py, TEST_SOURCES): OpenAI's moderation-api-release
-(1,680 texts; its eight labels folded into memproc's five categories) and SimpleSafetyTests (the 60
-prompts whose harm area is one of them). Each text is scored by the shipped lexicon and head at the
-default threshold (the head's texts embedded in batches). A text counts as flagged when any category
-reaches the threshold and as harmful when its set gives it any category; per category, recall is the
-share of the texts labelled with it that are flagged for it. "both" takes, per category, the higher
-of the two scores, so it flags what either engine flags: it is counted as the union of the two runs
-(the processor computes the same).
+(1,680 texts, 1,657 distinct; its eight labels folded into memproc's five categories) and
+SimpleSafetyTests (the 60 prompts whose harm area is one of them). Each text is scored by the shipped
+lexicon and head at the default threshold (the head's texts embedded in batches). A text counts as
+flagged when any category reaches the threshold and as harmful when its set gives it any category;
+per category, recall is the share of the texts labelled with it that are flagged for it. "both" takes,
+per category, the higher of the two scores, so it flags what either engine flags: it is counted as
+the union of the two runs (the processor computes the same).
 """
 
 from __future__ import annotations
