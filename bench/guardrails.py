@@ -30,6 +30,9 @@ What is measured:
   from their own leave-one-source-out scores), then the held-out source is scored by the rules, the
   head, and both (the higher score). Recall on its attacks and FPR on its benign items, per language.
   Plus the learned scorer's cost per message: the MiniLM embedding and the head after it, p50.
+- ModerationProcessor across sources (`--public` too; bench/guardrails_moderation.py): the lexicon,
+  the learned head and both on OpenAI's moderation-api-release and SimpleSafetyTests, sets it was never
+  trained on; precision, recall, FPR, recall per category, and the head's cost per message.
 - SystemPromptScrubber ("warn", default min_overlap_chars): a response is flagged when it records a leak.
 - UnicodeNormalizer (defaults): the share of legitimate texts stored unchanged and of smuggling texts
   cleaned to the expected string.
@@ -466,7 +469,24 @@ def run(code: str | None, *, public: bool = True) -> dict[str, Any]:
         results["external_pii"] = {"source": info, **measure_pii(items, EXTERNAL_TYPES)}
     if public:
         results["cross_source"] = _cross_source_or_reason(missing)
+        results["moderation_cross_source"] = _moderation_or_reason()
     return results
+
+
+def _moderation_or_reason() -> dict[str, Any]:
+    from bench import guardrails_moderation
+    from bench.guardrail_sets.public_moderation import MissingSnapshot
+
+    try:
+        from memproc.guardrails import _moderation_model
+
+        _moderation_model.check_available()
+    except Exception as exc:  # no embeddings extra, or an older checkout (--code) without the head
+        return {"skipped": str(exc)}
+    try:
+        return guardrails_moderation.measure()
+    except MissingSnapshot as exc:
+        return {"skipped": str(exc)}
 
 
 def _cross_source_or_reason(missing: str | None) -> dict[str, Any]:
@@ -611,6 +631,10 @@ def markdown(after: dict[str, Any], before: dict[str, Any] | None = None) -> str
             if "skipped" in cross
             else cross_source_markdown(cross)
         )
+    if "moderation_cross_source" in after:
+        from bench import guardrails_moderation
+
+        lines += ["", guardrails_moderation.markdown(after["moderation_cross_source"])]
     return "\n".join(lines)
 
 

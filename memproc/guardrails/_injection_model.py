@@ -32,26 +32,26 @@ _lock = threading.Lock()
 _head: dict[str, Any] = {}
 
 
-def check_available() -> None:
-    """Raises ConfigurationError unless the learned scorer can run here (nothing is loaded)."""
+def check_available(owner: str = "PromptInjectionDetector", weights: Path = MODEL_FILE) -> None:
+    """Raises ConfigurationError unless a learned head (`weights`) can run here (nothing is loaded);
+    `owner` names the processor in the message. ModerationProcessor's head uses it too."""
     from memproc.embedders.minilm import default_model_path, default_tokenizer_path
 
     for module in ("onnxruntime", "tokenizers", "numpy"):
         if importlib.util.find_spec(module) is None:
             raise ConfigurationError(
-                f"PromptInjectionDetector(engine='model' or 'both') needs {module}: {INSTALL_HINT}, "
-                'or use engine="rules" (the phrase rules alone)'
+                f"{owner}(engine='model' or 'both') needs {module}: {INSTALL_HINT}, "
+                'or use engine="rules" (the rules alone)'
             )
     try:
         default_model_path()
         default_tokenizer_path()
     except ConfigurationError as exc:
         raise ConfigurationError(
-            f"PromptInjectionDetector(engine='model' or 'both') needs the MiniLM model: {exc}; "
-            'or use engine="rules"'
+            f"{owner}(engine='model' or 'both') needs the MiniLM model: {exc}; or use engine=\"rules\""
         ) from exc
-    if not MODEL_FILE.is_file():
-        raise ConfigurationError(f"PromptInjectionDetector(engine=...): no weights file at {MODEL_FILE}")
+    if not weights.is_file():
+        raise ConfigurationError(f"{owner}(engine=...): no weights file at {weights}")
 
 
 def _load() -> dict[str, Any]:

@@ -8,9 +8,10 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from memproc import logs
 from memproc.events import StreamEvent
 from memproc.exceptions import ConfigurationError
-from memproc.guardrails import _channels, _moderation_lexicon, _options
+from memproc.guardrails import _channels, _moderation_lexicon, _moderation_model, _options
 from memproc.guardrails._judge import ask_json, category_scores
 from memproc.guardrails._text import caller_texts, response_targets
 from memproc.messages import Message, ToolResultPart
@@ -28,6 +29,11 @@ _PHASE_CHANNELS = {"input": ("input",), "output": ("output", "stream")}
 TOOL_NOTE = "[Tool result withheld: flagged by moderation ({found}).]"
 WITHHELD_NOTE = "[Remembered content withheld: flagged by moderation.]"
 DEFAULT_CATEGORIES = _moderation_lexicon.CATEGORIES
+# "rules": the phrase lexicon; "model": the learned head alone; "both": per category, the higher of the
+# two. The default stays "rules": on public sets it never saw the head doubles recall but more than
+# doubles false alarms (python bench/guardrails.py; docs/guides/guardrails.md has the figures).
+ENGINES = ("rules", "model", "both")
+DEFAULT_ENGINE = "rules"
 _ALIASES = {"self_harm": "self-harm", "selfharm": "self-harm", "self harm": "self-harm"}
 
 
@@ -46,6 +52,14 @@ class ModerationProcessor:
     self-harm, sexual, violence). The lexicon is a weak baseline: it matches phrases, not meaning,
     misses paraphrase and other languages, and flags quotations and fiction. Extend it with
     `lexicon={"violence": [r"\\bpattern\\b", (r"...", 0.6)]}`.
+
+    `engine=` chooses the offline scorer: "rules" (the lexicon), "model" (a learned head: one
+    logistic regression per category over MiniLM sentence embeddings, trained on public labelled
+    data, `memproc/guardrails/models/SOURCES.md`; it needs the `embeddings` extra, without which the
+    constructor raises ConfigurationError) or "both" (per category, the higher of the two scores).
+    The head's scale puts `threshold` at the point where it flagged 1% of benign texts from sources
+    it was not fitted on. An embedding error at request time is logged and the lexicon alone
+    decides. The verdict's "source" is "lexicon", "learned" or "lexicon+learned" (what flagged).
 
     Channels (`channels=`; default input, output and stream; `phases=` is the older spelling):
     with "tool_result" a flagged tool result is replaced with a note the model reads, and with
@@ -80,6 +94,7 @@ class ModerationProcessor:
         stream_interval: int = 400,
         lexicon: Mapping[str, Iterable[str | tuple[str, float]]] | None = None,
         retry: bool = False,
+        engine: str = DEFAULT_ENGINE,
     ) -> None:
         owner = "ModerationProcessor"
         self.model = _options.model(owner, model)
@@ -109,6 +124,9 @@ class ModerationProcessor:
         if self.model is None:
             _options.names(owner, "categories", chosen, known=tuple(self.lexicon))
         self.categories = chosen
+        self.engine = _options.choice(owner, "engine", engine, ENGINES)
+        if self.engine != "rules":
+            _moderation_model.check_available()
 
     @property
     def needs_stream_policy(self) -> str:
@@ -126,20 +144,42 @@ class ModerationProcessor:
     # --- judging -------------------------------------------------------------------------------
 
     def moderate(self, text: str) -> dict[str, Any]:
-        """{"scores": {category: 0-1}, "source": "model" | "lexicon", "reason": str | None}."""
+        """{"scores": {category: 0-1}, "source": "model" (the judge) | "lexicon" | "learned" |
+        "lexicon+learned", "reason": str | None}."""
         if self.model is not None:
             judged = self._judge(text)
             if judged is not None:
                 return judged
-        scores = _moderation_lexicon.score(text, self.lexicon)
-        return {
-            "scores": {c: s for c, s in scores.items() if c in self.categories},
-            "source": "lexicon",
-            "reason": None,
-        }
+        learned = self._learned(text) if self.engine != "rules" else None
+        if learned is None:  # "rules", or the head failed: the lexicon decides
+            lexicon = _moderation_lexicon.score(text, self.lexicon)
+            return {"scores": self._chosen(lexicon), "source": "lexicon", "reason": None}
+        if self.engine == "model":
+            return {"scores": self._chosen(learned), "source": "learned", "reason": None}
+        lexicon = self._chosen(_moderation_lexicon.score(text, self.lexicon))
+        learned = self._chosen(learned)
+        scores = {c: max(lexicon.get(c, 0.0), learned.get(c, 0.0)) for c in {**lexicon, **learned}}
+        fired = [
+            name
+            for name, found in (("lexicon", lexicon), ("learned", learned))
+            if any(v >= self.threshold for v in found.values())
+        ]
+        return {"scores": scores, "source": "+".join(fired or ("lexicon", "learned")), "reason": None}
 
     def flagged(self, verdict: Mapping[str, Any]) -> dict[str, float]:
         return {c: s for c, s in verdict["scores"].items() if s >= self.threshold}
+
+    def _chosen(self, scores: Mapping[str, float]) -> dict[str, float]:
+        return {c: s for c, s in scores.items() if c in self.categories}
+
+    def _learned(self, text: str) -> dict[str, float] | None:
+        """The head's scores, or None when it could not run (logged; the lexicon then decides)."""
+        try:
+            return _moderation_model.learned_scores(text, self.threshold)
+        except Exception as exc:  # an embedding failure must not fail the turn: the lexicon still screens
+            # Masked (memproc.logs.failure): the embedder's error may quote the text being screened.
+            logs.failure(logger, "memproc: the learned moderation scorer failed; using the lexicon", exc=exc)
+            return None
 
     # --- hooks ---------------------------------------------------------------------------------
 
@@ -281,4 +321,7 @@ class ModerationProcessor:
 
     def __repr__(self) -> str:
         source = "model" if self.model is not None else "lexicon"
-        return f"ModerationProcessor({source}, strategy={self.strategy!r}, threshold={self.threshold})"
+        return (
+            f"ModerationProcessor({source}, strategy={self.strategy!r}, threshold={self.threshold}, "
+            f"engine={self.engine!r})"
+        )
