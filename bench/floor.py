@@ -191,77 +191,71 @@ class Floor:
         )
 
     def turn(self, thread_id: str, data: TurnInput) -> None:
-        """One turn's reads and writes, committed; raises if the thread moved meanwhile."""
+        """One turn's reads and writes, committed, in 2 round trips (W2: 3): psycopg's pipeline sends
+        BEGIN with the window's SELECT, and COMMIT with the writes. Raises if the thread moved since
+        the window was read: the sequence swap then updates nothing, and the messages' INSERT breaks
+        the unique (thread, sequence) index, so the transaction rolls back."""
         key = f"{self.resource}{SEP}{thread_id}"
-        cur = self.conn.cursor()
-        cur.execute(self.window_sql, {"thread": key})
-        window = cur.fetchall()
-        self.statements += 1
-        last = window[0][0]
-        version = window[0][2] if self.workload == "W3" else None
-        present = [row[-1] for row in window if row[-1] is not None]
-        if self.workload == "W2":
-            cur.execute(
-                SEARCH_SQL,
-                {
-                    "q": data.user_vector,
-                    "model": self.embedder.id,
-                    "resource": self.resource,
-                    "fetch": (TOP_K + len(present)) * CHUNK_OVERFETCH,
-                    "top_k": TOP_K,
-                    "present": present,
-                },
-            )
-            cur.fetchall()
-            self.statements += 1
-        (user, assistant) = data.rows
-        update = self.conn.cursor()
+        cur, update = self.conn.cursor(), self.conn.cursor()
+        user, assistant = data.rows
         with self.conn.pipeline():
+            cur.execute(self.window_sql, {"thread": key})
+            window = cur.fetchall()
+            last = window[0][0]
+            version = window[0][2] if self.workload == "W3" else None
+            present = [row[-1] for row in window if row[-1] is not None]
+            if self.workload == "W2":
+                cur.execute(SEARCH_SQL, self.search_params(data, present))
+                cur.fetchall()
             update.execute(
                 self.thread_sql,
                 {"last": last, "now": user[5], "thread": key, "memory": data.memory, "version": version},
             )
+            rows = [(user, "user", last + 1), (assistant, "assistant", last + 2)]
             cur.execute(
                 MESSAGES_SQL,
                 [
-                    *(user[0], user[1], key, self.resource, "user", user[3], user[4], user[5], last + 1),
-                    *(
-                        assistant[0],
-                        assistant[1],
-                        key,
-                        self.resource,
-                        "assistant",
-                        assistant[3],
-                        assistant[4],
-                    ),
-                    *(assistant[5], last + 2),
+                    v
+                    for row, role, seq in rows
+                    for v in (row[0], row[1], key, self.resource, role, *row[3:6], seq)
                 ],
             )
-            self.statements += 2
             if self.workload == "W2":
-                model, dims = self.embedder.id, DIMENSIONS
+                vectors = [
+                    (user, data.user_hash, data.user_vector),
+                    (assistant, self.ok_hash, self.ok_vector),
+                ]
                 cur.execute(
                     EMBEDDINGS_SQL,
                     [
-                        *(
-                            user[0],
+                        v
+                        for row, digest, vector in vectors
+                        for v in (
+                            row[0],
                             thread_id,
                             self.resource,
-                            model,
-                            dims,
-                            data.user_hash,
-                            data.user_vector,
-                            user[5],
-                        ),
-                        *(assistant[0], thread_id, self.resource, model, dims, self.ok_hash, self.ok_vector),
-                        assistant[5],
+                            self.embedder.id,
+                            DIMENSIONS,
+                            digest,
+                            vector,
+                            row[5],
+                        )
                     ],
                 )
-                self.statements += 1
+            self.conn.commit()
+        self.statements += 5 if self.workload == "W2" else 3
         if update.rowcount != 1:
-            self.conn.rollback()
             raise RuntimeError(f"thread {thread_id} changed during the turn")
-        self.conn.commit()
+
+    def search_params(self, data: TurnInput, present: list[str]) -> dict[str, Any]:
+        return {
+            "q": data.user_vector,
+            "model": self.embedder.id,
+            "resource": self.resource,
+            "fetch": (TOP_K + len(present)) * CHUNK_OVERFETCH,
+            "top_k": TOP_K,
+            "present": present,
+        }
 
 
 def literal(vector: Any) -> str:
