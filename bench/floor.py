@@ -9,20 +9,21 @@ memproc's: the run migrates a fresh database and prefills it with bench/run.py's
 (Memory.bulk_import, the same rows and HNSW index), creates the live thread through memproc, then
 closes Django and drives its own psycopg 3 connection over the same tables.
 
-A turn, in one transaction (psycopg's implicit BEGIN, then COMMIT):
+A turn is one transaction, sent through psycopg's pipeline mode so that BEGIN rides with the first
+read and COMMIT with the writes: 2 round trips a turn (W2: 3).
 
-1. one SELECT: the thread's last sequence (W3: its working memory and version) and its newest 10
-   messages (LEFT JOIN LATERAL, so an empty thread still answers);
+1. one SELECT (with BEGIN): the thread's last sequence (W3: its working memory and version) and its
+   newest 10 messages (LEFT JOIN LATERAL, so an empty thread still answers);
 2. W2 only, one SELECT: the 3 messages of the resource closest to the user message (scope
    "resource", none of the window's), over memproc's table: the HNSW branch ordered by the partial
-   index's expression (`vector::halfvec(384)`, rows marked `indexed`) joined with the exact scan of
-   the unmarked tail that memproc's inserts leave, merged by distance; and, in the same statement,
-   the 2 messages before and after each hit in its thread (message_range 2), none quarantined or
-   excluded from recall, none already in the window;
-3. the writes, sent as one pipeline: one UPDATE of the thread (last sequence and updated_at by
+   index's expression (`vector::halfvec(384)`, rows marked `indexed`, 4 rows fetched per wanted
+   message as memproc does) joined with the exact scan of the unmarked tail that memproc's inserts
+   leave, merged by distance; and, in the same statement, the 2 messages before and after each hit
+   in its thread (message_range 2), none quarantined or excluded from recall, none in the window;
+3. the writes and COMMIT in one go: one UPDATE of the thread (last sequence and updated_at by
    compare-and-swap on the sequence read in 1; W3 with updates also the working memory, by
    compare-and-swap on its version), one INSERT of the turn's two messages (user, then "OK."), W2:
-   one INSERT of their two embeddings (unmarked, as memproc writes them); then COMMIT.
+   one INSERT of their two embeddings (unmarked, as memproc writes them).
 
 The connection sets `hnsw.ef_search = 100` (memproc's HNSW_EF_SEARCH), `hnsw.iterative_scan =
 relaxed_order` and no parallel workers once per session, outside the timing (memproc sends them with
