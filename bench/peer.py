@@ -6,10 +6,13 @@
     python bench/peer.py --harness /tmp/mastra --workload W2 --n 10000 --phase memory
 
 `--harness` is a copy of ../shared/bench/mastra on which `npm ci` has run (this repository never
-holds its code). Each round runs both once, as separate processes, alternating which goes first so
-neither always meets a warmer machine or server. The medians of the rounds are printed as a table
-with the ratio memproc / reference (below 1: memproc is faster or smaller), then the raw runs as JSON
-lines on stderr.
+holds its code). On PostgreSQL a third contestant runs too: the floor (bench/floor.py, the same
+turn's memory work written by hand with psycopg, one transaction per turn, on the same prefilled
+data). Each round runs each contestant once, as separate processes, rotating which goes first so
+none always meets a warmer machine or server. The medians of the rounds are printed as a table with
+the ratios memproc / floor (how far memproc is above the floor) and reference / memproc (how many
+times memproc is faster or smaller than the reference; for turns_per_s, below 1 is better), then the
+raw runs as JSON lines on stderr.
 
 --db sqlite: each run has a fresh database file in a temp folder: the reference's LibSQL
 (`bench.mjs --backend libsql`), memproc's SQLite (bench/run.py --db sqlite).
@@ -19,7 +22,8 @@ both: the reference gets the database `mastra_bench` (its own fresh schema per r
 does) and memproc the database `postgres`, dropped and created again before each of its runs.
 memproc's runs are bench/run.py's, in a child process whose `start_postgres` is pointed at the shared
 server; everything else (prefill through Memory.bulk_import, warm-up, measured turns, statistics) is
-unchanged.
+unchanged. The floor's runs are bench/floor.py's in the same way, on the database `postgres` dropped
+and created again before each run too (its prefill is memproc's, not timed as the floor's).
 
 Both report nearest-rank p50/p95 over the same 200 turns of the same workload
 (../shared/bench/WORKLOADS.md). W3 runs with working-memory updates (2 model calls a turn) on both
@@ -46,11 +50,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# memproc's child: bench/run.py with the server it would start replaced by the shared one.
+# memproc's (or the floor's) child: bench/run.py (bench/floor.py) with the server it would start
+# replaced by the shared one.
 CHILD = """
 import json, os, sys
 sys.path.insert(0, {root!r})
-from bench import run
+from bench import run, {module}
 
 class Shared:
     def cleanup(self):
@@ -62,11 +67,12 @@ def start_postgres(tmp):
     return Shared()
 
 run.start_postgres = start_postgres
-print(json.dumps(run.run_once(run.parse_args(sys.argv[1:]))), flush=True)
+print(json.dumps({module}.run_once({module}.parse_args(sys.argv[1:]))), flush=True)
 """
 
-# Reported by both runners under these names; lower is better for all but turns_per_s.
+# Reported by the runners under these names; lower is better for all but turns_per_s.
 COLUMNS = ("p50_ms", "p95_ms", "mean_ms", "turns_per_s", "prefill_s")
+SIDES = ("reference", "memproc", "floor")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -108,14 +114,17 @@ def main(argv: list[str] | None = None) -> None:
             admin(host, port, "CREATE EXTENSION IF NOT EXISTS vector", database="mastra_bench")
         else:
             host, port = "", ""
-        runs: dict[str, list[dict[str, Any]]] = {"reference": [], "memproc": []}
+        sides = SIDES if args.db == "postgres" else SIDES[:2]  # the floor is written for psycopg
+        runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
         for round_ in range(args.rounds):
-            order = ("reference", "memproc") if round_ % 2 == 0 else ("memproc", "reference")
-            for side in order:
+            shift = round_ % len(sides)
+            for side in (*sides[shift:], *sides[:shift]):
                 if side == "reference":
                     result = run_reference(args, host, port, tmp)
-                else:
+                elif side == "memproc":
                     result = run_memproc(args, host, port)
+                else:
+                    result = run_floor(args, host, port)
                 result["round"] = round_ + 1
                 runs[side].append(result)
                 print(json.dumps({"side": side, **result}), file=sys.stderr, flush=True)
@@ -187,20 +196,40 @@ def _seconds(record: dict[str, Any]) -> float | None:
 
 def run_memproc(args: argparse.Namespace, host: str, port: str) -> dict[str, Any]:
     if args.db == "postgres":
-        admin(host, port, "DROP DATABASE IF EXISTS postgres WITH (FORCE)")
-        admin(host, port, "CREATE DATABASE postgres")
-        command = [sys.executable, "-c", CHILD.format(root=str(ROOT), host=host, port=port)]
+        fresh_database(host, port)
+        command = [sys.executable, "-c", CHILD.format(root=str(ROOT), module="run", host=host, port=port)]
     else:
         command = [sys.executable, str(ROOT / "bench" / "run.py")]
     command += ["--workload", args.workload, "--n", str(args.n), "--db", args.db]
-    command += ["--turns", str(args.turns), "--warmup", str(args.warmup), "--phase", args.phase]
-    if args.workload == "W3" and args.wm_update == "turn":
-        command.append("--updates")
+    command += _loop_args(args)
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
     out = _run(command, cwd=ROOT, env=env)
     record = json.loads(out.strip().splitlines()[-1])
-    keys = (*COLUMNS, "queries_per_turn", "model_calls_per_turn", "index_build_s")
+    keys = (*COLUMNS, "queries_per_turn", "model_calls_per_turn", "index_build_s", "peak_rss_mb")
     return {k: record.get(k) for k in keys}
+
+
+def run_floor(args: argparse.Namespace, host: str, port: str) -> dict[str, Any]:
+    """bench/floor.py on the shared server; no prefill time of its own (it loads memproc's)."""
+    fresh_database(host, port)
+    command = [sys.executable, "-c", CHILD.format(root=str(ROOT), module="floor", host=host, port=port)]
+    command += ["--workload", args.workload, "--n", str(args.n), *_loop_args(args)]
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings"}
+    record = json.loads(_run(command, cwd=ROOT, env=env).strip().splitlines()[-1])
+    return {
+        k: record.get(k)
+        for k in ("p50_ms", "p95_ms", "mean_ms", "turns_per_s", "queries_per_turn", "peak_rss_mb")
+    }
+
+
+def fresh_database(host: str, port: str) -> None:
+    admin(host, port, "DROP DATABASE IF EXISTS postgres WITH (FORCE)")
+    admin(host, port, "CREATE DATABASE postgres")
+
+
+def _loop_args(args: argparse.Namespace) -> list[str]:
+    loop = ["--turns", str(args.turns), "--warmup", str(args.warmup), "--phase", args.phase]
+    return [*loop, "--updates"] if args.workload == "W3" and args.wm_update == "turn" else loop
 
 
 def _run(command: list[str], **kwargs: Any) -> str:
@@ -213,7 +242,7 @@ def _run(command: list[str], **kwargs: Any) -> str:
 
 def table(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> str:
     def median(side: str, key: str) -> float | None:
-        values = [r[key] for r in runs[side] if isinstance(r.get(key), (int, float))]
+        values = [r[key] for r in runs.get(side, ()) if isinstance(r.get(key), (int, float))]
         return statistics.median(values) if values else None
 
     where = "SQLite (reference: LibSQL)" if args.db == "sqlite" else "one embedded PostgreSQL 18 + pgvector"
@@ -223,15 +252,19 @@ def table(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> st
         f"{args.workload} {size}, {args.phase} phase, {args.turns} turns, "
         f"medians of {args.rounds} interleaved round(s), {where}",
         "",
-        f"| metric | reference ({reference}) | memproc | memproc / reference |",
-        "|---|---|---|---|",
+        f"| metric | floor (psycopg) | memproc | reference ({reference}) | memproc / floor "
+        "| reference / memproc |",
+        "|---|---|---|---|---|---|",
     ]
-    for key in (*COLUMNS, "model_calls_per_turn"):
-        ref, mine = median("reference", key), median("memproc", key)
-        ratio = f"{mine / ref:.2f}" if ref and mine is not None else "n/a"
-        lines.append(f"| {key} | {_fmt(ref)} | {_fmt(mine)} | {ratio} |")
-    lines.append(f"| queries_per_turn | – | {_fmt(median('memproc', 'queries_per_turn'))} | – |")
+    for key in (*COLUMNS, "model_calls_per_turn", "queries_per_turn", "peak_rss_mb"):
+        low, mine, ref = median("floor", key), median("memproc", key), median("reference", key)
+        values = " | ".join(_fmt(v) for v in (low, mine, ref))
+        lines.append(f"| {key} | {values} | {_ratio(mine, low)} | {_ratio(ref, mine)} |")
     return "\n".join(lines)
+
+
+def _ratio(top: float | None, bottom: float | None) -> str:
+    return f"{top / bottom:.2f}" if top is not None and bottom else "n/a"
 
 
 def _fmt(value: float | None) -> str:

@@ -83,6 +83,24 @@ def enqueue(task_name: str, *, kwargs: dict[str, Any], inline: Callable[[], Any]
     transaction.on_commit(lambda: _run_inline_after_commit(task_name, kwargs, inline), using=memproc_db())
 
 
+def park(task_name: str, *, kwargs: dict[str, Any], exc: Exception) -> None:
+    """An inline job that failed before it could run after commit (a turn's embedding, computed before
+    its save): logged and written to the outbox in the caller's transaction, as a failed inline job
+    after commit is, so it is retried later with backoff. Raises what the write raises: the caller's
+    transaction holds it."""
+    from memproc.models import OutboxJob
+
+    logs.failure(logger, "memproc: background task %s failed; it is retried later", task_name, exc=exc)
+    OutboxJob.objects.create(
+        task=task_name,
+        kwargs=kwargs,
+        attempts=1,
+        next_attempt_at=timezone.now() + _backoff(1),
+        last_error=_describe(exc),
+    )
+    transaction.on_commit(_inline_failures.set, using=memproc_db())
+
+
 def job_ref(job: Any) -> JobRef:
     """What names one outbox row for good: its id and creation time. SQLite gives the id of a deleted
     row to the next one, so a send that returns late (stuck on a broker while a dispatcher delivered
@@ -156,6 +174,17 @@ def _run_inline_after_commit(
         logs.failure(logger, "memproc: background task %s failed; it is retried later", task_name, exc=exc)
         _park_inline_failure(task_name, kwargs, exc)
         return
+    _sweep_parked()
+
+
+def inline_succeeded() -> None:
+    """An inline job's work succeeded in the caller's transaction (a turn's embedding, written with
+    it): once that commits, parked inline jobs are swept, as after a job that succeeds after commit."""
+    if _inline_failures.is_set():
+        transaction.on_commit(_sweep_parked, using=memproc_db())
+
+
+def _sweep_parked() -> None:
     if _inline_failures.is_set():
         _inline_failures.clear()
         outbox_dispatch(limit=100)

@@ -155,10 +155,15 @@ class SemanticRecall(SearchSettings):
             thread_id=ctx.thread_id,
             resource_id=ctx.resource_id,
         )
+        embedder = self.embedder
+        vector = ctx.store.query_vector(text=query, embedder=embedder)
+        if ctx.turn is not None:  # the stored user message's vector, when its text is the query
+            ctx.turn.writes.vectors[query] = vector
         hits = search(
             ctx.store,
             query=query,
-            embedder=self.embedder,
+            vector=vector,
+            embedder=embedder,
             vector_store=self.vector_store,
             scope=self.scope,
             thread_id=ctx.thread_id,
@@ -214,11 +219,14 @@ def search(
     threshold: float | None,
     present: Collection[str] = (),
     archived: Collection[str] = frozenset(),
+    vector: Any = None,
 ) -> list[VectorHit]:
     """The `top_k` stored messages closest to `query` in the scope: always only the resource's, and
     only this thread's in scope "thread"; none of `present` (already in the prompt), none of the
-    `archived` threads. The one search of recall and of the `search_memory` tool."""
-    vector = store.query_vector(text=query, embedder=embedder)
+    `archived` threads. The one search of recall and of the `search_memory` tool. `vector` is the
+    query's, when the caller embedded it already."""
+    if vector is None:
+        vector = store.query_vector(text=query, embedder=embedder)
     scope_filter: dict[str, Any] = {"resource_id": resource_id}
     if scope == "thread":
         scope_filter["thread_id"] = thread_id

@@ -46,6 +46,9 @@ class TurnWrites:
     messages: list[Message] = field(default_factory=list)
     embed: list[Message] = field(default_factory=list)
     embedder: Any = None
+    # Vectors this turn already computed with `embedder`, by text (the recall query's): an inline
+    # save stores them for a message of the same text instead of embedding it again.
+    vectors: dict[str, Any] = field(default_factory=dict)
     vector_store: Any = None  # the recall processor's store: new vectors go where it searches
     working_memory: list[PendingWorkingMemory] = field(default_factory=list)
     generate_title: bool = False

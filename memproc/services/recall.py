@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,15 +77,35 @@ def messages_embed(*, message_keys: Sequence[str], embedder: Any = None, vector_
 def sources_embed(*, sources: Sequence[EmbeddingSource], embedder: Any, vector_store: Any = None) -> int:
     """One embedder call for every chunk not seen before (by content hash); one insert for all rows,
     into `vector_store` (a store object or spec; None: the VECTOR_STORE setting)."""
+    rows = embedding_rows(sources=sources, embedder=embedder)
+    if rows:
+        get_vector_store(vector_store).store(rows)
+    return len(rows)
+
+
+def embedding_rows(
+    *, sources: Sequence[EmbeddingSource], embedder: Any, known: Mapping[str, np.ndarray] | None = None
+) -> list[EmbeddingRow]:
+    """The embedding rows of `sources`, nothing written: one embedder call for every chunk not seen
+    before (by content hash). `known` maps texts to vectors the caller already has from this embedder
+    (a turn's recall query): a source whose whole text is one such chunk is not embedded again.
+    Raises what the embedder raises (`embed_checked`), before anything is kept."""
     if not sources:
-        return 0
+        return []
     embedder = get_embedder(embedder)
     pieces = [
         (source, index, chunk, content_hash(chunk, embedder.id))
         for source in sources
         for index, chunk in enumerate(chunk_text(source.text, settings.EMBEDDING_CHUNK_CHARS))
     ]
-    vectors = _known_vectors(embedder, {h for *_, h in pieces})
+    # query_embed embeds a one-chunk text as that chunk, and a longer query whole (no chunk's vector).
+    split = {id(source) for source, index, *_ in pieces if index > 0}
+    given = {
+        h: known[source.text]
+        for source, _, _, h in pieces
+        if known and source.text in known and id(source) not in split
+    }
+    vectors = {**_known_vectors(embedder, {h for *_, h in pieces} - given.keys()), **given}
     missing = list(dict.fromkeys(h for *_, h in pieces if h not in vectors))
     if missing:
         texts = {h: chunk for _, _, chunk, h in pieces}
@@ -105,8 +125,7 @@ def sources_embed(*, sources: Sequence[EmbeddingSource], embedder: Any, vector_s
         )
         for source, index, _, h in pieces
     ]
-    get_vector_store(vector_store).store(rows)
-    return len(rows)
+    return rows
 
 
 def query_embed(text: str, embedder: Any) -> np.ndarray:

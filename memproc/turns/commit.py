@@ -7,9 +7,11 @@ writes, from the turn's write buffer (`Turn.writes`), including the work it sche
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from memproc import background
+from memproc.conf import settings
 from memproc.db import atomic_write, memproc_db
 from memproc.models import message_keys, thread_key
 from memproc.processors.turn import Turn
@@ -17,13 +19,14 @@ from memproc.services.approvals import pending_complete
 from memproc.services.attachments import attachments_commit, attachments_link
 from memproc.services.compaction.job import compaction_enqueue
 from memproc.services.messages import messages_delete, messages_insert
-from memproc.services.recall import sources_embed, sources_for
+from memproc.services.recall import EmbeddingSource, embedding_rows, sources_for
 from memproc.services.threads import thread_ensure
 from memproc.services.titles import thread_title_generate, title_options
 from memproc.services.tripwires import tripwire_log
 from memproc.services.working_memory import working_memory_update
 from memproc.turns.plan import TurnPlan
 from memproc.turns.records import turn_record_alone, turn_record_insert
+from memproc.vectors import EmbeddingRow, get_vector_store
 
 __all__ = ["blocked_save", "turn_commit"]
 
@@ -37,8 +40,9 @@ def turn_commit(
     resumed: Any = None,
 ) -> None:
     """Rule 9: the turn's messages, working-memory changes and record are saved together or not at
-    all; embeddings, titles and a due compaction fold are enqueued in the same transaction and run
-    after commit. A turn that saves nothing writes its record alone.
+    all. Inline, the embeddings are computed before the transaction and written in it (one durable
+    commit); with Celery, they are a task sent after commit, as titles and a due compaction fold are.
+    A turn that saves nothing writes its record alone.
 
     Each working-memory revision names the turn (`turn_id`, its record's id) and the messages it saved:
     the lineage that lets forgetting a message take back what the model wrote from it.
@@ -58,6 +62,7 @@ def turn_commit(
     assert turn.thread_id and turn.resource_id
     key = thread_key(turn.resource_id, turn.thread_id)
     last_sequence = turn.thread_last_sequence if turn.thread_exists else 0
+    embedding = _embedding(turn)  # before the transaction: no lock is held while the embedder runs
     with atomic_write(memproc_db()):
         if not turn.thread_exists:
             thread_ensure(thread_id=turn.thread_id, resource_id=turn.resource_id, agent_id=plan.agent_id)
@@ -98,8 +103,8 @@ def turn_commit(
                 turn_id=turn_id,
                 message_ids=lineage,
             )
-        if writes.embed:
-            _enqueue_embedding(turn, agent_id=plan.agent_id)
+        if embedding is not None:
+            _save_embedding(turn, embedding, agent_id=plan.agent_id)
         if writes.compaction is not None and writes.messages:
             # In the turn's transaction, so the outbox keeps it if the broker is down.
             compaction_enqueue(thread_key=key, agent_id=plan.agent_id, request=writes.compaction.as_dict())
@@ -134,24 +139,47 @@ def _enqueue_title(turn: Turn, key: str, *, plan: TurnPlan) -> None:
     )
 
 
-def _enqueue_embedding(turn: Turn, *, agent_id: str) -> None:
+@dataclass(frozen=True)
+class _Embedding:
+    """What a turn's save writes of its embeddings: the rows computed before it (inline), or why they
+    could not be (`failure`), or neither (BACKGROUND="celery": a worker embeds after commit)."""
+
+    sources: list[EmbeddingSource]
+    rows: list[EmbeddingRow] | None = None
+    failure: Exception | None = None
+
+
+def _embedding(turn: Turn) -> _Embedding | None:
+    """The sources the save will store (only what it stores: a turn that keeps no history but writes
+    working memory saves no message, and a vector needs its message row) and, inline, their vectors,
+    the recall query's reused. An embedder failure is kept for the save to park, not raised."""
     writes = turn.writes
-    # Only what this save stored: a turn that keeps no history (`last_messages=False`) but writes
-    # working memory saves no message, and a vector needs its message row.
     saved = {m.id for m in writes.messages}
     embed = [m for m in writes.embed if m.id in saved]
     sources = sources_for(embed, thread_id=turn.thread_id or "", resource_id=turn.resource_id or "")
     if not sources:
-        return
+        return None
+    if settings.BACKGROUND == "celery":
+        return _Embedding(sources)
+    try:
+        return _Embedding(
+            sources, rows=embedding_rows(sources=sources, embedder=writes.embedder, known=writes.vectors)
+        )
+    except Exception as exc:  # the policy of an inline job that fails: logged, parked, retried later
+        return _Embedding(sources, failure=exc)
 
-    def embed_now() -> None:
-        sources_embed(sources=sources, embedder=writes.embedder, vector_store=writes.vector_store)
 
-    background.enqueue(
-        "memproc.embed_messages",
-        kwargs={"message_ids": [s.message_id for s in sources], "agent_id": agent_id},
-        inline=embed_now,
-    )
+def _save_embedding(turn: Turn, embedding: _Embedding, *, agent_id: str) -> None:
+    """In the turn's transaction: the rows computed before it, or the job that embeds them later (a
+    Celery task after commit, or an inline failure parked in the outbox with the turn)."""
+    kwargs = {"message_ids": [s.message_id for s in embedding.sources], "agent_id": agent_id}
+    if embedding.rows is not None:
+        get_vector_store(turn.writes.vector_store).store(embedding.rows)
+        background.inline_succeeded()
+    elif embedding.failure is not None:
+        background.park("memproc.embed_messages", kwargs=kwargs, exc=embedding.failure)
+    else:
+        background.enqueue("memproc.embed_messages", kwargs=kwargs)
 
 
 def blocked_save(
