@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from memproc import logs
 from memproc.exceptions import ToolError
 from memproc.messages import Message
 from memproc.processors.base import ProcessorContext
@@ -149,7 +150,9 @@ def test_output_asks_the_turn_to_embed_its_user_and_assistant_messages():
 def test_a_search_of_the_resource_lists_the_closest_first_with_score_thread_and_line():
     store, embedder = three_threads()
     turn = turn_for(store)
+    embedder.calls.clear()
     answer = call(MemorySearch(embedder=embedder), turn, "what is near")
+    assert embedder.calls == [["what is near"]]  # the query is what is embedded
     assert answer["scope"] == "resource" and answer["note"] == NOTE
     assert [(r["id"], r["thread_id"], r["this_conversation"], r["score"]) for r in answer["results"]] == [
         ("h1", T, True, 1.0),
@@ -350,12 +353,19 @@ class BrokenEmbedder:
 
 def test_a_failing_search_is_logged_and_read_as_unavailable(caplog):
     turn = turn_for(InMemoryStore())
-    with caplog.at_level(logging.ERROR, logger="memproc.processors.memory_search"):
-        with pytest.raises(ToolError) as raised:
-            call(MemorySearch(embedder=BrokenEmbedder()), turn, "q")
+    token = logs.bind(agent_id="agent-1", thread_id=T, resource_id=R, turn_id="turn-1")
+    try:
+        with caplog.at_level(logging.ERROR, logger="memproc.processors.memory_search"):
+            with pytest.raises(ToolError) as raised:
+                call(MemorySearch(embedder=BrokenEmbedder()), turn, "q")
+    finally:
+        logs.unbind(token)
     assert str(raised.value) == UNAVAILABLE
     assert isinstance(raised.value.__cause__, RuntimeError)
-    assert [r.getMessage() for r in caplog.records] == ["memproc: search_memory failed"]
+    [log] = caplog.records
+    assert log.getMessage() == "memproc: search_memory failed"
+    assert (log.agent_id, log.thread_id, log.resource_id, log.turn_id) == ("agent-1", T, R, "turn-1")
+    assert log.exc_text.startswith("Traceback") and "\nRuntimeError" in log.exc_text  # masked
     [record] = turn.info.searches
     assert (record.error, record.hits) == ("unavailable", [])
 
@@ -386,3 +396,29 @@ def test_search_result_word_for_word():
     }
     assert NOTE == "Messages already in this conversation's context are not repeated here."
     assert search_result([], scope="resource", thread_id=T)["note"] == NOTHING_FOUND
+
+
+class ResourceStore(InMemoryStore):
+    """A store that answers each read for the resource asked, from the vector store asked."""
+
+    def threads_archived(self, *, resource_id):
+        return {"t-other"} if resource_id == R else set()
+
+    def messages_around(self, *, message_ids, resource_id, before, after):
+        if resource_id != R:
+            return {}
+        return super().messages_around(
+            message_ids=message_ids, resource_id=resource_id, before=before, after=after
+        )
+
+    def vectors_search(self, *, vector_store=None, **kwargs):
+        return super().vectors_search(**kwargs) if vector_store == "vs" else []
+
+
+def test_every_read_is_for_the_turns_resource_and_the_agents_vector_store():
+    embedder = TableEmbedder(TABLE)
+    store = ResourceStore()
+    store.add(T, [msg("h1", "near", resource_id=R)], embedder=embedder)
+    store.add("t-other", [msg("o1", "close", resource_id=R)], embedder=embedder)
+    answer = call(MemorySearch(embedder=embedder, vector_store="vs"), turn_for(store), "q")
+    assert [r["id"] for r in answer["results"]] == ["h1"]  # t-other is archived for R

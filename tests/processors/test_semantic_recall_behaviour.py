@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from memproc import logs
 from memproc.messages import Message
 from memproc.processors.base import ProcessorContext
 from memproc.processors.semantic_recall import (
@@ -326,12 +327,22 @@ class BrokenEmbedder:
 def test_a_failure_is_logged_marked_and_the_turn_goes_on(caplog, spans):
     store, _ = two_threads()
     recall = SemanticRecall(embedder=BrokenEmbedder(), scope="thread", top_k=3)
-    with caplog.at_level(logging.ERROR, logger="memproc.processors.semantic_recall"):
-        out, turn, _ = run(recall, store)
+    token = logs.bind(agent_id="agent-1", thread_id=T, resource_id=R, turn_id="turn-1")
+    try:
+        with caplog.at_level(logging.ERROR, logger="memproc.processors.semantic_recall"):
+            out, turn, _ = run(recall, store)
+    finally:
+        logs.unbind(token)
     assert out is None and turn.info.recall_error is True and turn.info.recalled is None
-    assert [r.getMessage() for r in caplog.records] == [
-        "memproc: semantic recall failed; the turn goes on without it"
-    ]
+    [record] = caplog.records
+    assert record.getMessage() == "memproc: semantic recall failed; the turn goes on without it"
+    assert (record.agent_id, record.thread_id, record.resource_id, record.turn_id) == (
+        "agent-1",
+        T,
+        R,
+        "turn-1",
+    )
+    assert record.exc_text.startswith("Traceback") and "\nRuntimeError" in record.exc_text  # masked
     [span] = spans.get_finished_spans()
     assert span.status.status_code == StatusCode.ERROR
     assert span.attributes["error.type"] == "RuntimeError"
@@ -467,3 +478,50 @@ def test_archived_threads_are_asked_for_the_turns_resource():
         "x"
     }
     assert store.resource_id == R
+
+
+def test_the_recall_span_is_a_child_of_the_hooks_span(spans):
+    store, embedder = two_threads()
+    parent = trace.get_tracer("test").start_span("hook")
+    turn = Turn(agent=None, thread_id=T, resource_id=R, store=store, input_messages=[])
+    ctx = ProcessorContext(
+        processor_id="semantic-recall",
+        messages=(Message.create("user", "q"),),
+        thread_id=T,
+        resource_id=R,
+        store=store,
+        turn=turn,
+        span=parent,
+    )
+    SemanticRecall(embedder=embedder).process_input(ctx)
+    parent.end()
+    recall_span = next(s for s in spans.get_finished_spans() if s.name == "memproc.recall")
+    assert recall_span.parent is not None and recall_span.parent.span_id == parent.get_span_context().span_id
+
+
+class ResourceStore(InMemoryStore):
+    """A store that answers each read for the resource asked: other resources' archived threads,
+    neighbours and vector store are not this one's."""
+
+    def threads_archived(self, *, resource_id):
+        return {"t-old"} if resource_id == R else set()
+
+    def messages_around(self, *, message_ids, resource_id, before, after):
+        if resource_id != R:
+            return {}
+        return super().messages_around(
+            message_ids=message_ids, resource_id=resource_id, before=before, after=after
+        )
+
+    def vectors_search(self, *, vector_store=None, **kwargs):
+        return super().vectors_search(**kwargs) if vector_store == "vs" else []
+
+
+def test_every_read_is_for_the_turns_resource_and_the_agents_vector_store():
+    embedder = TableEmbedder({"hit here": unit(0.9), "hit there": unit(0.7)})
+    store = ResourceStore()
+    store.add(T, [msg("h1", "hit here", 1)], embedder=embedder)
+    store.add("t-old", [msg("o1", "hit there", -29)], embedder=embedder)
+    out, turn, _ = run(SemanticRecall(embedder=embedder, vector_store="vs", message_range=0), store)
+    assert [h.id for h in turn.info.recalled] == ["h1"]  # t-old is archived for R
+    assert [m.id for m in out[:-1]] == ["h1"]

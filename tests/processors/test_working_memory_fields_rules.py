@@ -204,3 +204,17 @@ def test_an_empty_memory_keeps_the_templates_pinned_values():
         template=template,
     )
     assert (new, kept) == ("- **A**: changed\n- **B**: 2", [])
+
+
+def test_trailing_spaces_of_a_continued_value_are_dropped():
+    assert md("- **A**: first   \n  second") == [("A", "first\nsecond")]
+
+
+def test_a_set_replaces_tab_indented_continuation_lines_too():
+    text = "- **A**: old\n\tmore old\n- **B**: keep"
+    assert field_set(current=text, name="A", value="new", mode="markdown") == "- **A**: new\n- **B**: keep"
+
+
+def test_a_pin_restored_into_an_empty_update_is_the_whole_text():
+    new, kept = keep_pinned(current="- **A**: one\n  two", new="", pinned=["A"], mode="markdown")
+    assert (new, kept) == ("- **A**: one\n  two", ["A"])

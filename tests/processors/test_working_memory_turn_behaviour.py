@@ -189,12 +189,12 @@ def test_a_schema_update_merges_into_what_was_read_and_is_checked():
 def test_with_nothing_read_an_update_starts_from_the_empty_memory():
     template = "- **A**: fixed\n- **B**:"
     memory = WorkingMemory(template=template)
-    state: dict[str, Any] = {"pinned": ("A",)}
     context = ToolContext(thread_id=T, resource_id=R, agent=None, turn=None)
-    tool = memory.update_tool(state, R)
-    assert tool.execute(memory=template, context=context) == {"success": True}  # no data to erase
-    answer = tool.execute(memory="- **A**: other\n- **B**: 2", context=context)
-    assert answer["pinned"] == ["A"] and state["current"] == "- **A**: fixed\n- **B**: 2"
+    first: dict[str, Any] = {}
+    assert memory.update_tool(first, R).execute(memory=template, context=context) == {"success": True}
+    pinned: dict[str, Any] = {"pinned": ("A",)}  # the template's value of a pinned field is kept
+    answer = memory.update_tool(pinned, R).execute(memory="- **A**: other\n- **B**: 2", context=context)
+    assert answer["pinned"] == ["A"] and pinned["current"] == "- **A**: fixed\n- **B**: 2"
 
 
 def test_an_update_without_a_read_records_no_expectation():
