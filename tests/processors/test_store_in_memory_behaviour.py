@@ -238,3 +238,17 @@ def test_the_attachment_store_is_the_one_given_or_a_lookup_error_that_says_how()
     with pytest.raises(LookupError) as raised:
         InMemoryStore().attachment_store()
     assert str(raised.value) == "This InMemoryStore has no attachment store; pass attachments=..."
+
+
+class ShortEmbedder:
+    """A broken embedder: one vector fewer than the texts it was given."""
+
+    id = "short"
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        return [[1.0, 0.0] for _ in texts[1:]]
+
+
+def test_an_embedder_that_returns_too_few_vectors_is_an_error():
+    with pytest.raises(ValueError):
+        InMemoryStore().add("t", [m("a"), m("b")], embedder=ShortEmbedder())
