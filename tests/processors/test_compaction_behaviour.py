@@ -150,6 +150,27 @@ def test_what_a_job_counted_is_taken_as_counted_and_only_the_rest_estimated():
     ) == (9, 5)
 
 
+def test_no_fold_once_the_summary_covers_the_gap_whatever_a_job_counted():
+    assert (
+        fold_due(
+            covered=9,
+            window_start=10,
+            sample_tokens=[10],
+            trigger_tokens=1,
+            counted_through=12,
+            counted_tokens=5,
+        )
+        is None
+    )
+
+
+def test_a_count_through_a_sequence_without_its_tokens_counts_nothing_known():
+    assert fold_due(covered=2, window_start=10, sample_tokens=[10], trigger_tokens=1, counted_through=6) == (
+        9,
+        30,
+    )
+
+
 def test_a_count_from_before_the_summary_moved_on_is_ignored():
     # Counted through 6, but the summary now covers through 6: the count is of covered messages.
     assert fold_due(
@@ -199,6 +220,11 @@ def test_foldable_leaves_out_a_trailing_call_whose_results_lie_beyond():
     assert ids(foldable(none_yet)) == ["u1", "a0"]
     both = [user("a", id="u1"), two_calls, tool_result("c2", id="t2"), tool_result("c1", id="t1")]
     assert ids(foldable(both)) == ["u1", "a1", "t2", "t1"]
+    # The first message a call: nothing before it to fold.
+    assert foldable([tool_call("c1", id="a1")]) == []
+    assert foldable([tool_call("c1", id="a1"), tool_result("c9", id="t9")]) == []
+    # A result before the call does not answer it.
+    assert ids(foldable([tool_result("c1", id="t0"), tool_call("c1", id="a1")])) == ["t0"]
 
 
 def test_fold_chunks_cut_at_the_limit_and_never_inside_a_tool_pair():

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from memproc import telemetry
+from memproc import logs, telemetry
 from memproc.events import StreamEvent, Tripwire
 from memproc.exceptions import ModelError, TripWire
 from memproc.llm.types import ModelRequest, ToolCall
@@ -219,6 +219,14 @@ def test_a_hook_returning_something_else_than_messages_is_a_type_error(returned,
     assert str(raised.value) == error
     with pytest.raises(TypeError) as raised:
         runner.run_output([Spy("bad", process_output_result=returned)], [])
+    assert str(raised.value) == error
+    with pytest.raises(TypeError) as raised:
+        runner.run_input_step([Spy("bad", process_input_step=returned)], step=0, responses=[])
+    assert str(raised.value) == error
+    with pytest.raises(TypeError) as raised:
+        runner.run_output_step(
+            [Spy("bad", process_output_step=returned)], step=0, responses=[], tool_calls=[]
+        )
     assert str(raised.value) == error
     assert [m.id for m in conversation.messages] == ["in-1"]
 
@@ -454,6 +462,19 @@ def test_api_error_hooks_see_the_request_as_the_ones_before_left_it():
     assert [m.id for m in later.messages] == ["a-1"]
 
 
+def test_an_api_error_hook_after_one_that_let_the_error_stand_may_still_ask_for_a_retry():
+    _, _, runner = make_runner()
+    own_system = system("You summarize.", id="other-instructions")
+    request = ModelRequest(messages=[own_system, user("long", id="u-1")])
+    retry = ModelRequest(messages=[own_system, user("short", id="u-2")])
+    passes = Spy("passes")
+    fixer = Spy("fixer", process_api_error=lambda ctx, err: retry)
+    assert runner.run_api_error([passes, fixer], step=0, request=request, error=ModelError("x")) is retry
+    # The failed request's own system messages, not the turn's.
+    assert [m.id for m in passes.seen[0][1].system_messages] == ["other-instructions"]
+    assert [m.id for m in fixer.seen[0][1].messages] == ["u-1"]
+
+
 def test_no_api_error_hook_asking_for_a_retry_lets_the_error_stand():
     _, _, runner = make_runner()
     request = ModelRequest(messages=[user("x", id="u")])
@@ -531,6 +552,29 @@ def test_a_failing_stream_hook_is_logged_and_the_part_passes_unchanged(caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "memproc: stream processor broken failed; part passed unchanged"
     ]
+
+
+def test_a_stream_hook_failing_on_one_part_still_sees_the_next_and_the_log_names_the_turn(caplog):
+    _, _, runner = make_runner()
+    splitter = Spy("splitter", process_output_stream=lambda ctx, part: [part, delta("!")])
+
+    def fails_on_text(ctx, part):
+        if part.text != "!":
+            raise RuntimeError("boom")
+        return delta("?")
+
+    token = logs.bind(agent_id="agent-1", thread_id="t1", resource_id="r1", turn_id="turn-1")
+    try:
+        with caplog.at_level(logging.ERROR, logger="memproc.processors.runner"):
+            out = runner.run_stream_part(
+                [splitter, Spy("picky", process_output_stream=fails_on_text)], delta("x")
+            )
+    finally:
+        logs.unbind(token)
+    assert out == [delta("x"), delta("?")]
+    (record,) = caplog.records
+    assert (record.agent_id, record.thread_id, record.turn_id) == ("agent-1", "t1", "turn-1")
+    assert "RuntimeError" in record.exc_text
 
 
 def test_a_stream_hook_returning_something_else_is_logged_and_the_part_passes_unchanged(caplog):

@@ -143,13 +143,14 @@ def test_withheld_hits_go_to_the_latest_search_only():
     info = TurnInfo(
         searches=[
             MemorySearchRecord(scope="thread", query_chars=3, hits=[("a", "t", 0.9)]),
+            MemorySearchRecord(scope="thread", query_chars=3, hits=[("a", "t", 0.9)]),
             MemorySearchRecord(scope="thread", query_chars=4, hits=[("b", "t", 0.8), ("c", "t", 0.7)]),
         ]
     )
     info.search_withheld(["b"])
     info.search_withheld(["c"])
-    assert [s.withheld for s in info.searches] == [[], ["b", "c"]]
-    assert info.as_dict()["searches"][1]["withheld"] == ["b", "c"]
+    assert [s.withheld for s in info.searches] == [[], [], ["b", "c"]]
+    assert info.as_dict()["searches"][2]["withheld"] == ["b", "c"]
 
 
 def test_withheld_hits_without_a_search_are_not_recorded():
