@@ -288,8 +288,8 @@ def test_sentences_are_kept_as_bullets_in_the_order_they_were_said():
 
 
 def test_asides_in_brackets_short_pieces_and_wordless_ones_are_left_out():
-    out = summarize(messages=(user("I met Bob [laughs] yesterday. Hello. Thanks a lot. ** **", id="u1"),))
-    assert out == "- user: I met Bob yesterday.\n- user: Thanks a lot."
+    out = summarize(messages=(user("I met Bob [laughs] yesterday. Hello. Thanks Bob. ** **", id="u1"),))
+    assert out == "- user: I met Bob yesterday.\n- user: Thanks Bob."
 
 
 def test_long_sentences_are_cut_at_forty_words():
@@ -320,6 +320,13 @@ def test_tool_calls_and_results_are_short_lines():
     ]
 
 
+def test_tool_call_arguments_that_are_not_json_are_shown_as_text():
+    from datetime import date
+
+    call = Message.create("assistant", [ToolCallPart("c1", "book", {"on": date(2024, 1, 2)})], id="a1")
+    assert summarize(messages=(call,)) == '- assistant: called book {"on": "2024-01-02"}'
+
+
 def test_long_tool_call_arguments_are_cut_at_twelve_words():
     call = Message.create(
         "assistant", [ToolCallPart("c1", "note", {"text": " ".join(f"a{i}" for i in range(20))})], id="a1"
@@ -338,6 +345,14 @@ def test_a_sentence_that_mostly_repeats_a_kept_one_is_skipped():
     assert (
         summarize(messages=(user("We met at noon. we MET at noon!", id="u1"),)) == "- user: We met at noon."
     )
+    # A repeat is skipped, and what follows it still read.
+    assert summarize(previous, (user("Alpha beta gamma delta epsilon. Then zeta eta.", id="u1"),)) == (
+        f"{previous}\n- user: Then zeta eta."
+    )
+    # Words spread over several new sentences are no repeat of any one of them either.
+    assert summarize(
+        messages=(user("Alpha beta one. Gamma delta two. Alpha beta gamma delta.", id="u1"),)
+    ) == ("- user: Alpha beta one.\n- user: Gamma delta two.\n- user: Alpha beta gamma delta.")
     # Words spread over several lines are no repeat of any one of them.
     spread = "- user: alpha beta one\n- user: gamma delta two"
     assert summarize(spread, (user("alpha beta gamma delta", id="u1"),)) == (
@@ -415,6 +430,24 @@ def test_lines_are_kept_best_first_while_they_fit_even_past_one_that_does_not():
     assert summarize(lines(DIGIT, PROPER, "- user: the bus leaves at 7"), budget=16) == lines(
         PROPER, "- user: the bus leaves at 7"
     )
+
+
+def test_new_sentences_over_budget_go_by_the_same_order():
+    out = summarize(
+        "- user: my name is Ada",
+        (
+            user("The weather seems fine today.", id="u1"),
+            assistant("The weather seems fine indeed.", id="a1"),
+            user("I like green tea lots.", id="u2"),
+        ),
+        budget=20,
+    )
+    assert out == "- user: my name is Ada\n- user: I like green tea lots."
+    # Equal scores among new sentences: the oldest goes, in the estimate and in the exact count.
+    out = summarize(messages=(user("The bus leaves at 7. The train leaves at 9.", id="u1"),), budget=8)
+    assert out == "- user: The train leaves at 9."
+    two = (user("The bus leaves at 7. The train leaves at 9.", id="u1"),)
+    assert summarize(messages=two, budget=16, counter=NewlineHeavy()) == "- user: The train leaves at 9."
 
 
 def test_a_budget_of_less_than_a_line_keeps_nothing():

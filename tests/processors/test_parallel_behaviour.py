@@ -23,7 +23,7 @@ from memproc.processors.turn import Turn
 from memproc.tools import Tool
 from tests.processors.conftest import assistant, make_ctx, system, user
 
-WAIT = 10  # seconds a member waits for the other before the test fails: never reached when parallel
+WAIT = 5  # seconds a member waits for the other before the test fails: never reached when parallel
 
 
 def a_tool(name: str) -> Tool:
