@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from memproc import telemetry
+from memproc import logs, telemetry
 from memproc.events import StreamEvent
 from memproc.exceptions import ConfigurationError, ModelError, ValidationError
 from memproc.llm.types import ModelRequest
 from memproc.messages import ToolResultPart
+from memproc.processors import parallel
 from memproc.processors.conversation import Conversation
 from memproc.processors.parallel import Parallel, check_processors, with_hook
 from memproc.processors.runner import Blocked, ProcessorRunner
@@ -203,7 +204,9 @@ def test_async_members_run_on_one_loop_beside_sync_ones_in_threads():
     b = Check("b", meet)
     _, runner = make_runner()
     runner.run_input([Parallel(a, b)])
-    assert len(a.seen) == 1
+    assert [ctx.processor_id for ctx in a.seen] == ["a"]
+    assert [ctx.processor_id for _, ctx, _ in b.seen] == ["b"]
+    assert [m.id for m in b.seen[0][1].messages] == ["in-1"]
     assert b.threads[0].startswith("memproc-parallel")
 
 
@@ -276,6 +279,96 @@ def test_an_async_members_time_is_recorded_in_milliseconds():
     ms, calls = turn.info.timings[("napper", "process_input")]
     assert calls == 1
     assert 20 <= ms < 2000
+
+
+def test_members_see_the_callers_context_variables_in_their_threads():
+    """A member's log lines carry the turn's fields, whether it runs in a thread alone or beside an
+    `async def` member on the loop."""
+
+    def reads_binding(ctx):
+        ctx.state["bound"] = logs.current()["turn_id"]
+
+    async def also_async(ctx):
+        ctx.state["bound"] = logs.current()["turn_id"]
+
+    sync_only = Check("sync", reads_binding)
+    mixed_sync, mixed_async = Check("mixed-sync", reads_binding), AsyncCheck("mixed-async", also_async)
+    _, runner = make_runner()
+    token = logs.bind(agent_id="a", thread_id="t1", resource_id="r1", turn_id="turn-7")
+    try:
+        runner.run_input([Parallel(sync_only)])
+        runner.run_input([Parallel(mixed_async, mixed_sync)])
+    finally:
+        logs.unbind(token)
+    assert sync_only.seen[0][1].state["bound"] == "turn-7"
+    assert mixed_sync.seen[0][1].state["bound"] == "turn-7"
+    assert mixed_async.seen[0].state["bound"] == "turn-7"
+
+
+class AsyncResultCheck:
+    """An `async def` member of process_tool_result."""
+
+    def __init__(self, id: str) -> None:
+        self.id = id
+        self.seen: list[Any] = []
+
+    async def process_tool_result(self, ctx: Any, result: Any) -> Any:
+        self.seen.append((ctx.processor_id, result))
+        return None
+
+
+def test_a_mixed_group_gives_each_member_its_context_and_the_tool_result():
+    _, runner = make_runner()
+    result = ToolResultPart("c1", "lookup", "ok")
+    on_loop = AsyncResultCheck("on-loop")
+    in_thread = Check("in-thread", lambda ctx, r: None, hooks=("process_tool_result",))
+    assert (
+        runner.run_tool_result([Parallel(on_loop, in_thread)], step=0, responses=[], result=result) is result
+    )
+    assert on_loop.seen == [("on-loop", result)]
+    ((_, ctx, args),) = in_thread.seen
+    assert (ctx.processor_id, args) == ("in-thread", (result,))
+    assert in_thread.threads[0].startswith("memproc-parallel")
+
+
+def test_as_many_members_as_async_threads_run_at_once():
+    """ASYNC_THREADS (32 by default) bounds the members running at once: 32 meet at a barrier."""
+    barrier = threading.Barrier(32, timeout=WAIT)
+
+    def meet(ctx):
+        barrier.wait()
+
+    members = [Check(f"m{i}", meet) for i in range(32)]
+    _, runner = make_runner()
+    runner.run_input([Parallel(*members)])
+    assert all(len(m.seen) == 1 for m in members)
+
+
+class Clock:
+    """time.perf_counter for one test: one second later at each reading."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self.lock:
+            self.now += 1.0
+            return self.now
+
+
+def test_member_times_are_recorded_in_milliseconds(monkeypatch):
+    turn, runner = make_runner()
+    monkeypatch.setattr(parallel.time, "perf_counter", Clock())
+    runner.run_input([Parallel(Check("sync"))])
+
+    async def nothing(ctx):
+        return None
+
+    runner.run_input([Parallel(AsyncCheck("async", nothing))])
+    # Each member's hook: read the clock before and after, one second apart.
+    assert turn.info.timings[("sync", "process_input")] == (1000.0, 1)
+    assert turn.info.timings[("async", "process_input")] == (1000.0, 1)
 
 
 # --- the first abort wins ---------------------------------------------------------------------------

@@ -620,6 +620,16 @@ def test_each_hook_calls_time_adds_up_on_the_turn_record():
     assert set(turn.info.timings) == {("slow", "process_input"), ("slow", "process_output_stream")}
 
 
+def test_hook_times_are_milliseconds_between_the_clock_readings_around_the_hook(monkeypatch):
+    turn, _, runner = make_runner()
+    readings = iter([10.0, 10.25, 20.0, 20.5])
+    monkeypatch.setattr(time, "perf_counter", lambda: next(readings))
+    spy = Spy("spy")
+    runner.run_input([spy])
+    runner.run_input([spy])
+    assert turn.info.timings[("spy", "process_input")] == (750.0, 2)
+
+
 def test_a_failed_or_aborted_hook_is_timed_too():
     turn, _, runner = make_runner()
 
