@@ -526,6 +526,22 @@ def test_an_input_step_member_may_read_but_not_change_the_system_messages_or_too
     assert [t.name for t in view.tools] == ["lookup", "search"]
 
 
+def test_members_get_their_own_copy_of_a_system_message_list_a_context_was_built_with():
+    """A context built by hand may hold a list: a member cannot change it in place (its copy is a
+    tuple), so the group's check compares against what the group was given."""
+    from memproc.processors.base import ProcessorContext
+
+    given = [system("sys", id="sys")]
+    ctx = ProcessorContext(processor_id="group", messages=(user("hi", id="u1"),), system_messages=given)
+
+    def appends(ctx):
+        ctx.system_messages.append(system("more", id="more"))
+
+    with pytest.raises(AttributeError):
+        Parallel(Check("appends", appends, hooks=("process_input_step",))).process_input_step(ctx)
+    assert [m.id for m in given] == ["sys"]
+
+
 def test_a_member_that_changes_the_system_messages_outside_input_steps_is_not_checked_for_it():
     """Only an input step reads ctx.system_messages back; elsewhere an assignment changes nothing."""
     _, runner = make_runner()
