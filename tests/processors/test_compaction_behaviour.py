@@ -223,6 +223,9 @@ def test_foldable_leaves_out_a_trailing_call_whose_results_lie_beyond():
     # The first message a call: nothing before it to fold.
     assert foldable([tool_call("c1", id="a1")]) == []
     assert foldable([tool_call("c1", id="a1"), tool_result("c9", id="t9")]) == []
+    # Only an assistant's call holds a fold back: a user message carrying a call part does not.
+    odd = Message.create("user", [ToolCallPart("c1", "search", {})], id="u2")
+    assert ids(foldable([user("a", id="u1"), odd])) == ["u1", "u2"]
     # A result before the call does not answer it.
     assert ids(foldable([tool_result("c1", id="t0"), tool_call("c1", id="a1")])) == ["t0"]
 
