@@ -104,3 +104,17 @@ def test_the_reasons_for_each_choice(monkeypatch, tmp_path, hide):
 def test_only_the_estimate_is_inexact():
     assert AutoChoice(TIKTOKEN).exact and AutoChoice(QUICKTOK).exact
     assert not AutoChoice(ESTIMATE).exact
+
+
+def test_a_stand_in_module_without_a_spec_counts_as_not_installed(monkeypatch):
+    """find_spec cannot tell where such a module came from (it raises): auto does not count on it."""
+    import types
+
+    for name in ("tiktoken", "quicktok"):
+        stand_in = types.ModuleType(name)
+        stand_in.__spec__ = None
+        monkeypatch.setitem(sys.modules, name, stand_in)
+    assert auto_counter_choice().spec == ESTIMATE
+    assert auto_counter_choice().reason.startswith(
+        "tiktoken is not installed, and quicktok-v1 is not installed"
+    )
