@@ -316,6 +316,15 @@ def test_every_encoding_decodes():
     assert data(InlineFile("not bytes", "raw", "", "")) == b""
 
 
+def test_percent_encoded_bytes_must_be_ascii():
+    error = refusal(InlineFile(b"caf\xc3\xa9", "percent", "text/plain", "a.txt"))
+    assert error.code == "undecodable"
+    assert str(error) == (
+        "Attachment 'a.txt' could not be decoded: 'ascii' codec can't decode byte 0xc3 in position 3: "
+        "ordinal not in range(128)"
+    )
+
+
 def test_an_unnamed_file_is_named_after_its_type():
     checked = file_check(InlineFile(PDF, "raw", "", ""), max_bytes=10_000, content_types=None)
     assert (checked.name, checked.content_type) == ("file.pdf", "application/pdf")
@@ -420,15 +429,15 @@ def test_a_non_text_type_may_hold_any_bytes():
         (b"RIFF\x10\x00\x00\x00WEBPVP8 ", "image/webp"),
         (b"RIFF\x10\x00\x00\x00WAVEfmt ", None),
         (b"RIFX\x10\x00\x00\x00WEBPVP8 ", None),
-        (b"\x00\x00\x00\x1cftypavif", "image/avif"),
-        (b"\x00\x00\x00\x1cftypavis", "image/avif"),
-        (b"\x00\x00\x00\x1cftypheic", "image/heic"),
-        (b"\x00\x00\x00\x1cftypheix", "image/heic"),
-        (b"\x00\x00\x00\x1cftypheim", "image/heic"),
-        (b"\x00\x00\x00\x1cftypheis", "image/heic"),
-        (b"\x00\x00\x00\x1cftypmif1", "image/heic"),
-        (b"\x00\x00\x00\x1cftypmp42", None),
-        (b"\x00\x00\x00\x1cmoovavif", None),
+        (b"\x00\x00\x00\x1cftypavif\x00\x00\x00\x00", "image/avif"),
+        (b"\x00\x00\x00\x1cftypavis\x00\x00\x00\x00", "image/avif"),
+        (b"\x00\x00\x00\x1cftypheic\x00\x00\x00\x00", "image/heic"),
+        (b"\x00\x00\x00\x1cftypheix\x00\x00\x00\x00", "image/heic"),
+        (b"\x00\x00\x00\x1cftypheim\x00\x00\x00\x00", "image/heic"),
+        (b"\x00\x00\x00\x1cftypheis\x00\x00\x00\x00", "image/heic"),
+        (b"\x00\x00\x00\x1cftypmif1\x00\x00\x00\x00", "image/heic"),
+        (b"\x00\x00\x00\x1cftypmp42\x00\x00\x00\x00", None),
+        (b"\x00\x00\x00\x1cmoovavif\x00\x00\x00\x00", None),
         (b"%PDF-1.7", "application/pdf"),
         (b"\xef\xbb\xbf \t\r\n\x00%PDF-1.7", "application/pdf"),
         (b"%PDF", None),
@@ -477,6 +486,7 @@ def test_normalise_type():
         ("../../etc/passwd", "text/plain", "passwd"),
         ("C:\\Users\\me\\photo.png", "image/png", "photo.png"),
         ("  .hidden  ", "text/plain", "hidden"),
+        ("Xray.png", "image/png", "Xray.png"),
         ("...", "image/png", "file.png"),
         ("dir/", "image/jpeg", "file.jpg"),
         ("", "application/pdf", "file.pdf"),
@@ -501,6 +511,8 @@ def test_size_units_in_refusals():
     assert too_large(1024, 1023) == "Attachment 'a' is 1.0 KB; the limit is 1023 bytes"
     assert too_large(1536, 1024) == "Attachment 'a' is 1.5 KB; the limit is 1.0 KB"
     assert too_large(1024 * 1024, 1024 * 1024 - 1) == "Attachment 'a' is 1.0 MB; the limit is 1024.0 KB"
+    assert too_large(1076, 1075) == "Attachment 'a' is 1.1 KB; the limit is 1.0 KB"
+    assert too_large(1101825, 1101824) == "Attachment 'a' is 1.1 MB; the limit is 1.1 MB"
 
 
 def test_attachment_refs_are_unaffected_by_checks():
