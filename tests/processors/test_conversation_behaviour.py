@@ -232,6 +232,11 @@ def test_unanswered_calls_by_index():
     assert unanswered_calls(messages[:1]) == {}
 
 
+def test_only_assistant_messages_are_asked_for_answers():
+    odd = Message.create("user", [TextPart("see"), ToolCallPart("u1", "search", {})], id="u")
+    assert unanswered_calls([odd, user("next", id="n")]) == {}
+
+
 def test_a_result_after_another_message_does_not_answer():
     messages = [calls("a", id="c"), user("u", id="u"), results("a", id="r")]
     assert unanswered_calls(messages) == {0: ["a"]}

@@ -307,6 +307,18 @@ def test_a_hit_makes_the_entry_the_newest():
     assert counter.texts == ["b"]
 
 
+def test_the_default_cache_keeps_1024_messages():
+    counter = Counting()
+    assert counter.cache_size == 1024
+    messages = [user(f"m{i}") for i in range(1025)]
+    for message in messages:
+        counter.count_message(message)
+    counter.texts.clear()
+    counter.count_message(messages[1])
+    counter.count_message(messages[0])
+    assert counter.texts == ["m0"]
+
+
 def test_a_cache_of_one_keeps_one():
     counter = Counting(cache_size=1)
     message = user("one", id="m")
@@ -365,6 +377,13 @@ def test_the_same_spec_in_another_key_order_is_the_same_counter():
     other = {"CLASS": "memproc.processors.tokens.CharEstimateCounter", "OPTIONS": {"chars_per_token": 2}}
     assert get_token_counter(other) is not counter
     assert get_token_counter(CharEstimateCounter) is get_token_counter(CharEstimateCounter)
+
+
+def test_a_spec_naming_its_class_by_object_is_built_once():
+    spec = {"CLASS": CharEstimateCounter, "OPTIONS": {"chars_per_token": 2}}
+    counter = get_token_counter(spec)
+    assert counter.id == "chars:2"
+    assert get_token_counter({"CLASS": CharEstimateCounter, "OPTIONS": {"chars_per_token": 2}}) is counter
 
 
 def test_the_setting_is_read_when_no_spec_is_given():
