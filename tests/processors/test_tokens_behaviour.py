@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
+import logging
 import sys
+import threading
+import time
 
 import pytest
 from django.test import override_settings
 
 from memproc.exceptions import ConfigurationError
 from memproc.messages import AttachmentRef, FilePart, Message, TextPart, ToolCallPart, ToolResultPart
+from memproc.processors.token_choice import ESTIMATE, AutoChoice
 from memproc.processors.tokens import (
     CharEstimateCounter,
     MessageCounter,
@@ -434,3 +438,95 @@ def test_other_setting_changes_keep_the_built_counters():
     with override_settings(USE_TZ=True):
         assert get_token_counter(spec) is counter
     assert get_token_counter(spec) is counter
+
+
+# --- "auto": what it builds, what it logs, and building once under concurrency -------------------------
+
+HERE = "tests.processors.test_tokens_behaviour"
+
+
+class BrokenCounter(CharEstimateCounter):
+    def __init__(self, **kwargs):
+        raise ConfigurationError("this one cannot load")
+
+
+class SlowCounter(CharEstimateCounter):
+    """Builds slowly, so a second caller arrives while the first one builds; counts its builds."""
+
+    built: list[SlowCounter] = []
+    building = threading.Event()
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        SlowCounter.building.set()
+        time.sleep(0.3)
+        SlowCounter.built.append(self)
+
+
+def choose(monkeypatch, *choices: AutoChoice) -> list[frozenset[str]]:
+    """Makes "auto" choose the first of `choices` not skipped; returns the skip sets it was asked with."""
+    asked: list[frozenset[str]] = []
+
+    def fake(*, skip=frozenset()):
+        asked.append(skip)
+        return next(c for c in choices if c.spec not in skip)
+
+    monkeypatch.setattr("memproc.processors.tokens.auto_counter_choice", fake)
+    return asked
+
+
+def test_auto_builds_its_choice_with_its_options_and_says_so(monkeypatch, caplog):
+    choose(monkeypatch, AutoChoice(f"{HERE}.Counting", {"cache_size": 7}, "a test choice"))
+    with caplog.at_level(logging.INFO, logger="memproc.processors.tokens"):
+        counter = get_token_counter("auto")
+    assert isinstance(counter, Counting) and counter.cache_size == 7
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.INFO, 'memproc: TOKENIZER "auto" counts tokens with chars:1: a test choice.')
+    ]
+    assert get_token_counter("auto") is counter
+
+
+def test_auto_skips_an_exact_counter_that_fails_and_warns(monkeypatch, caplog):
+    asked = choose(
+        monkeypatch,
+        AutoChoice(f"{HERE}.BrokenCounter", {}, "first"),
+        AutoChoice(ESTIMATE, {"chars_per_token": 3}, "last resort"),
+    )
+    with caplog.at_level(logging.INFO, logger="memproc.processors.tokens"):
+        assert get_token_counter("auto").id == "chars:3"
+    assert asked == [frozenset(), frozenset({f"{HERE}.BrokenCounter"})]
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (
+            logging.WARNING,
+            f'memproc: TOKENIZER "auto": {HERE}.BrokenCounter did not load (this one cannot load); trying the next',
+        ),
+        (logging.WARNING, 'memproc: TOKENIZER "auto" counts tokens with chars:3: last resort.'),
+    ]
+
+
+def test_auto_raises_when_the_estimate_itself_fails(monkeypatch):
+    choose(monkeypatch, AutoChoice(ESTIMATE, {"chars_per_token": 0}, "broken"))
+    with pytest.raises(ConfigurationError, match="chars_per_token"):
+        get_token_counter("auto")
+
+
+@pytest.mark.parametrize("spec", ["auto", f"{HERE}.SlowCounter"])
+def test_two_threads_asking_at_once_get_one_counter_built_once(monkeypatch, spec):
+    choose(monkeypatch, AutoChoice(f"{HERE}.SlowCounter", {}, "slow"))
+    SlowCounter.built.clear()
+    SlowCounter.building.clear()
+    got: list[object] = []
+
+    def ask():
+        got.append(get_token_counter(spec))
+
+    first = threading.Thread(target=ask)
+    first.start()
+    assert SlowCounter.building.wait(5)
+    second = threading.Thread(target=ask)  # arrives while the first one builds
+    second.start()
+    first.join(5)
+    second.join(5)
+    assert len(SlowCounter.built) == 1
+    assert got == [SlowCounter.built[0]] * 2
+    assert get_token_counter(spec) is SlowCounter.built[0]
