@@ -442,6 +442,7 @@ def test_a_non_text_type_may_hold_any_bytes():
         (b"\xef\xbb\xbf \t\r\n\x00%PDF-1.7", "application/pdf"),
         (b"%PDF", None),
         (b"x%PDF-1.7", None),
+        (b"X%PDF-1.7", None),
         (b"", None),
     ],
 )
