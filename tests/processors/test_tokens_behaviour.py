@@ -199,6 +199,17 @@ def test_tiktoken_option_errors(no_downloads, monkeypatch):
     assert str(caught.value) == 'TiktokenCounter needs tiktoken: pip install "django-memproc" installs it'
 
 
+@needs_tiktoken
+def test_tiktoken_defaults_and_id(tmp_path):
+    from tests.tiktoken_cache import put_in_tiktoken_cache
+
+    put_in_tiktoken_cache(tmp_path / "empty-tiktoken-cache", "o200k_base")
+    counter = TiktokenCounter()
+    assert (counter.encoding, counter.id, counter.cache_size) == ("o200k_base", "tiktoken:o200k_base", 1024)
+    assert counter.count_text("") == 0
+    assert counter.count_text("hello world") == 2
+
+
 @pytest.mark.parametrize("error", [OSError, ValueError, ImportError])
 @needs_tiktoken
 def test_tiktoken_load_failures_of_each_kind_are_configuration_errors(monkeypatch, error):
