@@ -260,6 +260,12 @@ def test_a_resent_conversation_is_recognised_by_role_text_and_tool_ids():
     )
 
 
+def test_every_prefix_length_is_tried_longest_first():
+    stored = [user("s0"), assistant("s1"), user("s2")]
+    resent = [assistant("s1"), user("s2"), assistant("reply"), user("new")]
+    assert echoed_prefix(resent, stored) == 2
+
+
 def test_the_last_input_message_is_always_new():
     stored = [user("hi"), assistant("hello")]
     assert echoed_prefix([user("hi"), assistant("hello")], stored) == 0

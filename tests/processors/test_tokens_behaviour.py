@@ -10,6 +10,7 @@ import logging
 import sys
 import threading
 import time
+import types
 
 import pytest
 from django.test import override_settings
@@ -121,7 +122,7 @@ def test_chars_per_token_error_and_ids():
 
 def test_message_counter_leaves_count_text_to_subclasses():
     counter = MessageCounter()
-    assert counter.id == "message-counter"
+    assert (counter.id, counter.cache_size) == ("message-counter", 1024)
     with pytest.raises(NotImplementedError):
         counter.count_text("x")
 
@@ -413,6 +414,19 @@ def test_a_spec_that_cannot_be_a_key_is_a_configuration_error():
         "MEMPROC['TOKENIZER']: cannot build a token counter from ['memproc.processors.tokens.CharEstimateCounter']"
     )
     assert isinstance(caught.value.__cause__, TypeError)
+
+
+def test_a_spec_that_cannot_be_imported_names_the_setting():
+    with pytest.raises(ConfigurationError) as caught:
+        get_token_counter("memproc.processors.tokens.NoSuchCounter")
+    assert str(caught.value).startswith(
+        "MEMPROC['TOKENIZER']: cannot import 'memproc.processors.tokens.NoSuchCounter': "
+    )
+
+
+def test_a_read_only_mapping_is_a_spec_too():
+    spec = types.MappingProxyType({"CLASS": ESTIMATE, "OPTIONS": {"chars_per_token": 5}})
+    assert get_token_counter(spec).id == "chars:5"
 
 
 def test_a_spec_with_wrong_options_names_them():
