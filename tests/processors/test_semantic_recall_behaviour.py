@@ -525,3 +525,14 @@ def test_every_read_is_for_the_turns_resource_and_the_agents_vector_store():
     out, turn, _ = run(SemanticRecall(embedder=embedder, vector_store="vs", message_range=0), store)
     assert [h.id for h in turn.info.recalled] == ["h1"]  # t-old is archived for R
     assert [m.id for m in out[:-1]] == ["h1"]
+
+
+def test_the_query_is_embedded_once_and_its_vector_goes_to_the_turns_save():
+    """The stored user message's vector is the recall query's: the save writes it without asking the
+    embedder again (one durable commit per turn, with the vectors computed before it)."""
+    store, embedder = two_threads()
+    _, turn, _ = run(SemanticRecall(embedder=embedder, scope="resource"), store)
+    assert embedder.queries == ["the question"]
+    [(text, vector)] = turn.writes.vectors.items()
+    assert text == "the question"
+    assert np.allclose(vector, store.query_vector(text="the question", embedder=embedder))
