@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -163,6 +165,44 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(marker, append=False)
 
 
+@pytest.fixture(autouse=True)
+def no_index_build_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """On PostgreSQL, no HNSW index outlives the test that made it: the inline build a bulk load sends
+    runs in a thread that may finish after the test, and a transactional test's index survives the
+    truncation. Another session drops what was committed (an index inside a rolled-back test
+    transaction goes with it); the lock timeout keeps it from waiting on that transaction."""
+    yield
+    if request.config.getoption("--db") != "postgres" or not uses_the_database(request.node):
+        return
+    from django.db import connection
+
+    from memproc.vectors.pgvector_store import forget_indexes, wait_for_inline_work
+
+    wait_for_inline_work(timeout=120)
+    try:
+        session = connection.get_new_connection(connection.get_connection_params())
+    except Exception:  # the test database is gone or never was (a test that failed to set it up)
+        return
+    try:
+        session.autocommit = True
+        session.execute("SET lock_timeout = '5s'")
+        names = [
+            row[0]
+            for row in session.execute(
+                "SELECT indexname FROM pg_indexes WHERE tablename = 'memproc_messageembedding' "
+                "AND indexname LIKE 'memproc_emb_hnsw_%'"
+            ).fetchall()
+        ]
+        for name in names:
+            session.execute(f'DROP INDEX IF EXISTS "{name}"')
+        if names:
+            forget_indexes()
+    except Exception:  # a lock held by the test's own open transaction: the next test drops it
+        pass
+    finally:
+        session.close()
+
+
 @pytest.fixture
 def memproc_connection():
     """The connection to the database that holds memproc's tables (the router's answer)."""
@@ -232,3 +272,37 @@ def committing():
     from memproc.db import memproc_db
 
     return lambda: TestCase.captureOnCommitCallbacks(using=memproc_db(), execute=True)
+
+
+@pytest.fixture(scope="module")
+def otel_exporter() -> Iterator[Any]:
+    """An SDK tracer provider with an in-memory exporter for one test module, and the provider before
+    it put back afterwards. memproc's tracer is rebuilt both times: it keeps to the provider it first
+    saw, so a module that set its own provider without this would record into another's exporter."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from memproc import telemetry
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    before = trace._TRACER_PROVIDER  # noqa: SLF001 - tests own the global provider
+    trace._TRACER_PROVIDER_SET_ONCE._done = False  # noqa: SLF001
+    trace.set_tracer_provider(provider)
+    telemetry._tracer.cache_clear()  # noqa: SLF001
+    yield exporter
+    trace._TRACER_PROVIDER = before  # noqa: SLF001
+    trace._TRACER_PROVIDER_SET_ONCE._done = before is not None  # noqa: SLF001
+    telemetry._tracer.cache_clear()  # noqa: SLF001
+    provider.shutdown()
+
+
+@pytest.fixture
+def spans(otel_exporter: Any) -> Any:
+    """The spans finished during the test (a module that wants them on every test marks itself
+    `usefixtures("otel_exporter")`)."""
+    otel_exporter.clear()
+    return otel_exporter

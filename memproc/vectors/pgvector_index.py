@@ -3,9 +3,9 @@
 The `vector` column is untyped so embedders of any size share the table; each (embedder, dimensions)
 gets `memproc_emb_hnsw_<hash>` on `(vector::halfvec(d)) halfvec_cosine_ops WHERE model = ... AND
 dimensions = d AND indexed` (`vector(d)` with HNSW_INDEX_TYPE "vector"; the dimensions guard keeps an
-embedder id reused at another size from breaking the cast, and so inserts). It is created on the
-first store or search of that embedder in a process. The HNSW branch orders by the index's type and
-returns full-precision distances.
+embedder id reused at another size from breaking the cast, and so inserts). It is built off the
+request, by `memproc.build_index` or `memproc_index --build`; no store or search creates it. The
+HNSW branch orders by the index's type and returns full-precision distances.
 """
 
 from __future__ import annotations

@@ -308,6 +308,15 @@ def run_in_thread(task_name: str, kwargs: dict[str, Any]) -> threading.Thread | 
     return thread
 
 
+def wait_for_inline_work(timeout: float | None = None) -> None:
+    """Waits for this process's inline merges and builds: for a script that imported and wants the
+    index before it goes on, or a test that must not leave a build running into the next one."""
+    with _lock:
+        threads = list(_running.values())
+    for thread in threads:
+        thread.join(timeout)
+
+
 def forget_indexes() -> None:
     """Forgets the extension versions and which scopes were large (for tests that drop or delete them)."""
     forget_versions()

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
 from memproc import Memory, signals, tool
@@ -15,26 +12,9 @@ from memproc.messages import Message
 from memproc.models import TurnRecord
 from memproc.testing import HashEmbedder
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("otel_exporter")]
 
 T, R = "t-obs", "user-obs"
-_EXPORTER = InMemorySpanExporter()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def tracer_provider():
-    """One SDK provider for the module (OpenTelemetry lets a process set it once)."""
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-    trace._TRACER_PROVIDER_SET_ONCE._done = False  # noqa: SLF001 - tests own the global provider
-    trace.set_tracer_provider(provider)
-    yield
-
-
-@pytest.fixture
-def spans():
-    _EXPORTER.clear()
-    return _EXPORTER
 
 
 @tool

@@ -12,9 +12,6 @@ from typing import Any
 import numpy as np
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
 from memproc import logs
@@ -33,25 +30,7 @@ from memproc.processors.turn_info import RecalledHit
 
 T, R = "t-now", "r-recall"
 START = datetime(2026, 12, 4, 9, 0, tzinfo=UTC)
-_EXPORTER = InMemorySpanExporter()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def tracer_provider():
-    """An SDK provider for this module, and the one before it back afterwards."""
-    previous, done = trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE._done  # noqa: SLF001
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-    trace._TRACER_PROVIDER_SET_ONCE._done = False  # noqa: SLF001 - tests own the global provider
-    trace.set_tracer_provider(provider)
-    yield
-    trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE._done = previous, done  # noqa: SLF001
-
-
-@pytest.fixture
-def spans() -> InMemorySpanExporter:
-    _EXPORTER.clear()
-    return _EXPORTER
+pytestmark = pytest.mark.usefixtures("otel_exporter")
 
 
 class TableEmbedder:

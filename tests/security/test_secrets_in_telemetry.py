@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from django.forms.models import model_to_dict
 
-from memproc import Memory, models, telemetry
+from memproc import Memory, models
 from memproc.embedders import OpenAIEmbedder
 from memproc.exceptions import ModelError
 from memproc.llm.openai import OpenAIChatModel
@@ -28,7 +28,7 @@ from memproc.testing.openai_server import OpenAICompatibleServer
 
 pytest.importorskip("openai")
 trace = pytest.importorskip("opentelemetry.trace")
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("otel_exporter")]
 
 KEY = "sk-test-SECRET123"
 CARD = "4111111111111111"
@@ -46,39 +46,6 @@ PROVIDER_SAYS = (
 
 
 # --- what is observed -----------------------------------------------------------------------------
-
-
-_EXPORTER: Any = None
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _span_exporter() -> Iterator[None]:
-    """An SDK provider with an in-memory exporter for this module; the one before it is put back
-    after (memproc's tracer is rebuilt both times: it keeps to the provider it first saw)."""
-    global _EXPORTER
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    _EXPORTER = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-    before = trace._TRACER_PROVIDER  # noqa: SLF001 - tests own the global provider
-    trace._TRACER_PROVIDER_SET_ONCE._done = False  # noqa: SLF001
-    trace.set_tracer_provider(provider)
-    telemetry._tracer.cache_clear()  # noqa: SLF001
-    yield
-    trace._TRACER_PROVIDER = before  # noqa: SLF001
-    trace._TRACER_PROVIDER_SET_ONCE._done = before is not None  # noqa: SLF001
-    telemetry._tracer.cache_clear()  # noqa: SLF001
-    provider.shutdown()
-
-
-@pytest.fixture
-def spans() -> Any:
-    """Every span finished during the test."""
-    _EXPORTER.clear()
-    return _EXPORTER
 
 
 @pytest.fixture
