@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from functools import cache
 from typing import Any
 
 import numpy as np
@@ -128,7 +126,6 @@ def _marks(width: int) -> str:
 _ALWAYS_BINDABLE = 999
 
 
-@cache  # per field: asked for every value of every row of a bulk load
 def _stores_text_as_is(field: models.Field) -> bool:
     """Whether the field saves a `str` unchanged (Char/Text fields and keys to them), so the per-turn
     insert can skip its `get_db_prep_save` for str values, which only re-checks that they are str."""
@@ -236,8 +233,8 @@ def _copy_value(field: models.Field, value: Any, connection: Any, binary: bool) 
     return field.get_db_prep_save(value, connection)
 
 
-@cache  # per type oid: a Dumper class built for each row of a COPY would cost more than the row
 def _vector_dumper(oid: int) -> type:
+    """A dumper class for one COPY (a few microseconds, beside a COPY of 64 rows or more)."""
     from psycopg.adapt import Dumper
     from psycopg.pq import Format
 
@@ -254,20 +251,13 @@ def _vector_dumper(oid: int) -> type:
 def _binary_types(
     connection: Any, cursor: Any, table: str, columns: str, vectors: Sequence[int]
 ) -> list[int]:
-    """The columns' type oids (cached per database session: a test database has its own), with the
-    packed-vector dumper registered for the vector columns' type on this cursor."""
-    raw = connection.connection
-    known = _copy_types.setdefault(raw, {})
-    oids = known.get((table, columns))
-    if oids is None:
-        cursor.execute(f"SELECT {columns} FROM {table} LIMIT 0")
-        oids = known[(table, columns)] = [column.type_code for column in cursor.description]
+    """The columns' type oids, with the packed-vector dumper registered for the vector columns' type
+    on this cursor. Asked each time: one round trip per COPY of 64 rows or more."""
+    cursor.execute(f"SELECT {columns} FROM {table} LIMIT 0")
+    oids = [column.type_code for column in cursor.description]
     for index in vectors:  # on the cursor: it took a copy of the connection's adapters
         cursor.cursor.adapters.register_dumper(None, _vector_dumper(oids[index]))
     return oids
-
-
-_copy_types: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], list[int]]] = weakref.WeakKeyDictionary()
 
 
 def _copy(

@@ -93,7 +93,7 @@ def start_span(
     return _tracer().start_span(name, context=context, kind=kind, attributes=_clean(attributes or {}))
 
 
-@functools.cache
+@functools.cache  # one tracer object, not a cache of data
 def _tracer() -> Any:
     """One tracer: a proxy that follows the SDK provider a site sets later (get_tracer reads the
     environment on every call, a cost per span otherwise)."""

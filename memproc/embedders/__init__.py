@@ -46,6 +46,8 @@ class Embedder(Protocol):
         ...
 
 
+# Embedder objects, not data: a client keeps its HTTP connection pool, a local model its loaded
+# runtime (~1 s and ~300 MB for MiniLM), so each spec is built once per process.
 _cache: dict[Any, Any] = {}
 _cache_lock = threading.Lock()
 

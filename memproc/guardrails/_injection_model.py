@@ -29,7 +29,7 @@ INSTALL_HINT = 'pip install "django-memproc[embeddings]"'
 MAX_TOKENS = 256
 
 _lock = threading.Lock()
-_head: dict[str, Any] = {}
+_head: dict[str, Any] = {}  # the package's weights, read once: not a cache of data
 
 
 def check_available(owner: str = "PromptInjectionDetector", weights: Path = MODEL_FILE) -> None:

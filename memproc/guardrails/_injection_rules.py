@@ -18,11 +18,13 @@ from __future__ import annotations
 import base64
 import binascii
 import codecs
+import hashlib
 import re
+import threading
 import urllib.parse
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from memproc.guardrails._injection_lexicon import RULES, Rule, leet_tolerant
 from memproc.guardrails._normalize import fold
@@ -83,20 +85,30 @@ class _Copy:
 
 def score_text(text: str, *, decode: bool = True) -> Verdict:
     """The heuristic verdict for `text` (0 means no rule fired). History and recall bring the same
-    messages back turn after turn, so verdicts of texts up to `_CACHED_CHARS` long are remembered."""
-    if len(text) <= _CACHED_CHARS:
-        return _score_cached(text, decode)
-    return _score(text, decode=decode)
+    messages back turn after turn, so verdicts of texts up to `_CACHED_CHARS` long are remembered,
+    by a digest of the text: the process keeps no user text (it would outlive `forget`)."""
+    if len(text) > _CACHED_CHARS:
+        return _score(text, decode=decode)
+    key = (hashlib.blake2b(text.encode(), digest_size=16).digest(), decode)
+    with _verdicts_lock:
+        verdict = _verdicts.get(key)
+        if verdict is not None:
+            _verdicts.move_to_end(key)
+            return verdict
+    verdict = _score(text, decode=decode)
+    with _verdicts_lock:
+        _verdicts[key] = verdict
+        while len(_verdicts) > _CACHED_VERDICTS:
+            _verdicts.popitem(last=False)
+    return verdict
 
 
 _CACHED_CHARS = 4000
-
-
+_CACHED_VERDICTS = 2048
 # Scoring a 4,000-character text takes ~20 ms on a 2-core machine (2026-12-03), and the history and
 # recall channels score the same stored messages again on every turn of a thread.
-@lru_cache(maxsize=2048)
-def _score_cached(text: str, decode: bool) -> Verdict:
-    return _score(text, decode=decode)
+_verdicts: OrderedDict[tuple[bytes, bool], Verdict] = OrderedDict()
+_verdicts_lock = threading.Lock()
 
 
 def _score(text: str, *, decode: bool) -> Verdict:

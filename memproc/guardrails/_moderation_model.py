@@ -25,7 +25,7 @@ MODEL_FILE = Path(__file__).with_name("models") / "moderation_head.npz"
 MAX_TOKENS = 256
 
 _lock = threading.Lock()
-_head: dict[str, Any] = {}
+_head: dict[str, Any] = {}  # the package's weights, read once: not a cache of data
 
 
 def check_available() -> None:

@@ -32,6 +32,7 @@ __all__ = [
 ProviderFactory = Callable[[str], ChatModel]
 
 _providers: dict[str, ProviderFactory] = {}
+# Model objects, not data: each keeps its HTTP client and connection pool, built once per name.
 _cache: dict[str, ChatModel] = {}
 _lock = threading.Lock()
 

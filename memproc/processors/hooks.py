@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -26,16 +25,6 @@ def call_hook(hook: Callable[..., Any], *args: Any) -> Any:
     return result
 
 
-# Whether a hook's function is a coroutine function, by function: inspect's check unwraps and reads
-# flags on every call, and every hook call of every turn asks.
-_ASYNC_HOOKS: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
-
-
 def is_async_hook(hook: Callable[..., Any]) -> bool:
-    function = getattr(hook, "__func__", None)
-    if function is None:  # not a bound method: a partial, a callable object, ...; not cached
-        return inspect.iscoroutinefunction(hook)
-    known = _ASYNC_HOOKS.get(function)
-    if known is None:
-        known = _ASYNC_HOOKS[function] = inspect.iscoroutinefunction(hook)
-    return known
+    # Asked afresh on every call: about 1 µs, and a turn calls some ten hooks.
+    return inspect.iscoroutinefunction(hook)

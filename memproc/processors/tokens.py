@@ -275,6 +275,7 @@ def _as_json(value: Any) -> str:
 
 # --- the configured counter ---------------------------------------------------------------------------
 
+# Counter objects, not data: a tokenizer's vocabulary is loaded once per spec and process.
 _counters: dict[Any, TokenCounter] = {}
 _counters_lock = threading.Lock()
 

@@ -1,16 +1,15 @@
-"""Embedding writes: new messages are embedded in batches, idempotently, reusing vectors by content hash.
+"""Embedding writes: new messages are embedded in batches, idempotently, reusing stored vectors by
+content hash. The process keeps no vector of its own: one of a forgotten text would outlive `forget`.
 
 Every vector is checked (`embed_checked`: one per text, finite, the embedder's size, not all zeros)
-before it is remembered in the process cache or written; a bad reply raises `EmbedderUnavailable` and
+before it is written; a bad reply raises `EmbedderUnavailable` and
 leaves nothing behind, so one bad answer cannot poison a text for good. Vectors read back from the
 table are checked too, so a row written before this check existed is embedded again, not reused.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,8 +27,6 @@ from memproc.vectors import EmbeddingRow, get_vector_store
 logger = logging.getLogger(__name__)
 
 EMBEDDABLE_ROLES = ("user", "assistant")
-_CACHE_SIZE = 4096
-_vector_cache: OrderedDict[str, np.ndarray] = OrderedDict()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +85,7 @@ def embedding_rows(
 ) -> list[EmbeddingRow]:
     """The embedding rows of `sources`, nothing written: one embedder call for every chunk not seen
     before (by content hash). `known` maps texts to vectors the caller already has from this embedder
-    (a turn's recall query): a source whose whole text is one such chunk is not embedded again.
+    (a turn's recall query): a chunk equal to such a one-chunk text is not embedded again.
     Raises what the embedder raises (`embed_checked`), before anything is kept."""
     if not sources:
         return []
@@ -98,20 +95,20 @@ def embedding_rows(
         for source in sources
         for index, chunk in enumerate(chunk_text(source.text, settings.EMBEDDING_CHUNK_CHARS))
     ]
-    # query_embed embeds a one-chunk text as that chunk, and a longer query whole (no chunk's vector).
-    split = {id(source) for source, index, *_ in pieces if index > 0}
-    given = {
-        h: known[source.text]
-        for source, _, _, h in pieces
-        if known and source.text in known and id(source) not in split
-    }
+    # query_embed embeds a one-chunk text as that chunk (so its vector is that chunk's, whatever
+    # whitespace the stored text has around it) and a longer query whole (no chunk's vector).
+    given = {}
+    for text, vector in (known or {}).items():
+        chunks = chunk_text(text, settings.EMBEDDING_CHUNK_CHARS)
+        if len(chunks) == 1:
+            given[content_hash(chunks[0], embedder.id)] = vector
+    given = {h: given[h] for *_, h in pieces if h in given}
     vectors = {**_known_vectors(embedder, {h for *_, h in pieces} - given.keys()), **given}
     missing = list(dict.fromkeys(h for *_, h in pieces if h not in vectors))
     if missing:
         texts = {h: chunk for _, _, chunk, h in pieces}
         matrix = embed_checked(embedder, [texts[h] for h in missing])  # all usable, or nothing kept
-        for h, vector in zip(missing, matrix, strict=True):
-            vectors[h] = _remember(h, vector.copy())
+        vectors.update(zip(missing, matrix, strict=True))
     rows = [
         EmbeddingRow(
             message_id=source.message_id,
@@ -129,48 +126,21 @@ def embedding_rows(
 
 
 def query_embed(text: str, embedder: Any) -> np.ndarray:
-    """The vector of a recall query, through the same process cache as stored chunks.
-
-    The query is usually the turn's new user message, which is embedded again for storage after the
-    turn commits: remembering it under that chunk's content hash spares the second embedder call (and
-    the table lookup). A query longer than one chunk is embedded whole, as it is, and not remembered.
-    """
+    """The vector of a recall query: its one chunk's, as a stored message's would be, or the whole
+    text's when it is longer than a chunk. Not remembered in the process: the turn hands this vector
+    to its own save (`known` of `embedding_rows`), and a vector kept here would outlive `forget`."""
     embedder = get_embedder(embedder)
     chunks = chunk_text(text, settings.EMBEDDING_CHUNK_CHARS)
-    if len(chunks) != 1:
-        return embed_checked(embedder, [text])[0]
-    key = content_hash(chunks[0], embedder.id)
-    cached = _vector_cache.get(key)
-    if cached is not None:
-        with contextlib.suppress(KeyError):  # evicted meanwhile by another thread
-            _vector_cache.move_to_end(key)
-        return cached
-    return _remember(key, embed_checked(embedder, [chunks[0]])[0].copy())
+    return embed_checked(embedder, [chunks[0] if len(chunks) == 1 else text])[0]
 
 
 def _known_vectors(embedder: Any, hashes: set[str]) -> dict[str, np.ndarray]:
-    """Vectors already computed for these texts: from the process cache, else from the table (rows
-    whose vector is unusable, stored before vectors were checked, are skipped: embedded again)."""
-    found = {h: _vector_cache[h] for h in hashes if h in _vector_cache}
-    wanted = hashes - found.keys()
-    if wanted:
-        rows = models.MessageEmbedding.objects.filter(
-            model=embedder.id, content_hash__in=list(wanted)
-        ).values_list("content_hash", "vector")
-        dimensions = int(embedder.dimensions)
-        for h, vector in rows:
-            if h not in found and vector_problem(vector, dimensions) is None:
-                found[h] = _remember(h, vector)
-    return found
-
-
-def clear_vector_cache() -> None:
-    _vector_cache.clear()
-
-
-def _remember(key: str, vector: np.ndarray) -> np.ndarray:
-    _vector_cache[key] = vector
-    _vector_cache.move_to_end(key)
-    while len(_vector_cache) > _CACHE_SIZE:
-        _vector_cache.popitem(last=False)
-    return vector
+    """Vectors already stored for these texts (rows whose vector is unusable, stored before vectors
+    were checked, are skipped: embedded again)."""
+    if not hashes:
+        return {}
+    rows = models.MessageEmbedding.objects.filter(
+        model=embedder.id, content_hash__in=list(hashes)
+    ).values_list("content_hash", "vector")
+    dimensions = int(embedder.dimensions)
+    return {h: vector for h, vector in rows if vector_problem(vector, dimensions) is None}

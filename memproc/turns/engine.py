@@ -224,8 +224,9 @@ class TurnEngine(ModelLoop):
         turn = self.turn
         assert turn is not None
         feedback: list[Message] = []
+        vectors = turn.writes.vectors  # the recall query's, from the input processors: reused by the save
         while True:
-            turn.writes = TurnWrites()
+            turn.writes = TurnWrites(vectors=vectors)
             if self.resume is not None:  # the changes the model made before the turn suspended
                 turn.writes.working_memory = list(self.resume.working_memory)
             self.draft = []

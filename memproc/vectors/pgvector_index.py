@@ -18,6 +18,8 @@ from memproc.exceptions import ConfigurationError
 from memproc.models import MessageEmbedding
 
 HALFVEC_SINCE = (0, 7)  # the pgvector release that added halfvec
+# The extension's version per database alias, read once: otherwise every store and every search
+# would send one more query (a round trip, 0.2–1 ms here) to choose its statement.
 _pgvector_versions: dict[str, tuple[int, ...]] = {}
 
 

@@ -54,9 +54,7 @@ from memproc.vectors.pgvector_index import (
     index_type,
 )
 from memproc.vectors.pgvector_search import (
-    forget_large_scopes,
     last_result,
-    remember_large_scope,
     search_statement,
 )
 
@@ -147,7 +145,7 @@ class PgvectorStore(DjangoVectorStore):
     ) -> list[VectorHit]:
         alias = self.db_for_read()
         connection = connections[alias]
-        sql, large_key = self._search(
+        sql = self._search(
             connection,
             embedder_id=embedder_id,
             query=query,
@@ -160,9 +158,6 @@ class PgvectorStore(DjangoVectorStore):
         with connection.cursor() as cursor:
             cursor.execute(sql)
             rows = last_result(cursor, connection)
-        if large_key is not None and rows and rows[0][3] > large_key[-1] and not connection.in_atomic_block:
-            # Counted outside a transaction: no uncommitted rows of a caller's made it look large.
-            remember_large_scope(large_key)
         return [VectorHit(row[0], row[1], 1.0 - float(row[2])) for row in rows]
 
     def search_sql(self, connection: Any, **search: Any) -> str:
@@ -174,9 +169,9 @@ class PgvectorStore(DjangoVectorStore):
         A `filter` joins the scope as `message_id IN (admitted messages)`: the HNSW branch's
         iterative scan keeps going until `top_k` admitted rows are found.
         """
-        return self._search(connection, **search)[0]
+        return self._search(connection, **search)
 
-    def _search(self, connection: Any, **search: Any) -> tuple[str, tuple[Any, ...] | None]:
+    def _search(self, connection: Any, **search: Any) -> str:
         """`search_statement` with this store's `ef_search` and `exact_max_rows`."""
         ef_search = self.ef_search or int(settings.HNSW_EF_SEARCH)
         exact_max_rows = self.exact_max_rows
@@ -318,9 +313,8 @@ def wait_for_inline_work(timeout: float | None = None) -> None:
 
 
 def forget_indexes() -> None:
-    """Forgets the extension versions and which scopes were large (for tests that drop or delete them)."""
+    """Forgets the extension versions this process read (for tests that change them)."""
     forget_versions()
-    forget_large_scopes()
 
 
 def _index_key(alias: str, embedder_id: str, dimensions: int) -> tuple[str, str, int, str]:

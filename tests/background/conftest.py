@@ -298,15 +298,12 @@ def _wait_for(
 
 @pytest.fixture(autouse=True)
 def _fresh_embedding_caches() -> Iterator[None]:
-    """Vectors are cached per process by content hash; tests that count embedder calls start cold."""
+    """Embedders are built once per process; tests that count embedder calls start with fresh ones."""
     from memproc.embedders import reset_embedders
-    from memproc.services.recall import clear_vector_cache
     from tests.background.embedders import SwitchEmbedder
 
-    clear_vector_cache()
     reset_embedders()
     SwitchEmbedder.reset()
     yield
-    clear_vector_cache()
     reset_embedders()
     SwitchEmbedder.reset()

@@ -7,7 +7,6 @@ from django.db.models import Count
 
 from memproc.models import Message as StoredMessage
 from memproc.models import MessageEmbedding, Thread
-from memproc.services.recall import clear_vector_cache
 from tests.background.worker_agent import build_worker_agent
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
@@ -57,7 +56,6 @@ def test_a_worker_embeds_turns_and_recall_finds_them(
         )
         assert broker.pending() == 0
 
-        clear_vector_cache()
         later = agent.generate("Which colour do I paint boats?", thread_id="later", resource_id=R)
 
     recalled = [m["text"] for m in later.memory["recalled"]]

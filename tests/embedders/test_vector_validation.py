@@ -23,7 +23,6 @@ from memproc.embedders import OpenAIEmbedder, content_hash, vector_problem
 from memproc.exceptions import EmbedderUnavailable
 from memproc.messages import Message
 from memproc.models import MessageEmbedding, message_key
-from memproc.services import recall
 from memproc.services.recall import EmbeddingSource, query_embed, sources_embed, sources_for
 from memproc.testing import HashEmbedder
 from memproc.testing.openai_server import OpenAICompatibleServer
@@ -69,15 +68,8 @@ class TooFewVectors(SometimesBad):
         return self.inner.embed(texts)[:-1] if self.broken else self.inner.embed(texts)
 
 
-@pytest.fixture(autouse=True)
-def _empty_vector_cache() -> Iterator[None]:
-    recall.clear_vector_cache()
-    yield
-    recall.clear_vector_cache()
-
-
 def asks_the_embedder(embedder: SometimesBad, text: str) -> bool:
-    """Whether a recall query for `text` now goes to the embedder, rather than to a remembered vector."""
+    """Whether a recall query for `text` goes to the embedder."""
     calls = len(embedder.calls)
     query_embed(text, embedder)
     return len(embedder.calls) > calls
@@ -110,7 +102,7 @@ def test_vector_problem_refuses_what_is_not_a_vector(bad: object) -> None:
     assert vector_problem(bad, DIMS) is not None
 
 
-# --- query vectors (the process cache) -----------------------------------------------------------
+# --- query vectors -----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("kind", sorted(BAD_VECTORS))
@@ -127,7 +119,8 @@ def test_a_bad_query_vector_is_an_embedder_error_and_is_not_cached(kind: str) ->
     expected = np.asarray(HashEmbedder(dimensions=DIMS).embed(["where did I park the car"])[0])
     np.testing.assert_allclose(vector, expected, rtol=1e-6)
     assert len(embedder.calls) == 3
-    assert not asks_the_embedder(embedder, "where did I park the car")  # a good vector is remembered
+    # Nor is a good one: the process keeps no vector of a user's text (it would outlive `forget`).
+    assert asks_the_embedder(embedder, "where did I park the car")
 
 
 def test_a_long_query_is_checked_too(settings) -> None:
@@ -255,7 +248,7 @@ def test_a_turn_with_a_bad_query_vector_goes_on_without_recall(
     assert MessageEmbedding.objects.filter(model=embedder.id).count() == 2
     for row in MessageEmbedding.objects.all():
         assert vector_problem(row.vector, DIMS) is None
-    assert not asks_the_embedder(embedder, "Do you remember my bees?")
+    assert asks_the_embedder(embedder, "Do you remember my bees?")  # each query is embedded afresh
 
 
 # --- the OpenAI-compatible adapter against a loopback server --------------------------------------
@@ -282,7 +275,7 @@ def test_openai_embedder_refuses_bad_vectors_from_the_endpoint(
     assert vector_problem(vector, DIMS) is None
     assert len(embeddings_server.requests) == asked + 1  # asked again, not remembered
     query_embed("what colour is the sky", embedder)
-    assert len(embeddings_server.requests) == asked + 1  # the good vector is remembered
+    assert len(embeddings_server.requests) == asked + 2  # nor is a good one: no vector kept in the process
 
 
 def test_openai_embedder_learns_no_size_from_a_bad_first_reply(

@@ -229,6 +229,21 @@ def test_forgetting_a_resource_leaves_only_its_receipt(make_agent, model):
     assert verify(resource_id=R) == []
 
 
+def test_the_process_keeps_no_vector_of_a_forgotten_text(make_agent, model):
+    """After a forget, the same text is embedded afresh: no vector of it was kept in the process (a
+    vector can be inverted back to text), and none is reused from the table (its rows are gone)."""
+    from tests.memory.embedders import CountingEmbedder
+
+    embedder = CountingEmbedder("counting-forget")
+    agent = make_agent(memory=memory(embedder=embedder, working_memory=False))
+    model.add("Noted.", "Noted again.")
+    agent.generate(SECRET, thread_id=T, resource_id=R)
+    assert embedder.texts.count(SECRET) == 1  # searched and stored with one embedder call
+    forget(resource_id=R)
+    agent.generate(SECRET, thread_id=T, resource_id=R)
+    assert embedder.texts.count(SECRET) == 2
+
+
 def test_another_resource_keeps_its_message_of_the_same_id(make_agent, model):
     agent = make_agent(memory=memory())
     model.add("One.", "Two.")

@@ -10,7 +10,6 @@ from memproc import Memory
 from memproc.exceptions import MessageConflict
 from memproc.llm.types import ModelResponse, ToolCall
 from memproc.models import Message as StoredMessage
-from memproc.services.recall import clear_vector_cache
 from memproc.testing import ScriptedModel
 
 pytestmark = pytest.mark.django_db
@@ -140,8 +139,7 @@ def test_turn_query_count_is_fixed_whatever_the_history_length(
             resource_id=R,
         )
     model.add("warm", "answer")
-    agent.generate("warm up the caches", thread_id=T, resource_id=R)
-    clear_vector_cache()
+    agent.generate("warm up", thread_id=T, resource_id=R)
     with CaptureQueriesContext(connection) as queries:
         agent.generate("stored message about things", thread_id=T, resource_id=R)
     # the thread, working memory, the history window, vector search, the hits' positions, their

@@ -179,21 +179,8 @@ def test_minilm_recalls_a_paraphrase_over_an_unrelated_message(make_agent, model
 
 
 def test_the_turns_user_text_is_embedded_once_for_search_and_storage(make_agent, model) -> None:
-    from memproc.services.recall import clear_vector_cache
-    from memproc.testing import HashEmbedder
+    from tests.memory.embedders import CountingEmbedder
 
-    class CountingEmbedder(HashEmbedder):
-        id = "counting-hash"
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.texts: list[str] = []
-
-        def embed(self, texts):
-            self.texts.extend(texts)
-            return super().embed(texts)
-
-    clear_vector_cache()
     embedder = CountingEmbedder()
     agent = make_agent(memory=Memory(last_messages=4, semantic_recall=True, embedder=embedder))
     model.add("the answer")

@@ -44,9 +44,8 @@ def store(db) -> VectorStore:
 
 
 @pytest.fixture(autouse=True)
-def forget_large_scopes():
-    """The pgvector store remembers per process which scopes it counted as large (and which indexes
-    exist); tests reuse ids and drop indexes."""
+def forget_extension_versions():
+    """The pgvector store reads the extension's version once per process; tests change it."""
     from memproc.vectors.pgvector_store import forget_indexes
 
     forget_indexes()

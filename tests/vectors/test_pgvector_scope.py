@@ -1,4 +1,5 @@
-"""Issue 22: a scope the search counted as large is searched without the count until the memo expires."""
+"""Every search counts its scope (capped) to choose between the exact branch and the index: a large
+scope, a small one, a filtered one, and one that shrank between two searches."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ from datetime import date
 
 import numpy as np
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from memproc.models import public_message_id
-from memproc.vectors import PgvectorStore, pgvector_search
+from memproc.vectors import PgvectorStore
 from memproc.vectors.base import SearchFilter
 from tests.vectors.helpers import clustered, rows_for
 
@@ -36,7 +37,7 @@ def search_sql_of(call) -> str:
     return sql, hits
 
 
-def test_a_large_scope_is_counted_once_then_searched_without_the_count(loaded) -> None:
+def test_a_large_scope_is_counted_on_every_search_and_answered_alike(loaded) -> None:
     store, vectors = loaded
 
     def search():
@@ -44,17 +45,9 @@ def test_a_large_scope_is_counted_once_then_searched_without_the_count(loaded) -
 
     first_sql, first = search_sql_of(search)
     second_sql, second = search_sql_of(search)
-    assert "scope_rows" in first_sql and "scope_rows" not in second_sql
+    assert "scope_rows" in first_sql and "scope_rows" in second_sql
     assert [h.message_id for h in second] == [h.message_id for h in first]
     assert second[0].score == pytest.approx(1.0, abs=1e-5)
-    # The same scope under another limit, another thread or another embedder is counted afresh.
-    other_limit = PgvectorStore(exact_max_rows=1000, merge_after=None)
-    sql, _ = search_sql_of(
-        lambda: other_limit.search(embedder_id=M, vector=vectors[7], top_k=5, resource_id="r1")
-    )
-    assert "scope_rows" in sql
-    sql, _ = search_sql_of(lambda: store.search(embedder_id=M, vector=vectors[7], top_k=5, thread_id="big"))
-    assert "scope_rows" in sql
 
 
 def test_a_small_scope_is_counted_on_every_search(loaded) -> None:
@@ -79,33 +72,7 @@ def test_a_filtered_search_is_always_counted(loaded) -> None:
         assert "scope_rows" in sql and hits
 
 
-def test_a_count_made_inside_a_transaction_is_not_remembered(loaded) -> None:
-    store, vectors = loaded
-    with transaction.atomic():
-        store.search(embedder_id=M, vector=vectors[7], top_k=5, resource_id="r1")
-    assert not pgvector_search._large_scopes
-    store.search(embedder_id=M, vector=vectors[7], top_k=5, resource_id="r1")
-    assert len(pgvector_search._large_scopes) == 1
-
-
-def test_the_memo_expires_and_stays_bounded(loaded, monkeypatch) -> None:
-    store, vectors = loaded
-
-    def search(**scope):
-        return search_sql_of(lambda: store.search(embedder_id=M, vector=vectors[7], top_k=5, **scope))[0]
-
-    search(resource_id="r1")
-    monkeypatch.setattr(pgvector_search, "LARGE_SCOPE_SECONDS", 0.0)
-    assert "scope_rows" in search(resource_id="r1")  # expired: counted again
-    monkeypatch.setattr(pgvector_search, "LARGE_SCOPE_SECONDS", 300.0)
-    monkeypatch.setattr(pgvector_search, "LARGE_SCOPE_ENTRIES", 2)
-    search(thread_id="big")
-    search()  # the whole embedder
-    assert len(pgvector_search._large_scopes) == 2
-    assert "scope_rows" in search(resource_id="r1")  # the oldest entry made room
-
-
-def test_a_scope_that_shrank_is_still_answered(loaded) -> None:
+def test_a_scope_that_shrank_is_answered_from_what_is_left(loaded) -> None:
     store, vectors = loaded
     store.search(embedder_id=M, vector=vectors[7], top_k=5, thread_id="big")
     from memproc.models import MessageEmbedding
@@ -116,5 +83,5 @@ def test_a_scope_that_shrank_is_still_answered(loaded) -> None:
     sql, hits = search_sql_of(
         lambda: store.search(embedder_id=M, vector=vectors[7], top_k=5, thread_id="big")
     )
-    assert "scope_rows" not in sql  # the memo still says large: the index and the tail answer
+    assert "scope_rows" in sql  # counted again: now small, so answered exactly
     assert [public_message_id(h.message_id) for h in hits] == ["big-m00007"]
