@@ -96,6 +96,10 @@ class MessageCounter:
         if not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size < 0:
             raise ConfigurationError(f"{type(self).__name__}(cache_size=...) must be an int >= 0")
         self.cache_size = cache_size
+        # Counts by message id: a token budget counts the same history again every turn. Measured
+        # 2026-12-04: 40 messages of 550 characters, 0.65 ms counted, 0.05 ms remembered. The parts
+        # are kept to check an id's content has not changed (an edit), so a forgotten message's text
+        # stays here until evicted; `cache_size=0` keeps nothing.
         self._cache: OrderedDict[str, tuple[str, tuple[Any, ...], int]] = OrderedDict()
         self._lock = threading.Lock()
 
