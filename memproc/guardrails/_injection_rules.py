@@ -105,8 +105,9 @@ def score_text(text: str, *, decode: bool = True) -> Verdict:
 
 _CACHED_CHARS = 4000
 _CACHED_VERDICTS = 2048
-# Scoring a 4,000-character text takes ~20 ms on a 2-core machine (2026-12-03), and the history and
-# recall channels score the same stored messages again on every turn of a thread.
+# The history and recall channels (on by default) score the same stored messages again on every turn
+# of a thread. Measured 2026-12-04 on this 2-core machine: 1.9 ms for a 550-character text, 12 ms for
+# 4,000, so 20–30 ms a turn for a window of ten such messages; remembered, under 0.1 ms.
 _verdicts: OrderedDict[tuple[bytes, bool], Verdict] = OrderedDict()
 _verdicts_lock = threading.Lock()
 

@@ -97,12 +97,12 @@ def embedding_rows(
     ]
     # query_embed embeds a one-chunk text as that chunk (so its vector is that chunk's, whatever
     # whitespace the stored text has around it) and a longer query whole (no chunk's vector).
-    given = {}
+    by_hash = {}
     for text, vector in (known or {}).items():
         chunks = chunk_text(text, settings.EMBEDDING_CHUNK_CHARS)
         if len(chunks) == 1:
-            given[content_hash(chunks[0], embedder.id)] = vector
-    given = {h: given[h] for *_, h in pieces if h in given}
+            by_hash[content_hash(chunks[0], embedder.id)] = vector
+    given = {h: by_hash[h] for *_, h in pieces if h in by_hash}
     vectors = {**_known_vectors(embedder, {h for *_, h in pieces} - given.keys()), **given}
     missing = list(dict.fromkeys(h for *_, h in pieces if h not in vectors))
     if missing:

@@ -303,13 +303,15 @@ def run_in_thread(task_name: str, kwargs: dict[str, Any]) -> threading.Thread | 
     return thread
 
 
-def wait_for_inline_work(timeout: float | None = None) -> None:
+def wait_for_inline_work(timeout: float | None = None) -> int:
     """Waits for this process's inline merges and builds: for a script that imported and wants the
-    index before it goes on, or a test that must not leave a build running into the next one."""
+    index before it goes on, or a test that must not leave a build running into the next one.
+    Returns how many were running."""
     with _lock:
         threads = list(_running.values())
     for thread in threads:
         thread.join(timeout)
+    return len(threads)
 
 
 def forget_indexes() -> None:
