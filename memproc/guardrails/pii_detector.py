@@ -12,6 +12,7 @@ from memproc.events import StreamEvent
 from memproc.exceptions import ConfigurationError
 from memproc.guardrails import _channels, _options, _pii_hold, _pii_judge, _pii_options, _pii_patterns
 from memproc.guardrails._pii_patterns import Match
+from memproc.guardrails._pii_presidio import ENGINES, default_types, presidio_recognizer
 from memproc.guardrails._stream import repair, stream_part
 from memproc.guardrails._text import input_targets, map_text, merge_counts, plural
 from memproc.messages import Message, ToolResultPart
@@ -41,6 +42,16 @@ class PIIDetector:
     `memproc.guardrails._pii_patterns`), plus your own `patterns`. With `model=`, a
     judge model also looks for the types a regex cannot see (names, addresses, dates of birth); if
     it fails or answers garbage, the regex result stands and the failure is logged.
+
+    `engine=` chooses the offline detectors: "rules" (the default, the above) or "presidio": the rules,
+    plus Microsoft Presidio over a spaCy pipeline (the `presidio` extra) for what no rule claims: a
+    PERSON is a "name", a LOCATION (a street, a city, a country) an "address", a date after a birth
+    word ("born", "DOB") a "date_of_birth". These join the default `types` and need no `model=`;
+    `threshold` is also Presidio's score threshold (a spaCy entity scores 0.85). `presidio_model=` is
+    the spaCy model: a package (Presidio's default "en_core_web_lg") or a saved pipeline's directory.
+    A missing extra or model is a ConfigurationError here; one that fails to load at first use is
+    logged once and the rules run alone. Overlaps resolve as ever (the longest span, then a rule's
+    type); on the stream the last 48 characters wait, so a name is read whole. See `_pii_presidio`.
 
     Changes, with strategy "redact": returns copies of the affected messages with each match
     replaced by `redaction` (a template: "[REDACTED:{type}]" gives "[REDACTED:email]"; or "mask",
@@ -84,7 +95,7 @@ class PIIDetector:
     def __init__(
         self,
         *,
-        types: Iterable[str] = _pii_patterns.DEFAULT_TYPES,
+        types: Iterable[str] | None = None,
         strategy: str = "redact",
         redaction: str = "[REDACTED:{type}]",
         phases: str | Iterable[str] | None = None,
@@ -93,8 +104,11 @@ class PIIDetector:
         model: Any = None,
         threshold: float = 0.6,
         retry: bool = False,
+        engine: str = "rules",
+        presidio_model: Any = None,
     ) -> None:
         owner = "PIIDetector"
+        self.engine = _options.choice(owner, "engine", engine, ENGINES)
         self.strategy = _options.choice(owner, "strategy", strategy, STRATEGIES)
         self.channels = _pii_options.channels(owner, channels, phases)
         self.phases = _pii_options.phases_of(self.channels)
@@ -103,13 +117,17 @@ class PIIDetector:
         self.retry = _options.boolean(owner, "retry", retry)
         self.redaction = _pii_options.redaction(redaction)
         known = (*_pii_patterns.TYPES, *_pii_patterns.MODEL_ONLY_TYPES)
+        types = default_types(self.engine) if types is None else types
         chosen = tuple(_pii_patterns.ALIASES.get(t, t) for t in _options.names(owner, "types", types))
         _options.names(owner, "types", chosen, known=known)
+        self.presidio = presidio_recognizer(
+            owner, engine=self.engine, model=presidio_model, types=chosen, threshold=self.threshold
+        )
         needs_model = [t for t in chosen if t in _pii_patterns.MODEL_ONLY_TYPES]
-        if needs_model and self.model is None:
+        if needs_model and self.model is None and self.presidio is None:
             raise ConfigurationError(
-                f"PIIDetector(types=...) {', '.join(needs_model)} can only be found by a judge model; "
-                "pass model='provider/model' or leave them out"
+                f"PIIDetector(types=...) {', '.join(needs_model)} can only be found by a judge model or "
+                "Presidio; pass model='provider/model' or engine='presidio', or leave them out"
             )
         self.detectors = {t: _pii_patterns.DETECTORS[t] for t in chosen if t in _pii_patterns.DETECTORS}
         if patterns is not None and not isinstance(patterns, Mapping):
@@ -131,15 +149,18 @@ class PIIDetector:
         """The stream policy under which a blocked response never reaches the client
         (memproc.turns.stream_policy). The stream hook holds back every match until it is judged, so
         "live" releases none; only the judge model, asked on the whole result, can find what the
-        stream did not: blocking on its verdict needs "hold"."""
-        if self.strategy == "block" and self.model is not None and "output" in self.channels:
+        stream did not: blocking on its verdict needs "hold". So does Presidio's, which reads the
+        whole result there and a window of it on the stream."""
+        whole_result_finds_more = self.model is not None or self.presidio is not None
+        if self.strategy == "block" and whole_result_finds_more and "output" in self.channels:
             return "hold"
         return "live"
 
     # --- detection -----------------------------------------------------------------------------
 
     def detect(self, text: str, *, use_model: bool = False) -> list[Match]:
-        """Non-overlapping matches in text order (offline detectors, plus the judge if asked)."""
+        """Non-overlapping matches in text order (the rules, Presidio with engine="presidio", and the
+        judge if asked)."""
         return self._detect(text, use_model=use_model)[0]
 
     def replacement(self, value: str, kind: str) -> str:
@@ -231,30 +252,31 @@ class PIIDetector:
     # --- the stream guard (see memproc.guardrails._stream) -------------------------------------
 
     def release(self, ctx: ProcessorContext, pending: str) -> tuple[str, str]:
-        matches = self.detect(pending)
+        matches, found_by = self._detect(pending, use_model=False)
         hold = _pii_hold.hold_start(
             pending,
             matches,
             hold_chars=self.stream_hold_chars,
             max_word=self.stream_max_word,
-            custom_patterns=bool(self.custom_patterns),
+            # A name or a place, like a custom pattern, has no shape to wait for: hold the last 48.
+            custom_patterns=bool(self.custom_patterns) or self.presidio is not None,
         )
         done = [m for m in matches if m.end <= hold]
-        self._act_on_stream(ctx, done)
+        self._act_on_stream(ctx, done, found_by[: len(done)])  # matches are in text order
         return self.redact(pending[:hold], done), pending[hold:]
 
     def flush(self, ctx: ProcessorContext, pending: str) -> str:
-        matches = self.detect(pending)
-        self._act_on_stream(ctx, matches)
+        matches, found_by = self._detect(pending, use_model=False)
+        self._act_on_stream(ctx, matches, found_by)
         return self.redact(pending, matches)
 
-    def _act_on_stream(self, ctx: ProcessorContext, matches: list[Match]) -> None:
+    def _act_on_stream(self, ctx: ProcessorContext, matches: list[Match], found_by: list[str]) -> None:
         if not matches:
             return
         counts = _counts(matches)
         self._record(ctx, "stream", counts)
         if self.strategy == "block":
-            self._abort(ctx, "response", counts, source="regex")
+            self._abort(ctx, "response", counts, source="+".join(sorted(set(found_by))))
 
     # --- channels ------------------------------------------------------------------------------
 
@@ -307,8 +329,8 @@ class PIIDetector:
 
     # --- internals -----------------------------------------------------------------------------
 
-    def _detect(self, text: str, *, use_model: bool) -> tuple[list[Match], set[str]]:
-        """The matches, and which detectors ("regex", "model") found the kept ones."""
+    def _detect(self, text: str, *, use_model: bool) -> tuple[list[Match], list[str]]:
+        """The matches, and which detector ("regex", "presidio", "model") found each."""
         judged = (
             _pii_judge.model_matches(
                 text, model=self.model, types=self.types, threshold=self.threshold, owner=self.id
@@ -316,9 +338,12 @@ class PIIDetector:
             if use_model and self.model is not None
             else []
         )
-        matches = _pii_patterns.find(text, self.detectors, judged)
-        from_model = set(judged)
-        return matches, {"model" if m in from_model else "regex" for m in matches}
+        recognised = self.presidio.matches(text) if self.presidio is not None else []
+        matches = _pii_patterns.find(text, self.detectors, [*judged, *recognised])
+        from_model, from_presidio = set(judged), set(recognised)
+        return matches, [
+            "model" if m in from_model else "presidio" if m in from_presidio else "regex" for m in matches
+        ]
 
     def _scan(
         self, ctx: ProcessorContext, messages: list[Message], targets: list[Message], *, where: str
@@ -362,9 +387,10 @@ class PIIDetector:
         )
 
     def __repr__(self) -> str:
+        engine = f", engine={self.engine!r}" if self.engine != "rules" else ""
         return (
             f"PIIDetector(types={list(self.types)!r}, strategy={self.strategy!r}, "
-            f"channels={sorted(self.channels)!r})"
+            f"channels={sorted(self.channels)!r}{engine})"
         )
 
 
