@@ -14,7 +14,10 @@ fixed seeds, so every run scores the same items.
 
 also scores PIIDetector on a labelled set someone else wrote (bench/guardrail_sets/external.py says
 where it comes from and how its labels are read), with types email, phone, credit_card, iban, us_ssn
-and secret; the source, commit, licence and counts are in the output.
+and secret; the source, commit, licence and counts are in the output. With also
+`MEMPROC_BENCH_PRESIDIO_MODEL=en_core_web_lg` (a spaCy package, or a saved pipeline's directory; the
+`presidio` extra), it scores PIIDetector(engine="presidio") on the same set, the set's person
+labels included as "name".
 
 What is measured:
 - PIIDetector (types email, phone, credit_card, iban, ip_address; the default strategy): a predicted
@@ -59,7 +62,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.guardrail_sets import SPLITS, fidelity_items, injection_items, leak_items, pii_items  # noqa: E402
-from bench.guardrail_sets.external import LABELS, pii_external_items  # noqa: E402
+from bench.guardrail_sets.external import LABELS, PRESIDIO_LABELS, pii_external_items  # noqa: E402
 from bench.guardrail_sets.pii import TYPES as PII_TYPES  # noqa: E402
 
 EXTERNAL_TYPES = tuple(dict.fromkeys(LABELS.values()))
@@ -93,10 +96,13 @@ def _forget_texts() -> None:
 # --- PII ------------------------------------------------------------------------------------------
 
 
-def measure_pii(items: list[dict[str, Any]], types: tuple[str, ...] = PII_TYPES) -> dict[str, Any]:
+def measure_pii(
+    items: list[dict[str, Any]], types: tuple[str, ...] = PII_TYPES, **options: Any
+) -> dict[str, Any]:
     from memproc.guardrails import PIIDetector
 
-    detector = PIIDetector(types=[t for t in types if t != "secret" or _knows_secret()])
+    detector = PIIDetector(types=[t for t in types if t != "secret" or _knows_secret()], **options)
+    detector.detect("Warm-up: Ada Lovelace was born in London.")  # a model loads at first use
     tp: dict[str, int] = defaultdict(int)
     exact: dict[str, int] = defaultdict(int)
     gold_n: dict[str, int] = defaultdict(int)
@@ -467,6 +473,12 @@ def run(code: str | None, *, public: bool = True) -> dict[str, Any]:
     if external:
         items, info = pii_external_items(external)
         results["external_pii"] = {"source": info, **measure_pii(items, EXTERNAL_TYPES)}
+        presidio_model = os.environ.get("MEMPROC_BENCH_PRESIDIO_MODEL")
+        if presidio_model:  # a spaCy package name or a pipeline's directory
+            items, info = pii_external_items(external, PRESIDIO_LABELS)
+            types = tuple(dict.fromkeys(PRESIDIO_LABELS.values()))
+            measured = measure_pii(items, types, engine="presidio", presidio_model=presidio_model)
+            results["external_pii_presidio"] = {"source": info, "model": presidio_model, **measured}
     if public:
         results["cross_source"] = _cross_source_or_reason(missing)
         results["moderation_cross_source"] = _moderation_or_reason()
@@ -623,6 +635,10 @@ def markdown(after: dict[str, Any], before: dict[str, Any] | None = None) -> str
     )
     if "external_pii" in after:
         lines.extend(_external_markdown(after["external_pii"], b.get("external_pii", {})))
+    if "external_pii_presidio" in after:
+        new = after["external_pii_presidio"]
+        lines += ["", f'With engine="presidio" and the spaCy model {new["model"]}:']
+        lines.extend(_external_markdown(new, b.get("external_pii_presidio", {})))
     cross = after.get("cross_source")
     if cross:
         lines.append("")

@@ -39,11 +39,15 @@ LABELS = {
     "SSN": "us_ssn",
     "PASSWORD": "secret",
 }
+# With PIIDetector(engine="presidio") (MEMPROC_BENCH_PRESIDIO_MODEL), their person labels are scored too.
+PRESIDIO_LABELS = {**LABELS, "PERSON": "name"}
 _MASKED = re.compile(r"[X*]{3,}|\.\.\.|^(?:none|null)$", re.I)
 
 
-def pii_external_items(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """(items shaped like `pii_items`' ones, provenance and counts)."""
+def pii_external_items(
+    path: str | Path, labels: dict[str, str] = LABELS
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(items shaped like `pii_items`' ones, provenance and counts), gold for the `labels` given."""
     raw = Path(path).read_bytes()
     records = json.loads(raw)
     items: list[dict[str, Any]] = []
@@ -53,7 +57,7 @@ def pii_external_items(path: str | Path) -> tuple[list[dict[str, Any]], dict[str
         text = record["text"]
         spans: list[list[Any]] = []
         for entity in record.get("NER", []):
-            kind = LABELS.get(entity.get("label", ""))
+            kind = labels.get(entity.get("label", ""))
             if kind is None:
                 continue
             value = str(entity.get("entity", "")).strip().strip("'\"*").strip()
