@@ -15,6 +15,7 @@ from memproc.db import memproc_db
 from memproc.exceptions import ValidationError
 from memproc.models import message_key
 from memproc.selectors.threads import pinned_names
+from memproc.vectors import forget_cached
 
 __all__ = ["message_recall_exclude", "resource_field_pin"]
 
@@ -65,6 +66,7 @@ def message_recall_exclude(*, resource_id: str, message_id: str, excluded: bool)
         models.Message.objects.using(alias).filter(pk=row.pk).update(recall_excluded=excluded)
         if excluded:
             models.MessageEmbedding.objects.using(alias).filter(message_id=row.pk).delete()
+            forget_cached([row.resource_id], using=alias)
         elif row.role in ("user", "assistant") and not row.quarantined:
             background.enqueue("memproc.embed_messages", kwargs={"message_ids": [row.pk]})
     row.recall_excluded = excluded

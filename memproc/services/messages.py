@@ -38,6 +38,7 @@ from memproc.services.attachments import (
 from memproc.services.attachments.files import parse_uuid
 from memproc.services.threads import thread_ensure
 from memproc.signals import messages_saved, send_after_commit
+from memproc.vectors import forget_cached
 
 
 def sequences_allocate(*, thread_key: str, count: int, using: str, expected: int | None = None) -> int:
@@ -225,12 +226,13 @@ def messages_delete(*, message_keys: Sequence[str], thread_key: str | None = Non
     qs = models.Message.objects.filter(id__in=list(message_keys))
     if thread_key is not None:
         qs = qs.filter(thread_id=thread_key)
-    rows = list(qs.values_list("id", "thread_id", "sequence"))
-    ids = [row[0] for row in rows]
+    found = list(qs.values_list("id", "thread_id", "sequence", "resource_id"))
+    ids = [row[0] for row in found]
     with transaction.atomic(using=memproc_db()):
         attachments_release(message_keys=ids)
-        summaries_forget(rows)
+        summaries_forget([row[:3] for row in found])
         _, by_model = models.Message.objects.filter(id__in=ids).delete()
+        forget_cached({row[3] for row in found}, using=memproc_db())
     return by_model.get(models.Message._meta.label, 0)  # not the embeddings that went with them
 
 
@@ -336,6 +338,7 @@ def messages_update(
     dropped = sorted(set(embeddings.values_list("message_id", flat=True)))
     if dropped:
         embeddings.delete()
+        forget_cached({row.resource_id for row in rows.values()}, using=memproc_db())
     return updated, dropped
 
 

@@ -17,6 +17,7 @@ from memproc.db import memproc_db
 from memproc.selectors.export import resource_rows
 from memproc.services.attachments import attachment_delete, orphan_files_purge
 from memproc.services.messages import messages_delete
+from memproc.vectors import forget_cached
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ def resource_purge(*, resource_id: str, dry_run: bool = False) -> PurgeCounts:
         for key in DELETE_ORDER:
             label = querysets[key].model._meta.label
             counts[key] = querysets[key].only("pk").delete()[1].get(label, 0)
+        forget_cached([resource_id], using=memproc_db())
     result = PurgeCounts(resource_id=resource_id, **counts)
     logger.info("memproc: purged resource %s: %s", resource_id, result.as_dict())
     return result

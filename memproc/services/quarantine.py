@@ -19,6 +19,7 @@ from memproc import background, models
 from memproc.db import memproc_db
 from memproc.exceptions import ValidationError
 from memproc.services.messages import summaries_forget
+from memproc.vectors import forget_cached
 
 STATUSES = ("flagged", "confirmed", "cleared")
 
@@ -48,6 +49,7 @@ def message_quarantine_review(
         active = status in models.QUARANTINE_ACTIVE
         if active and not was_active:
             models.MessageEmbedding.objects.filter(message_id=row.pk).delete()
+            forget_cached([row.resource_id], using=memproc_db())
             # A summary folded before the flag may repeat what the message said: it is refolded.
             summaries_forget([(row.pk, row.thread_id, row.sequence)])
         elif was_active and not active and row.role in ("user", "assistant"):

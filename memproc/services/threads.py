@@ -21,6 +21,7 @@ from memproc.services.attachments import (
     attachments_release,
 )
 from memproc.signals import send_after_commit, thread_created, thread_deleted
+from memproc.vectors import forget_cached
 from memproc.vectors.base import EMBEDDING_COLUMNS
 
 
@@ -140,6 +141,7 @@ def thread_delete(*, thread: models.Thread) -> None:
     models.IdempotencyRecord.objects.filter(resource_id=resource_id, thread_id=thread_id).delete()
     models.PendingToolCall.objects.filter(resource_id=resource_id, thread_id=thread_id).delete()
     thread.delete()
+    forget_cached([resource_id], using=memproc_db())
     send_after_commit(
         thread_deleted, models.Thread, agent_id=agent_id, thread_id=thread_id, resource_id=resource_id
     )

@@ -9,10 +9,17 @@ from django.db import connections, router
 from memproc.conf import build_from_setting, settings
 from memproc.models import MessageEmbedding
 from memproc.vectors.base import EmbeddingRow, VectorStore
-from memproc.vectors.numpy_store import NumpyVectorStore
+from memproc.vectors.numpy_store import NumpyVectorStore, forget_cached
 from memproc.vectors.pgvector_store import PgvectorStore
 
-__all__ = ["EmbeddingRow", "NumpyVectorStore", "PgvectorStore", "VectorStore", "get_vector_store"]
+__all__ = [
+    "EmbeddingRow",
+    "NumpyVectorStore",
+    "PgvectorStore",
+    "VectorStore",
+    "forget_cached",
+    "get_vector_store",
+]
 
 NAMED_STORES: dict[str, type] = {"pgvector": PgvectorStore, "numpy": NumpyVectorStore}
 

@@ -16,23 +16,28 @@ cached max pk; new rows are appended. Then:
 
 No `post_delete` receiver: one on MessageEmbedding would make Django load every embedding (vector
 included) when a thread or message is deleted, instead of one DELETE; the count finds deletions on the
-next search instead. `invalidate()` clears the cache (for instance after raw SQL that rewrites rows
-in place, or a flush that resets sequences).
+next search instead. But a vector can be inverted back to its text, so the services that delete
+embeddings (deleting, editing, quarantining or excluding messages, deleting threads, purging and
+forgetting) call `forget_cached` with the resources they touched: once their transaction commits,
+this process holds no vector of those resources (nor of unscoped searches, which span them). Other
+processes drop theirs at their next search of the scope, or when their least recently used scopes
+are evicted; a restart clears them. `invalidate()` clears the cache (for instance after raw SQL
+that rewrites rows in place, or a flush that resets sequences).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from django.db import connections
+from django.db import connections, transaction
 
 from memproc.exceptions import ConfigurationError
-from memproc.models import MessageEmbedding
+from memproc.models import THREAD_KEY_SEPARATOR, MessageEmbedding
 from memproc.processors.store import VectorHit
 from memproc.vectors.base import (
     CommitMarker,
@@ -286,8 +291,26 @@ class _ScopeCache:
                 if embedder_id is None or key[1] == embedder_id:
                     del self._entries[key]
 
+    def drop_resources(self, resource_ids: frozenset[str]) -> None:
+        """Drops the scopes that may hold the resources' rows: theirs, their threads', unscoped ones."""
+        thread_prefixes = tuple(f"{r}{THREAD_KEY_SEPARATOR}" for r in resource_ids)
+        with self._lock:
+            for key in list(self._entries):
+                _, _, _, thread_id, resource_id = key
+                unscoped = thread_id is None and resource_id is None
+                if unscoped or resource_id in resource_ids or (thread_id or "").startswith(thread_prefixes):
+                    del self._entries[key]
+
 
 _cache = _ScopeCache()
+
+
+def forget_cached(resource_ids: Iterable[str], *, using: str) -> None:
+    """Once the current transaction on `using` commits (at once outside one), this process's cached
+    vectors of `resource_ids` are dropped: rows of theirs were deleted or changed (module docstring)."""
+    resources = frozenset(r for r in resource_ids if r)
+    if resources:
+        transaction.on_commit(lambda: _cache.drop_resources(resources), using=using)
 
 
 def fetch_scope(

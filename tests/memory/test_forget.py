@@ -341,3 +341,83 @@ def test_a_conversation_begun_after_a_resource_was_forgotten_is_not_a_finding(ma
 def test_message_ids_must_be_a_list():
     with pytest.raises(ValidationError, match="list"):
         Memory().forget(resource_id=R, message_ids="m-1")
+
+
+@pytest.fixture
+def numpy_store_in_use() -> None:
+    """The scans below look for the NumPy store's cache; pgvector keeps no vectors in the process."""
+    from memproc.vectors import NumpyVectorStore
+
+    if not isinstance(get_vector_store(), NumpyVectorStore):
+        pytest.skip("the vector store in use keeps no vectors in the process")
+
+
+def arrays_holding(vector: list[float]) -> int:
+    """How many float32 matrices this process holds (reachable from any object the garbage collector
+    tracks) with a row equal to `vector` scaled to unit length: what a vector store caches."""
+    import gc
+
+    import numpy as np
+
+    unit = np.asarray(vector, dtype=np.float32)
+    unit /= np.linalg.norm(unit)
+    seen: set[int] = set()
+    found = 0
+    for holder in gc.get_objects():
+        for array in gc.get_referents(holder):
+            if type(array) is not np.ndarray or id(array) in seen:  # type(): a dead weak proxy raises
+                continue
+            seen.add(id(array))
+            if array.dtype == np.float32 and array.ndim == 2 and array.shape[1] == unit.size and len(array):
+                found += bool(np.any(np.all(np.abs(array - unit) < 1e-6, axis=1)))
+    return found
+
+
+@pytest.mark.parametrize("scope", ["messages", "thread", "resource"])
+def test_the_process_caches_no_vector_of_a_forgotten_message(make_agent, model, scope, numpy_store_in_use):
+    """The NumPy store keeps each searched scope's vectors in memory; forgetting takes them out of
+    this process at once, not at the scope's next search (a vector can be inverted back to text)."""
+    from tests.memory.embedders import CountingEmbedder
+
+    embedder = CountingEmbedder("scanned-forget")
+    agent = make_agent(memory=memory(embedder=embedder, working_memory=False))
+    model.add("Noted.", "It is in your notes.")
+    agent.generate(SECRET, thread_id=T, resource_id=R)
+    agent.generate("What is my locker code?", thread_id=T, resource_id=R)  # recall searches the scope
+    secret = embedder.embed([SECRET])[0]
+    assert arrays_holding(secret) >= 1  # the scan sees the cached scope
+    secret_id = StoredMessage.objects.get(resource_id=R, text=SECRET).public_id
+    target = {"messages": {"message_ids": [secret_id]}, "thread": {"thread_id": T}, "resource": {}}[scope]
+    forget(resource_id=R, **target)
+    assert arrays_holding(secret) == 0
+
+
+@pytest.mark.parametrize("change", ["delete", "edit", "quarantine", "exclude from recall"])
+def test_other_changes_that_drop_a_messages_embedding_drop_its_cached_vector(
+    make_agent, model, change, numpy_store_in_use
+):
+    from memproc.services.memory_view import message_recall_exclude
+    from memproc.services.quarantine import message_quarantine_review
+    from tests.memory.embedders import CountingEmbedder
+
+    embedder = CountingEmbedder("scanned-changes")
+    mem = memory(embedder=embedder, working_memory=False)
+    agent = make_agent(memory=mem)
+    model.add("Noted.", "It is in your notes.")
+    agent.generate(SECRET, thread_id=T, resource_id=R)
+    agent.generate("What is my locker code?", thread_id=T, resource_id=R)
+    secret = embedder.embed([SECRET])[0]
+    assert arrays_holding(secret) >= 1
+    row = StoredMessage.objects.get(resource_id=R, text=SECRET)
+    from django.test import TestCase
+
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        if change == "delete":
+            mem.delete_messages([row.public_id], resource_id=R)
+        elif change == "edit":
+            mem.update_messages([{"id": row.public_id, "content": "my locker code is gone"}], resource_id=R)
+        elif change == "quarantine":
+            message_quarantine_review(message=row, status="confirmed")
+        else:
+            message_recall_exclude(resource_id=R, message_id=row.public_id, excluded=True)
+    assert arrays_holding(secret) == 0
