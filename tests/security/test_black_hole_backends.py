@@ -164,7 +164,7 @@ def test_an_upload_stuck_on_s3_does_not_hold_the_admission_permit(
     from memproc import admission
 
     # One attempt that waits long enough to tell "served while the write waits" from "served after".
-    s3_on(black_hole_s3, settings, read_timeout=8, attempts=1)
+    s3_on(black_hole_s3, settings, read_timeout=5, attempts=1)
     settings.MEMPROC = {**getattr(settings, "MEMPROC", {}), "ASYNC_THREADS": 1}
     monkeypatch.setattr(admission, "_permits", None)
     uploader, reader = owner("uploader"), owner("reader")
