@@ -27,6 +27,7 @@ from memproc.messages import Message, ToolCallPart, ToolResultPart
 from memproc.models import PendingToolCall
 from memproc.processors.tokens import get_token_counter
 from memproc.services import approvals
+from memproc.services.approvals import decisions as approval_decisions
 from memproc.testing import HashEmbedder, ScriptedModel
 from memproc.tools import DEFAULT_WORKING_MEMORY_TEMPLATE
 from tests.factories import UserFactory
@@ -410,7 +411,7 @@ def _decide(pending_id: str, decision: str) -> Any:
         return approvals.reject(pending_id, reason="not now")
     PendingToolCall.objects.filter(pk=pending_id).update(expires_at=timezone.now() - timedelta(seconds=1))
     results: list[Any] = []  # expire_due answers a count: keep the resumed turn's result
-    resumer = approvals._the_resumer()
+    resumer = approval_decisions._the_resumer()
 
     class Keeping:
         def tool(self, pending: Any) -> Any:

@@ -1,23 +1,10 @@
-"""Tool calls that wait for a person: suspend a turn into a PendingToolCall, decide it, resume it.
-
-A decision is a state transition made once: a conditional UPDATE from `pending`, so of ten concurrent
-approvals one wins and the others get PendingCallConflict. The winner resumes the turn: the tool runs
-(its result is recorded on the row before the turn goes on, so a resume after a crash does not run it
-again), the model continues, and the whole turn is saved through the turn's one save path.
-
-Who may decide (`may_decide`): `requires_approval=True` needs the permission
-`memproc.change_pendingtoolcall`; a string names the permission; a callable `(user, pending) -> bool`
-decides. `actor=None` is trusted code (a management command, a test, the expiry job).
-
-Services never import the turn or the agents (DESIGN §7): resuming a turn needs its agent's plan, so
-`memproc.apps` connects a `Resumer` (memproc.agents.approvals) at start-up.
-"""
+"""Deciding a waiting tool call: suspend, decide once, resume (see the package docstring)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any, Protocol
 
@@ -41,25 +28,20 @@ __all__ = [
     "Resumer",
     "approve",
     "approve_later",
-    "client_calls_in_thread",
     "connect_resumer",
     "expire_due",
     "may_decide",
     "pending_approve",
-    "pending_client_call",
     "pending_complete",
     "pending_decidable",
-    "pending_in_thread",
     "pending_record_run",
     "pending_reject",
-    "pending_submit_result",
     "pending_suspend",
     "pending_visible",
     "reject",
     "reject_later",
     "resume",
     "resume_stalled",
-    "submit_result",
 ]
 
 State = PendingToolCall.State
@@ -294,85 +276,6 @@ def reject(pending_id: Any, *, actor: Any = None, reason: str = "") -> Any:
     """Rejects the call: its turn resumes with a tool result saying so (the tool never runs), and
     the model goes on. The resumed turn's GenerateResult; errors as `approve`."""
     decided = pending_reject(pending_id, actor=actor, reason=reason)
-    return _the_resumer().resume(decided)
-
-
-def pending_client_call(pending_id: Any, *, resources: Collection[str] | None) -> PendingToolCall:
-    """A client-side call of one of `resources` (None: any), in any state; else PendingCallNotFound."""
-    row = _get(pending_id, kind="client")
-    if resources is not None and row.resource_id not in resources:
-        raise PendingCallNotFound("No such pending tool call")
-    return row
-
-
-def _thread_calls(*, agent_id: str, thread_id: str, resource_id: str) -> QuerySet[PendingToolCall]:
-    return PendingToolCall.objects.using(memproc_db()).filter(
-        agent_id=agent_id, resource_id=resource_id, thread_id=thread_id
-    )
-
-
-def pending_in_thread(
-    pending_id: Any, *, agent_id: str, thread_id: str, resource_id: str, kind: str = "approval"
-) -> PendingToolCall:
-    """The call `pending_id` of `kind` (any state) of `agent_id`'s turns in that thread of that
-    resource; else PendingCallNotFound, as for a call that does not exist. It says nothing about
-    who may decide it (`may_decide`)."""
-    rows = _thread_calls(agent_id=agent_id, thread_id=thread_id, resource_id=resource_id)
-    try:
-        key = pending_id if isinstance(pending_id, uuid.UUID) else uuid.UUID(str(pending_id))
-        return rows.get(pk=key, kind=kind)
-    except (PendingToolCall.DoesNotExist, ValueError):
-        raise PendingCallNotFound("No such pending tool call") from None
-
-
-def client_calls_in_thread(
-    tool_call_ids: Collection[str], *, agent_id: str, thread_id: str, resource_id: str
-) -> list[PendingToolCall]:
-    """The client-side calls (any state) with those model call ids of `agent_id`'s turns in that
-    thread of that resource: the pending ones first, then the newest first (a call id the model
-    reused also names older, answered calls; the first row is the one an answer is for)."""
-    if not tool_call_ids:
-        return []
-    rows = _thread_calls(agent_id=agent_id, thread_id=thread_id, resource_id=resource_id)
-    calls = rows.filter(kind="client", tool_call_id__in=list(tool_call_ids)).order_by("-created_at")
-    return sorted(calls, key=lambda row: row.state != State.PENDING)
-
-
-def pending_submit_result(
-    pending_id: Any, *, result: Any, resources: Collection[str] | None = None, is_error: bool = False
-) -> PendingToolCall:
-    """Records the caller's answer to a client-side tool call without resuming its turn: the decided
-    row (see `pending_approve`). A result (not an error, `is_error`) is checked against the tool's
-    `output_schema`, if it has one (ValidationError, and the call still waits). Errors as
-    `submit_result`."""
-    row = pending_client_call(pending_id, resources=resources)
-    if row.state != State.PENDING:
-        raise PendingCallConflict("This tool call is no longer pending")
-    if not is_error:
-        tool = _the_resumer().tool(row)
-        try:
-            if tool is not None:
-                tool.validate_output(result)
-        except ToolError as exc:
-            raise ValidationError(str(exc)) from exc
-    return _decide(
-        row,
-        state=State.APPROVED,
-        actor=None,
-        result=result,
-        result_is_error=bool(is_error),
-        ran_at=timezone.now(),
-    )
-
-
-def submit_result(
-    pending_id: Any, *, result: Any, resources: Collection[str] | None = None, is_error: bool = False
-) -> Any:
-    """The caller's answer to a client-side tool call (of one of `resources`; None: any): the turn
-    resumes with it as the tool's result (an error the tool reported, with `is_error`).
-    PendingCallNotFound for another resource's call, PendingCallConflict when it is not pending,
-    ValidationError for a result the tool's `output_schema` refuses."""
-    decided = pending_submit_result(pending_id, result=result, resources=resources, is_error=is_error)
     return _the_resumer().resume(decided)
 
 
