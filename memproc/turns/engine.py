@@ -12,13 +12,12 @@ blocking steps in worker threads that hold a database connection only for the st
 memproc.turns.commit.
 
 This module is the turn's state machine: start (memproc.turns.start), the model and tool loop
-(memproc.turns.loop, which runs tools with memproc.turns.tools), the save or the blocked turn's log,
-the result and the turn record.
+(memproc.turns.loop, and memproc.turns.tool_steps, which runs tools with memproc.turns.tools), the
+save or the blocked turn's log, the result and the turn record.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 import uuid
 from collections.abc import Sequence
@@ -30,24 +29,24 @@ from django.utils import timezone
 from memproc import logs, telemetry
 from memproc.conf import settings
 from memproc.events import GenerateResult, PendingCall, StreamEvent, Tripwire
-from memproc.messages import Message, MessageInput, thaw
+from memproc.messages import Message, MessageInput
 from memproc.processors.conversation import Conversation
 from memproc.processors.message_history import MessageHistory, savable
 from memproc.processors.runner import Blocked, ProcessorRunner
 from memproc.processors.turn import Turn, TurnWrites
 from memproc.processors.working_memory import WorkingMemory
-from memproc.services.approvals import pending_suspend
 from memproc.services.attachments import attachments_discard
 from memproc.signals import send_after_commit, turn_completed
 from memproc.turns.commit import blocked_save, turn_commit
 from memproc.turns.effects import Blocking, EngineStep
 from memproc.turns.input import ThreadRef, TurnInput
-from memproc.turns.loop import ModelLoop, Suspend, feedback_message
+from memproc.turns.loop import ModelLoop, feedback_message
 from memproc.turns.plan import TurnPlan
 from memproc.turns.records import turn_record_alone
-from memproc.turns.resume import Resumption, suspended_state
+from memproc.turns.resume import Resumption, suspension_save
 from memproc.turns.start import turn_start
 from memproc.turns.stream_policy import StreamGate, screening_chain
+from memproc.turns.tool_steps import Suspend
 
 __all__ = ["TurnEngine"]
 
@@ -366,44 +365,12 @@ class TurnEngine(ModelLoop):
     def _save_suspended(self, suspend: Suspend) -> PendingCall:
         turn = self.turn
         assert turn is not None
-        tool = suspend.tool
-        now = timezone.now()
-        timeout = tool.approval_timeout if tool.waits == "approval" else None
-        state = suspended_state(
-            turn,
-            responses=suspend.responses,
-            calls=suspend.calls,
-            results=suspend.results,
-            step=suspend.step,
-            steps=self.steps,
-            usage=self.usage,
-            memory_options=dict(self.plan.memory_options),
-        )
-        row = pending_suspend(
-            fields={
-                "agent_id": self.plan.agent_id,
-                "thread_id": turn.thread_id or "",
-                "resource_id": turn.resource_id or "",
-                "tool_name": suspend.call.name,
-                "tool_call_id": suspend.call.id,
-                "arguments": thaw(suspend.call.args),
-                "kind": tool.waits,
-                "permission": tool.approval_permission,
-                "turn": state,
-                "created_at": now,
-                "expires_at": now + dt.timedelta(seconds=timeout) if timeout else None,
-            },
-            previous_id=self.resume.pending_id if self.resume is not None else None,
+        previous = self.resume.pending_id if self.resume is not None else None
+        pending = suspension_save(
+            turn, suspend, plan=self.plan, steps=self.steps, usage=self.usage, previous_id=previous
         )
         self.saved = True
-        return PendingCall(
-            id=str(row.pk),
-            tool_name=row.tool_name,
-            tool_call_id=row.tool_call_id,
-            args=dict(row.arguments),
-            kind=row.kind,
-            expires_at=row.expires_at,
-        )
+        return pending
 
 
 def _send_turn_completed(*, result: GenerateResult, agent_id: str, record: dict[str, Any] | None) -> None:

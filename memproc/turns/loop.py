@@ -2,7 +2,8 @@
 attachments resolved for each request and the model's stream passed through the output processors.
 
 `ModelLoop` is the part of `TurnEngine` (memproc.turns.engine) that runs between the turn's start and
-its save; like the rest of the engine it does no I/O of its own, only yields effects."""
+its save; like the rest of the engine it does no I/O of its own, only yields effects. Its tool steps
+are in memproc.turns.tool_steps."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from memproc.processors.conversation import Conversation
 from memproc.processors.parallel import with_hook
 from memproc.processors.runner import Blocked, ProcessorRunner, StepView
 from memproc.processors.turn import Turn
-from memproc.services.approvals import pending_record_run
 from memproc.services.attachments import attachments_resolve
 from memproc.turns.effects import (
     Blocking,
@@ -35,9 +35,9 @@ from memproc.turns.effects import (
 from memproc.turns.plan import TurnPlan
 from memproc.turns.resume import Resumption
 from memproc.turns.stream_policy import StreamGate
-from memproc.turns.tools import tool_run
+from memproc.turns.tool_steps import ToolSteps
 
-__all__ = ["FEEDBACK", "ModelLoop", "Suspend", "feedback_message"]
+__all__ = ["FEEDBACK", "ModelLoop", "feedback_message"]
 
 FEEDBACK = (
     "[Processor Feedback] Your previous response was not accepted: {reason}. "
@@ -45,25 +45,7 @@ FEEDBACK = (
 )
 
 
-class Suspend(Exception):  # noqa: N818 - a control signal of the loop, as Blocked is
-    """A call that waits (approval, client-side): the turn stops before it, to resume later."""
-
-    def __init__(
-        self,
-        *,
-        call: ToolCall,
-        tool: Any,
-        calls: list[ToolCall],
-        results: list[ToolResultPart],
-        responses: list[Message],
-        step: int,
-    ) -> None:
-        super().__init__(call.name)
-        self.call, self.tool, self.calls, self.results = call, tool, calls, results
-        self.responses, self.step = responses, step
-
-
-class ModelLoop:
+class ModelLoop(ToolSteps):
     """The model and tool loop, as generator methods of the engine. The attributes are the engine's
     state that the loop reads and writes; `TurnEngine` sets them up before the loop runs."""
 
@@ -174,71 +156,6 @@ class ModelLoop:
             step += 1
         return responses
 
-    def _run_tools(
-        self, to_run: list[ToolCall], results: list[ToolResultPart], responses: list[Message], step: int
-    ) -> EngineStep:
-        """Runs one step's calls in order after the `results` they have already; a call that waits
-        (approval, client-side) suspends the turn there (`Suspend`), unless it is the call a resume
-        decided, whose result comes from its decision."""
-        turn = self.turn
-        assert turn is not None
-        results = list(results)
-        answered = {r.tool_call_id for r in results}
-        for call in to_run:
-            if call.id in answered:
-                continue
-            resume = self.resume
-            tool = turn.tools.get(call.name)
-            if resume is not None and call.id == resume.tool_call_id:
-                part = yield Blocking(self._decided_result, (call,))
-            elif tool is not None and tool.waits is not None:
-                raise Suspend(
-                    call=call, tool=tool, calls=to_run, results=results, responses=responses, step=step
-                )
-            else:
-                tool_span = telemetry.start_span(
-                    f"execute_tool {call.name}",
-                    parent=self.span,
-                    attributes={
-                        "gen_ai.operation.name": "execute_tool",
-                        "gen_ai.tool.name": call.name,
-                        "gen_ai.tool.call.id": call.id,
-                    },
-                )
-                try:
-                    part = yield Blocking(partial(tool_run, turn=turn), (call,))
-                    if part.is_error:
-                        tool_span.set_attribute("error.type", "tool_error")
-                finally:
-                    tool_span.end()
-            self.draft = [*responses, self._tool_message([*results, part])]
-            part = yield from self._hooks(
-                "process_tool_result",
-                self.runner.run_tool_result,
-                self.tool_result_chain,
-                part,
-                step=step,
-                responses=responses,
-                result=part,
-            )
-            results.append(part)
-            if self.streaming:
-                yield from self.gate.other(StreamEvent(type="tool-result", tool_result=part))
-        return results
-
-    def _decided_result(self, call: ToolCall) -> ToolResultPart:
-        """The result of the call a resume decided (a blocking step): a rejection, the client's
-        answer, the result a resume before this one recorded, or the tool run now, once, its result
-        recorded before the turn goes on."""
-        resume = self.resume
-        turn = self.turn
-        assert resume is not None and turn is not None
-        if not resume.ran:
-            part = tool_run(call, turn=turn)
-            pending_record_run(pending_id=resume.pending_id, result=part.result, is_error=part.is_error)
-            resume.ran, resume.result, resume.is_error = True, part.result, part.is_error
-        return ToolResultPart(call.id, call.name, resume.result, is_error=resume.is_error)
-
     def _recovering_step(self, request: ModelRequest, responses: list[Message], step: int) -> EngineStep:
         """One model call. A `ModelError` goes to the `process_api_error` hooks, which may return a
         changed request to retry with; the retries count with the output processors' (`retries`),
@@ -284,17 +201,6 @@ class ModelLoop:
         if not any(getattr(p, hook, None) is not None for p in chain):
             return unchanged
         return (yield Blocking(partial(method, chain, **kwargs)))
-
-    def _tool_message(self, results: Sequence[ToolResultPart]) -> Message:
-        turn = self.turn
-        assert turn is not None
-        return Message.create(
-            "tool",
-            tuple(results),
-            thread_id=turn.thread_id,
-            resource_id=turn.resource_id,
-            created_at=timezone.now(),
-        )
 
     def _resolve(self, messages: list[Message]) -> EngineStep:
         """Attachment references become URLs or bytes for the request only (what is saved keeps them).

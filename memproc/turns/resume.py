@@ -1,7 +1,7 @@
 """A suspended turn: what its PendingToolCall keeps (`suspended_state`), and the turn resumed from it
 (`Resumption`, run by memproc.turns.sync.turn_resume).
 
-A turn suspends at a call that waits (memproc.turns.loop.Suspend) before anything of it is saved. Its
+A turn suspends at a call that waits (memproc.turns.tool_steps.Suspend) before anything of it is saved. Its
 row keeps the turn's input and its responses so far as stored message content, the suspended step's
 calls and the results they have, and the working-memory changes the model made; nothing is in the
 thread's memory. The resumed turn starts again from its input (its input processors read memory as
@@ -13,11 +13,15 @@ transaction.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django.utils import timezone
+
+from memproc.events import PendingCall
 from memproc.llm.types import ToolCall
 from memproc.messages import (
     Message,
@@ -29,12 +33,15 @@ from memproc.messages import (
     thaw,
 )
 from memproc.processors.turn import PendingWorkingMemory, Turn
+from memproc.services.approvals import pending_suspend
 from memproc.turns.input import TurnInput
+from memproc.turns.plan import TurnPlan
 
 if TYPE_CHECKING:
     from memproc.models import PendingToolCall
+    from memproc.turns.tool_steps import Suspend
 
-__all__ = ["Resumption", "resumed_input", "suspended_state"]
+__all__ = ["Resumption", "resumed_input", "suspended_state", "suspension_save"]
 
 
 @dataclass
@@ -106,6 +113,50 @@ def suspended_state(
         "memory_options": dict(memory_options),
         "working_memory": [dataclasses.asdict(w) for w in turn.writes.working_memory],
     }
+
+
+def suspension_save(
+    turn: Turn, suspend: Suspend, *, plan: TurnPlan, steps: int, usage: dict[str, Any], previous_id: Any
+) -> PendingCall:
+    """Writes the suspended turn's PendingToolCall (nothing else of the turn is saved; `previous_id`
+    is the call a resumed turn answered) and returns what the turn's result says waits."""
+    tool = suspend.tool
+    now = timezone.now()
+    timeout = tool.approval_timeout if tool.waits == "approval" else None
+    state = suspended_state(
+        turn,
+        responses=suspend.responses,
+        calls=suspend.calls,
+        results=suspend.results,
+        step=suspend.step,
+        steps=steps,
+        usage=usage,
+        memory_options=dict(plan.memory_options),
+    )
+    row = pending_suspend(
+        fields={
+            "agent_id": plan.agent_id,
+            "thread_id": turn.thread_id or "",
+            "resource_id": turn.resource_id or "",
+            "tool_name": suspend.call.name,
+            "tool_call_id": suspend.call.id,
+            "arguments": thaw(suspend.call.args),
+            "kind": tool.waits,
+            "permission": tool.approval_permission,
+            "turn": state,
+            "created_at": now,
+            "expires_at": now + dt.timedelta(seconds=timeout) if timeout else None,
+        },
+        previous_id=previous_id,
+    )
+    return PendingCall(
+        id=str(row.pk),
+        tool_name=row.tool_name,
+        tool_call_id=row.tool_call_id,
+        args=dict(row.arguments),
+        kind=row.kind,
+        expires_at=row.expires_at,
+    )
 
 
 def resumed_input(pending: PendingToolCall) -> TurnInput:
