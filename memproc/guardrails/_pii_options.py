@@ -4,10 +4,11 @@ patterns. Every check raises ConfigurationError naming the option."""
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from memproc.exceptions import ConfigurationError
-from memproc.guardrails import _channels, _options
+from memproc.guardrails import _channels, _options, _pii_patterns
 
 PHASES = ("input", "output")
 CHANNELS = ("input", "history", "recall", "working_memory", "tool_result", "output", "stream")
@@ -39,6 +40,23 @@ def redaction(redaction: Any) -> str:
             "used (double other braces)"
         ) from exc
     return redaction
+
+
+def custom_detectors(patterns: Any, *, known: Collection[str]) -> dict[str, Any]:
+    """PIIDetector(patterns=...): a detector per new type name; ConfigurationError for anything else."""
+    if patterns is not None and not isinstance(patterns, Mapping):
+        raise ConfigurationError(
+            f"PIIDetector(patterns=...) must map type names to regexes, not {patterns!r}"
+        )
+    detectors = {}
+    for name, pattern in (patterns or {}).items():
+        if not isinstance(name, str) or not name or name in known:
+            raise ConfigurationError(
+                f"PIIDetector(patterns=...) needs new type names, not {name!r} (built-in types are "
+                "chosen with types=...)"
+            )
+        detectors[name] = _pii_patterns.custom_detector(compiled(name, pattern))
+    return detectors
 
 
 def compiled(name: str, pattern: Any) -> re.Pattern[str]:

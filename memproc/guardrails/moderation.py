@@ -11,7 +11,7 @@ from typing import Any
 from memproc import logs
 from memproc.events import StreamEvent
 from memproc.exceptions import ConfigurationError
-from memproc.guardrails import _channels, _moderation_lexicon, _moderation_model, _options
+from memproc.guardrails import _channels, _moderation_lexicon, _moderation_model, _options, _tool_channel
 from memproc.guardrails._judge import ask_json, category_scores
 from memproc.guardrails._text import caller_texts, response_targets
 from memproc.messages import Message, ToolResultPart
@@ -190,19 +190,19 @@ class ModerationProcessor:
         return _channels.apply(ctx, self._screen_memory(ctx, items), note=WITHHELD_NOTE)
 
     def process_tool_result(self, ctx: ProcessorContext, result: ToolResultPart) -> ToolResultPart | None:
-        if _channels.is_search_result(result, self.channels):  # remembered messages: recall's rules
-            return _channels.apply_to_search(
-                ctx, result, self._screen_memory(ctx, _channels.search_items(result))
+        if _tool_channel.is_search_result(result, self.channels):  # remembered messages: recall's rules
+            return _tool_channel.apply_to_search(
+                ctx, result, self._screen_memory(ctx, _tool_channel.search_items(result))
             )
         if "tool_result" not in self.channels:
             return None
-        flagged = self.flagged(self._verdict(ctx, "\n".join(_channels.result_texts(result))))
+        flagged = self.flagged(self._verdict(ctx, "\n".join(_tool_channel.result_texts(result))))
         if not flagged:
             return None
         self._note(ctx, "tool_result", flagged)
         if self.strategy == "warn":
             return None
-        return _channels.replaced_result(result, TOOL_NOTE.format(found=", ".join(sorted(flagged))))
+        return _tool_channel.replaced_result(result, TOOL_NOTE.format(found=", ".join(sorted(flagged))))
 
     def process_output_result(self, ctx: ProcessorContext) -> list[Message] | None:
         if "output" in self.channels:

@@ -10,7 +10,15 @@ from typing import Any
 
 from memproc.events import StreamEvent
 from memproc.exceptions import ConfigurationError
-from memproc.guardrails import _channels, _options, _pii_hold, _pii_judge, _pii_options, _pii_patterns
+from memproc.guardrails import (
+    _channels,
+    _options,
+    _pii_hold,
+    _pii_judge,
+    _pii_options,
+    _pii_patterns,
+    _tool_channel,
+)
 from memproc.guardrails._pii_patterns import Match
 from memproc.guardrails._pii_presidio import ENGINES, default_types, presidio_recognizer
 from memproc.guardrails._stream import repair, stream_part
@@ -130,17 +138,7 @@ class PIIDetector:
                 "Presidio; pass model='provider/model' or engine='presidio', or leave them out"
             )
         self.detectors = {t: _pii_patterns.DETECTORS[t] for t in chosen if t in _pii_patterns.DETECTORS}
-        if patterns is not None and not isinstance(patterns, Mapping):
-            raise ConfigurationError(
-                f"PIIDetector(patterns=...) must map type names to regexes, not {patterns!r}"
-            )
-        for name, pattern in (patterns or {}).items():
-            if not isinstance(name, str) or not name or name in known:
-                raise ConfigurationError(
-                    f"PIIDetector(patterns=...) needs new type names, not {name!r} (built-in types are "
-                    "chosen with types=...)"
-                )
-            self.detectors[name] = _pii_patterns.custom_detector(_pii_options.compiled(name, pattern))
+        self.detectors.update(_pii_options.custom_detectors(patterns, known=known))
         self.types = (*chosen, *(patterns or {}))
         self.custom_patterns = tuple(patterns or {})
 
@@ -197,9 +195,9 @@ class PIIDetector:
         return messages if changed else None
 
     def process_tool_result(self, ctx: ProcessorContext, result: ToolResultPart) -> ToolResultPart | None:
-        if _channels.is_search_result(result, self.channels):  # remembered messages: recall's rules
-            return _channels.apply_to_search(
-                ctx, result, self._screen_memory(ctx, _channels.search_items(result))
+        if _tool_channel.is_search_result(result, self.channels):  # remembered messages: recall's rules
+            return _tool_channel.apply_to_search(
+                ctx, result, self._screen_memory(ctx, _tool_channel.search_items(result))
             )
         if "tool_result" not in self.channels:
             return None
@@ -210,7 +208,7 @@ class PIIDetector:
             merge_counts(counts, _counts(matches).items())
             return self.redact(text, matches) if matches and self.strategy == "redact" else text
 
-        redacted = _channels.map_result(result, handle)
+        redacted = _tool_channel.map_result(result, handle)
         if not counts:
             return None
         self._record(ctx, "tool_result", counts)
@@ -228,7 +226,7 @@ class PIIDetector:
             logger.warning("memproc: %s found personal data in a tool result: %s", self.id, plural(counts))
             return None
         if self.strategy == "block":
-            return _channels.replaced_result(result, TOOL_NOTE.format(found=plural(counts)))
+            return _tool_channel.replaced_result(result, TOOL_NOTE.format(found=plural(counts)))
         return redacted
 
     def process_output_result(self, ctx: ProcessorContext) -> list[Message] | None:

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from memproc.exceptions import ConfigurationError
-from memproc.guardrails import _channels, _injection_model, _options
+from memproc.guardrails import _channels, _injection_model, _options, _tool_channel
 from memproc.guardrails._injection_rules import Verdict, score_text
 from memproc.guardrails._judge import ask_json, category_scores
 from memproc.guardrails._judge import score as to_score
@@ -187,9 +187,9 @@ class PromptInjectionDetector:
         return _channels.apply(ctx, withheld, messages=messages, note=MEMORY_NOTE)
 
     def process_tool_result(self, ctx: ProcessorContext, result: ToolResultPart) -> ToolResultPart | None:
-        if _channels.is_search_result(result, self.channels):  # remembered messages: recall's rules
-            return _channels.apply_to_search(
-                ctx, result, self._screen_memory(ctx, _channels.search_items(result))
+        if _tool_channel.is_search_result(result, self.channels):  # remembered messages: recall's rules
+            return _tool_channel.apply_to_search(
+                ctx, result, self._screen_memory(ctx, _tool_channel.search_items(result))
             )
         if result.tool_name == _channels.WORKING_MEMORY_TOOL:
             return (
@@ -197,7 +197,7 @@ class PromptInjectionDetector:
             )
         if "tool_result" not in self.channels:
             return None
-        text = "\n".join(_channels.result_texts(result))
+        text = "\n".join(_tool_channel.result_texts(result))
         verdict = self._offline(text)
         if verdict.score < self.threshold:
             return None
@@ -207,10 +207,10 @@ class PromptInjectionDetector:
         if self.strategy == "warn":
             return None
         if self.strategy == "rewrite":
-            rewritten = _channels.map_result(result, _drop_flagged_sentences)
-            if rewritten is not result and not self.flags("\n".join(_channels.result_texts(rewritten))):
+            rewritten = _tool_channel.map_result(result, _drop_flagged_sentences)
+            if rewritten is not result and not self.flags("\n".join(_tool_channel.result_texts(rewritten))):
                 return rewritten
-        return _channels.replaced_result(result, TOOL_NOTE)
+        return _tool_channel.replaced_result(result, TOOL_NOTE)
 
     # --- channels ------------------------------------------------------------------------------
 
@@ -315,7 +315,7 @@ class PromptInjectionDetector:
     def _screen_working_memory_update(
         self, ctx: ProcessorContext, result: ToolResultPart
     ) -> ToolResultPart | None:
-        args = _channels.tool_call_args(ctx, result.tool_call_id)
+        args = _tool_channel.tool_call_args(ctx, result.tool_call_id)
         if not args or result.is_error:
             return None
         value = thaw(args.get("memory"))
@@ -328,7 +328,7 @@ class PromptInjectionDetector:
         )
         if self.strategy == "warn":
             return None
-        _channels.refuse_working_memory_update(ctx, args)
+        _tool_channel.refuse_working_memory_update(ctx, args)
         return ToolResultPart(
             result.tool_call_id, result.tool_name, {"success": False, "error": WORKING_MEMORY_REFUSAL}, True
         )
