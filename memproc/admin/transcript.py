@@ -20,7 +20,8 @@ from django.utils.safestring import SafeString
 
 from memproc import models
 from memproc.admin.common import admin_url, one_line, pretty_json
-from memproc.admin.turn_panels import TurnView, attach_turn_panels
+from memproc.admin.turn_panels import attach_turn_panels
+from memproc.admin.turn_views import TurnView
 from memproc.services.attachments import attachment_download_url
 
 TRANSCRIPT_PAGE_SIZE = 500

@@ -25,7 +25,8 @@ from memproc.admin.common import (
     pretty_json,
 )
 from memproc.admin.dashboard import TURN_DURATION_SAMPLE, percentile
-from memproc.admin.turn_panels import record_view, usage_tokens
+from memproc.admin.manifest_fields import usage_tokens
+from memproc.admin.turn_panels import record_view
 from memproc.selectors.turns import turn_durations
 from memproc.templatetags.memproc_admin import memproc_duration
 
