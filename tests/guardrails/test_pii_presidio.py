@@ -365,3 +365,31 @@ def test_engine_rules_is_the_default_and_unchanged():
     assert found(rules, text) == found(default, text) == [("email", SAMPLES["email"])]
     with pytest.raises(ConfigurationError, match="judge model"):
         PIIDetector(engine="rules", types=["name"])
+
+
+@pytest.fixture(scope="module")
+def german_model_dir(tmp_path_factory):
+    """A German pipeline (its meta.json says "de"), as de_core_news_lg would be."""
+    if not os.environ.get("MEMPROC_REQUIRE_PRESIDIO"):
+        pytest.importorskip("presidio_analyzer")
+    spacy = pytest.importorskip("spacy")
+    nlp = spacy.blank("de")
+    nlp.add_pipe("entity_ruler").add_patterns(
+        [
+            {"label": "PER", "pattern": [{"TEXT": "Clara"}, {"TEXT": "Schumann"}]},
+            {"label": "LOC", "pattern": "Leipzig"},
+        ]
+    )
+    path = tmp_path_factory.mktemp("spacy") / "deutsch"
+    nlp.to_disk(path)
+    return str(path)
+
+
+def test_a_german_pipeline_reads_german_text(german_model_dir):
+    """The entities are the pipeline's: a German one finds names and places in German text."""
+    detector = PIIDetector(engine="presidio", presidio_model=german_model_dir)
+    text = "Clara Schumann wohnt in Leipzig, geboren am 13.09.1819, Mail clara@example.de."
+    assert redacted(detector, text) == (
+        "[REDACTED:name] wohnt in [REDACTED:address], geboren am [REDACTED:date_of_birth], "
+        "Mail [REDACTED:email]."
+    )
