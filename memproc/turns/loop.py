@@ -21,7 +21,7 @@ from memproc.llm.types import ModelRequest, ModelResponse, ToolCall
 from memproc.messages import AttachmentRef, Message, TextPart, ToolCallPart, ToolResultPart, new_id
 from memproc.processors.conversation import Conversation
 from memproc.processors.parallel import with_hook
-from memproc.processors.runner import Blocked, ProcessorRunner, StepView
+from memproc.processors.runner import Blocked, StepView
 from memproc.processors.turn import Turn
 from memproc.services.attachments import attachments_resolve
 from memproc.turns.effects import (
@@ -33,8 +33,6 @@ from memproc.turns.effects import (
     ModelStreamOpen,
 )
 from memproc.turns.plan import TurnPlan
-from memproc.turns.resume import Resumption
-from memproc.turns.stream_policy import StreamGate
 from memproc.turns.tool_steps import ToolSteps
 
 __all__ = ["FEEDBACK", "ModelLoop", "feedback_message"]
@@ -46,18 +44,14 @@ FEEDBACK = (
 
 
 class ModelLoop(ToolSteps):
-    """The model and tool loop, as generator methods of the engine. The attributes are the engine's
-    state that the loop reads and writes; `TurnEngine` sets them up before the loop runs."""
+    """The model and tool loop, as generator methods of the engine. The attributes (these and
+    `ToolSteps`') are the engine's state that the loop reads and writes; `TurnEngine` sets them up
+    before the loop runs."""
 
     plan: TurnPlan
-    turn: Turn | None
-    streaming: bool
-    span: Any
-    runner: ProcessorRunner
     conversation: Conversation
     input_chain: Sequence[Any]
     output_chain: Sequence[Any]
-    tool_result_chain: list[Any]
     has_step_hooks: bool
     retries: int
     max_retries: int
@@ -65,14 +59,10 @@ class ModelLoop(ToolSteps):
     steps: int
     usage: dict[str, Any]
     last_prompt: list[Message]
-    draft: list[Message]
-    gate: StreamGate
     screen_chain: list[Any]
     _resolved: dict[int, tuple[Message, Message]]
     # Whether the model call under way passed a stream part on (to the gate, so maybe the client).
     call_output: bool = False
-    # The suspended turn this one resumes (memproc.turns.resume), or None.
-    resume: Resumption | None = None
 
     def _model_loop(self, feedback: list[Message]) -> EngineStep:
         """Model, then tools, then model again, until an answer without tool calls or the step limit.

@@ -54,6 +54,7 @@ class ToolSteps:
     tool_result_chain: list[Any]
     draft: list[Message]
     gate: StreamGate
+    # The suspended turn this one resumes (memproc.turns.resume), or None.
     resume: Resumption | None = None
     _hooks: Callable[..., EngineStep]
 

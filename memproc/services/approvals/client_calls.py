@@ -15,14 +15,6 @@ from memproc.exceptions import PendingCallConflict, PendingCallNotFound, ToolErr
 from memproc.models import PendingToolCall
 from memproc.services.approvals.decisions import _decide, _get, _the_resumer
 
-__all__ = [
-    "client_calls_in_thread",
-    "pending_client_call",
-    "pending_in_thread",
-    "pending_submit_result",
-    "submit_result",
-]
-
 State = PendingToolCall.State
 
 

@@ -23,27 +23,6 @@ from memproc.exceptions import (
 from memproc.models import PendingToolCall
 from memproc.signals import tool_call_decided
 
-__all__ = [
-    "RESUME_LEASE",
-    "Resumer",
-    "approve",
-    "approve_later",
-    "connect_resumer",
-    "expire_due",
-    "may_decide",
-    "pending_approve",
-    "pending_complete",
-    "pending_decidable",
-    "pending_record_run",
-    "pending_reject",
-    "pending_suspend",
-    "pending_visible",
-    "reject",
-    "reject_later",
-    "resume",
-    "resume_stalled",
-]
-
 State = PendingToolCall.State
 
 # A resume that took the call this long ago and did not complete is taken to have died (a worker
