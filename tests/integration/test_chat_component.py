@@ -121,6 +121,9 @@ def eventually(read, timeout: float = 10.0):
 
 
 def send(page, text: str) -> None:
+    """Sends once the component is idle: a reply shows as finished at its finish chunk, a moment before
+    the stream closes and the component takes the next message (Enter while busy is ignored)."""
+    page.locator("memproc-chat button.send:not([disabled])").wait_for()
     page.fill("memproc-chat textarea", text)
     page.press("memproc-chat textarea", "Enter")
 

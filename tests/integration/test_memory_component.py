@@ -15,7 +15,7 @@ from memproc.llm.types import ModelResponse, ToolCall
 from memproc.processors.working_memory import DEFAULT_TEMPLATE
 from memproc.testing import ScriptedModel
 from tests.browser import CHROMIUM, LAUNCH_ARGS
-from tests.integration.test_chat_component import ARTIFACTS, eventually, login
+from tests.integration.test_chat_component import ARTIFACTS, eventually, login, send
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -61,8 +61,7 @@ def page(live_server, monkeypatch):
 
 def turn(page, text: str, replies: int) -> None:
     """Sends `text` in the chat and waits for the `replies`th answer and the memory view's refresh."""
-    page.fill("memproc-chat textarea", text)
-    page.press("memproc-chat textarea", "Enter")
+    send(page, text)
     page.wait_for_function(
         "document.querySelector('memproc-chat').shadowRoot"
         f".querySelectorAll('.message.assistant:not(.pending)').length === {replies}"
