@@ -392,6 +392,28 @@ def test_the_process_caches_no_vector_of_a_forgotten_message(make_agent, model, 
     assert arrays_holding(secret) == 0
 
 
+def test_a_search_over_every_resource_keeps_no_vector_of_a_forgotten_one(
+    make_agent, model, numpy_store_in_use
+):
+    """A search without a scope caches every resource's vectors: forgetting one resource drops that
+    matrix too, while a search scoped to another resource goes on answering."""
+    from tests.memory.embedders import CountingEmbedder
+
+    embedder = CountingEmbedder("scanned-unscoped")
+    agent = make_agent(memory=memory(embedder=embedder, working_memory=False))
+    model.add("Noted.", "Hello.")
+    agent.generate(SECRET, thread_id=T, resource_id=R)
+    agent.generate("my bike is red", thread_id="other", resource_id="user-2")
+    store, secret = get_vector_store(), embedder.embed([SECRET])[0]
+    [hit] = store.search(embedder_id=embedder.id, vector=secret, top_k=1)  # no thread, no resource
+    assert hit.score == pytest.approx(1.0, abs=1e-5)
+    assert arrays_holding(secret) >= 1
+    forget(resource_id=R)
+    assert arrays_holding(secret) == 0
+    bike = embedder.embed(["my bike is red"])[0]
+    assert store.search(embedder_id=embedder.id, vector=bike, top_k=1, resource_id="user-2")[0].score > 0.99
+
+
 @pytest.mark.parametrize("change", ["delete", "edit", "quarantine", "exclude from recall"])
 def test_other_changes_that_drop_a_messages_embedding_drop_its_cached_vector(
     make_agent, model, change, numpy_store_in_use

@@ -136,6 +136,43 @@ def test_threshold_is_a_minimum_similarity(store, corpus) -> None:
     assert store.search(embedder_id=MODEL, vector=query, top_k=5, threshold=0.999) == []
 
 
+def test_a_score_equal_to_the_threshold_is_kept(store, make_messages) -> None:
+    """The threshold is inclusive on both stores (cosine 0.5 is exact in float32 and in SQL here)."""
+    messages = make_messages("t1", 2)
+    store.store(rows_for(messages, [[1, 1, 1, 1, 0, 0, 0, 0], [0, 0, 0, 0, 1, 0, 0, 0]]))
+    query = [1, 0, 0, 0, 0, 0, 0, 0]
+    for _ in range(2):  # a cold search, then one over what the store already read
+        hits = store.search(embedder_id=MODEL, vector=query, top_k=5, threshold=0.5)
+        assert [(h.message_id, h.score) for h in hits] == [(messages[0].id, 0.5)]
+    assert store.search(embedder_id=MODEL, vector=query, top_k=5, threshold=0.5000001) == []
+
+
+def test_a_filter_picks_the_admitted_messages_before_top_k(store, corpus) -> None:
+    """A filter narrows the scope, then the top_k are the best admitted messages: not the scope's best
+    few with the unadmitted ones dropped (which could leave fewer than top_k)."""
+    from memproc.models import Thread
+    from memproc.vectors.base import SearchFilter, search_filtered
+
+    store.store(corpus)
+    Thread.objects.filter(public_id="t2").update(metadata={"topic": "garden"})
+    garden = SearchFilter.of(thread_metadata={"topic": "garden"})
+    admitted = [row for row in corpus if row.thread_id == "t2"]
+    for query in random_vectors(3, seed=11):
+        best_overall = exact_ranking(corpus, query, top_k=5)
+        assert any(message_id not in {r.message_id for r in admitted} for message_id, _ in best_overall)
+        for _ in range(2):  # the second search answers from what the store already read
+            hits = search_filtered(
+                store, filter=garden, embedder_id=MODEL, vector=query, top_k=5, resource_id="r1"
+            )
+            assert_hits(hits, exact_ranking(admitted, query, top_k=5))
+    nowhere = SearchFilter.of(thread_metadata={"topic": "nowhere"})
+    assert search_filtered(store, filter=nowhere, embedder_id=MODEL, vector=query, top_k=5) == []
+    # A filter within a thread scope keeps the scope: t1's messages are not t2's.
+    assert (
+        search_filtered(store, filter=garden, embedder_id=MODEL, vector=query, top_k=5, thread_id="t1") == []
+    )
+
+
 def test_several_chunks_of_a_message_count_once_with_the_best_score(store, make_messages) -> None:
     messages = make_messages("t1", 4)
     query = unit([1, 0, 0, 0, 0, 0, 0, 0])
