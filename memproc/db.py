@@ -92,25 +92,18 @@ def _columns(model: type[models.Model], names: tuple[str, ...]) -> tuple[str, tu
 
 
 def model_fields(model: type[models.Model], names: Iterable[str]) -> tuple[models.Field, ...]:
-    """The fields of `model` named `names`, in that order (built once per model and names)."""
+    """The fields of `model` named `names`, in that order."""
     return _columns(model, tuple(names))[1]
 
 
 def _target(
     connection: Any, model: type[models.Model], names: tuple[str, ...]
 ) -> tuple[str, str, tuple[models.Field, ...]]:
-    """(quoted table, quoted column list, fields) of an insert into `model`'s `names`, quoted once
-    per database vendor (the quoting rules; not per connection, of which ASGI opens one a request)."""
-    key = (connection.vendor, model, names)
-    found = _QUOTED.get(key)
-    if found is None:
-        table, fields = _columns(model, names)
-        quote = connection.ops.quote_name
-        found = _QUOTED[key] = (quote(table), ", ".join(quote(f.column) for f in fields), fields)
-    return found
-
-
-_QUOTED: dict[tuple[str, type[models.Model], tuple[str, ...]], tuple[str, str, tuple[models.Field, ...]]] = {}
+    """(quoted table, quoted column list, fields) of an insert into `model`'s `names` (15 µs for a
+    message row, beside its insert)."""
+    table, fields = _columns(model, names)
+    quote = connection.ops.quote_name
+    return quote(table), ", ".join(quote(f.column) for f in fields), fields
 
 
 def _values_sql(rows: int, row: str) -> str:

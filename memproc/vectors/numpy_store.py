@@ -364,17 +364,9 @@ def _scope_where(
 
 
 def _columns(connection: Any) -> dict[str, str]:
-    """The embedding table's quoted column names, worked out once per database vendor (every search
-    asks)."""
-    columns = _QUOTED_COLUMNS.get(connection.vendor)
-    if columns is None:
-        qn = connection.ops.quote_name
-        columns = {name: qn(MessageEmbedding._meta.get_field(name).column) for name in _COLUMNS}
-        _QUOTED_COLUMNS[connection.vendor] = columns
-    return columns
-
-
-_QUOTED_COLUMNS: dict[str, dict[str, str]] = {}
+    """The embedding table's quoted column names (7 µs, beside a search's query)."""
+    qn = connection.ops.quote_name
+    return {name: qn(MessageEmbedding._meta.get_field(name).column) for name in _COLUMNS}
 
 
 _COLUMNS = ("id", "model", "thread_id", "resource_id", "dimensions", "message", "vector")
