@@ -11,7 +11,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from memproc.models import Message, MessageEmbedding, Thread, message_key, thread_key
-from memproc.vectors import NumpyVectorStore
+from memproc.vectors import NumpyVectorStore, get_vector_store
 from tests.vectors.helpers import MODEL, exact_ranking, random_vectors, rows_for, unit
 
 pytestmark = pytest.mark.django_db
@@ -257,6 +257,22 @@ def test_a_small_cache_stays_correct(make_messages) -> None:
             assert ids(hits) == [
                 m for m, _ in exact_ranking([r for r in rows if r.thread_id == name], QUERY, top_k=3)
             ]
+
+
+def test_a_cache_of_zero_bytes_is_allowed_and_a_negative_one_refused(make_messages) -> None:
+    from memproc.exceptions import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"cache_bytes=\.\.\.\) must not be negative"):
+        NumpyVectorStore(cache_bytes=-1)
+    with pytest.raises(ConfigurationError, match="must not be negative"):
+        get_vector_store({"CLASS": "memproc.vectors.NumpyVectorStore", "OPTIONS": {"cache_bytes": -1}})
+    none = NumpyVectorStore(cache_bytes=0)
+    rows = rows_for(make_messages("z", 10), random_vectors(10, seed=7))
+    none.store(rows)
+    for _ in range(2):
+        assert ids(none.search(embedder_id=MODEL, vector=QUERY, top_k=3)) == [
+            m for m, _ in exact_ranking(rows, QUERY, top_k=3)
+        ]
 
 
 WIDE_MODEL, WIDE, SCOPE_ROWS = "test-embedder-256", 256, 300
