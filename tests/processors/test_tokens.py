@@ -1,10 +1,12 @@
-"""Token counters: exact quicktok counts, the chat-format overhead, the cache and the setting.
+"""Token counters: exact quicktok counts, the chat-format overhead, no memory of what was counted, and the setting.
 
 tiktoken, and how the default ("auto") chooses between the counters: test_token_choice.py."""
 
 from __future__ import annotations
 
+import gc
 import json
+import types
 
 import pytest
 import quicktok
@@ -150,7 +152,7 @@ def test_char_estimate_rejects_bad_ratios(value):
         CharEstimateCounter(chars_per_token=value)
 
 
-# --- the cache ------------------------------------------------------------------------------------
+# --- nothing kept ---------------------------------------------------------------------------------
 
 
 class CountingCounter(CharEstimateCounter):
@@ -163,19 +165,6 @@ class CountingCounter(CharEstimateCounter):
         return super().count_text(text)
 
 
-def test_history_counted_again_hits_the_cache():
-    counter = CountingCounter()
-    history = [user(f"message number {i}") for i in range(8)]
-    history += [tool_call("c1", "search", {"q": "x"}), tool_result("c1", "search", {"hits": [1, 2]})]
-    first = [counter.count_message(m) for m in history]
-    calls = counter.calls
-    # The next turn loads the same rows again: new objects, same ids and content.
-    reloaded = [message_from_content(id=m.id, role=m.role, content=m.to_content()) for m in history]
-    assert all(a is not b for a, b in zip(history, reloaded, strict=True))
-    assert [counter.count_message(m) for m in reloaded] == first
-    assert counter.calls == calls
-
-
 def test_edited_content_with_the_same_id_is_recounted():
     counter = CountingCounter()
     original = user("short", id="m1")
@@ -183,22 +172,22 @@ def test_edited_content_with_the_same_id_is_recounted():
     assert counter.count_message(original) != counter.count_message(edited)
 
 
-def test_the_cache_keeps_the_last_cache_size_messages():
-    counter = CountingCounter(cache_size=3)
-    messages = [user(f"m{i}") for i in range(5)]
-    for m in messages:
-        counter.count_message(m)
+def test_a_counter_keeps_no_reference_to_what_it_counted():
+    """Counts are not remembered: a forgotten message's text must not stay in the process."""
+    counter = CountingCounter()
+    content = Message.create("user", [TextPart("my locker code is azure falcon ninety seven")]).to_content()
+    message = message_from_content(id="m1", role="user", content=content)
+    first = counter.count_message(message)
+    held = message.parts
+    del message
+    gc.collect()
+    assert [r for r in gc.get_referrers(held) if not isinstance(r, types.FrameType)] == []
     calls = counter.calls
-    for m in messages[2:]:  # the three most recent: still cached
-        counter.count_message(m)
-    assert counter.calls == calls
-    counter.count_message(messages[1])  # a fourth would not fit: evicted, counted again
-    assert counter.calls == calls + 1
-    counter.count_message(messages[-1])  # still cached
-    assert counter.calls == calls + 1
+    assert counter.count_message(message_from_content(id="m1", role="user", content=content)) == first
+    assert counter.calls > calls  # counted again
 
 
-def test_unhashable_tool_results_are_counted_without_caching():
+def test_unhashable_tool_results_are_counted():
     counter = CountingCounter()
     message = Message.create("tool", [ToolResultPart("c1", "t", {1, 2})])  # a set: unhashable
     assert counter.count_message(message) > 0
@@ -254,26 +243,3 @@ def test_an_instance_is_used_as_is():
 def test_bad_settings_are_configuration_errors(spec):
     with override_settings(MEMPROC={"TOKENIZER": spec}), pytest.raises(ConfigurationError):
         get_token_counter()
-
-
-def test_messages_with_inline_file_bytes_are_not_kept_in_the_cache():
-    counter = CountingCounter()
-    message = Message.create("user", [TextPart("look"), FilePart(data=b"x" * 1000, media_type="image/png")])
-    first = counter.count_message(message)
-    calls = counter.calls
-    assert counter.count_message(message) == first
-    assert counter.calls > calls  # counted again: nothing (and no bytes) was kept
-
-
-@pytest.mark.parametrize("value", [-1, True, "10"])
-def test_cache_size_must_be_a_non_negative_int(value):
-    with pytest.raises(ConfigurationError):
-        CharEstimateCounter(cache_size=value)
-
-
-def test_cache_size_zero_disables_the_cache():
-    counter = CountingCounter(cache_size=0)
-    message = user("hello")
-    counter.count_message(message)
-    counter.count_message(message)
-    assert counter.calls == 2

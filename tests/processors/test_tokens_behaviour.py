@@ -1,6 +1,6 @@
 """Token counters, what test_tokens.py leaves open: the exact words of every configuration error (a
-developer reads them at startup), what each kind of part costs, which messages the cache keeps and
-how it evicts, and which specs give the same configured counter."""
+developer reads them at startup), what each kind of part costs, that nothing is remembered between
+counts, and which specs give the same configured counter."""
 
 from __future__ import annotations
 
@@ -43,8 +43,9 @@ def _fresh_counters(tmp_path, monkeypatch):
 class Counting(CharEstimateCounter):
     """One token per character; records every text it counts."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, *, label: str = "", **kwargs):
         super().__init__(chars_per_token=1, **kwargs)
+        self.label = label  # an option of its own, for the tests of built specs
         self.texts: list[str] = []
 
     def count_text(self, text):
@@ -99,16 +100,6 @@ def test_other_counter_specs_are_refused_naming_the_owner(spec):
 # --- options --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", [-1, True, "10", 1.0])
-def test_cache_size_error_names_the_class(value):
-    with pytest.raises(ConfigurationError) as caught:
-        Counting(cache_size=value)
-    assert str(caught.value) == "Counting(cache_size=...) must be an int >= 0"
-    with pytest.raises(ConfigurationError) as caught:
-        QuicktokCounter(cache_size=value)
-    assert str(caught.value) == "QuicktokCounter(cache_size=...) must be an int >= 0"
-
-
 def test_chars_per_token_error_and_ids():
     for bad in (0, -2.5, False, None):
         with pytest.raises(ConfigurationError) as caught:
@@ -122,7 +113,7 @@ def test_chars_per_token_error_and_ids():
 
 def test_message_counter_leaves_count_text_to_subclasses():
     counter = MessageCounter()
-    assert (counter.id, counter.cache_size) == ("message-counter", 1024)
+    assert counter.id == "message-counter"
     with pytest.raises(NotImplementedError):
         counter.count_text("x")
 
@@ -149,7 +140,7 @@ def test_quicktok_option_errors(monkeypatch):
 
 def test_quicktok_defaults_and_id():
     counter = QuicktokCounter()
-    assert (counter.encoding, counter.id, counter.cache_size) == ("o200k_base", "quicktok:o200k_base", 1024)
+    assert (counter.encoding, counter.id) == ("o200k_base", "quicktok:o200k_base")
     assert counter.count_text("") == 0
     # a lone surrogate counts as U+FFFD, even next to other text
     assert counter.count_text("\udc00") == counter.count_text("\ufffd")
@@ -206,7 +197,7 @@ def test_tiktoken_defaults_and_id(tmp_path):
 
     put_in_tiktoken_cache(tmp_path / "empty-tiktoken-cache", "o200k_base")
     counter = TiktokenCounter()
-    assert (counter.encoding, counter.id, counter.cache_size) == ("o200k_base", "tiktoken:o200k_base", 1024)
+    assert (counter.encoding, counter.id) == ("o200k_base", "tiktoken:o200k_base")
     assert counter.count_text("") == 0
     assert counter.count_text("hello world") == 2
 
@@ -272,7 +263,7 @@ def test_images_and_other_files_cost_their_estimates():
     assert counter.count_message(both) == 2 + 258 + 765 + 4
 
 
-# --- the cache -----------------------------------------------------------------------------------------
+# --- counting again ------------------------------------------------------------------------------------
 
 
 def test_a_message_with_the_same_id_and_parts_but_another_role_is_counted_again():
@@ -280,75 +271,6 @@ def test_a_message_with_the_same_id_and_parts_but_another_role_is_counted_again(
     as_user = user("hello", id="m1")
     counter.count_message(as_user)
     counter.count_message(as_user.replace(role="assistant"))
-    assert counter.texts == ["hello", "hello"]
-
-
-def test_a_remote_file_does_not_stop_caching_but_inline_bytes_do():
-    counter = Counting()
-    remote = Message.create(
-        "user", [TextPart("look"), FilePart(url="https://example.com/a.png", media_type="image/png")]
-    )
-    counter.count_message(remote)
-    counter.count_message(remote)
-    assert counter.texts == ["look"]
-    inline = Message.create("user", [TextPart("see"), FilePart(data="aGk=", media_type="text/plain")])
-    counter.count_message(inline)
-    counter.count_message(inline)
-    assert counter.texts == ["look", "see", "see"]
-
-
-def test_a_recounted_message_becomes_the_newest_entry():
-    counter = Counting(cache_size=2)
-    a, b = user("a", id="a"), user("b", id="b")
-    counter.count_message(a)
-    counter.count_message(b)
-    counter.count_message(a.replace(parts=(TextPart("a2"),)))  # edited: recounted, now the newest
-    counter.count_message(user("c", id="c"))  # evicts b, the oldest
-    counter.texts.clear()
-    counter.count_message(a.replace(parts=(TextPart("a2"),)))
-    counter.count_message(b)
-    assert counter.texts == ["b"]
-
-
-def test_a_hit_makes_the_entry_the_newest():
-    counter = Counting(cache_size=2)
-    a, b, c = user("a", id="a"), user("b", id="b"), user("c", id="c")
-    counter.count_message(a)
-    counter.count_message(b)
-    counter.count_message(a)  # a hit: a is now newer than b
-    counter.count_message(c)  # evicts b
-    counter.texts.clear()
-    counter.count_message(a)
-    counter.count_message(b)
-    assert counter.texts == ["b"]
-
-
-def test_the_default_cache_keeps_1024_messages():
-    counter = Counting()
-    assert counter.cache_size == 1024
-    messages = [user(f"m{i}") for i in range(1025)]
-    for message in messages:
-        counter.count_message(message)
-    counter.texts.clear()
-    counter.count_message(messages[1])
-    counter.count_message(messages[0])
-    assert counter.texts == ["m0"]
-
-
-def test_a_cache_of_one_keeps_one():
-    counter = Counting(cache_size=1)
-    message = user("one", id="m")
-    counter.count_message(message)
-    counter.count_message(message)
-    assert counter.texts == ["one"]
-
-
-def test_clear_cache_forgets_every_count():
-    counter = Counting()
-    message = user("hello")
-    counter.count_message(message)
-    counter.clear_cache()
-    counter.count_message(message)
     assert counter.texts == ["hello", "hello"]
 
 
@@ -381,14 +303,14 @@ def test_parts_that_cannot_be_compared_are_counted_again():
 def test_the_same_spec_in_another_key_order_is_the_same_counter():
     one = {
         "CLASS": "memproc.processors.tokens.CharEstimateCounter",
-        "OPTIONS": {"chars_per_token": 3, "cache_size": 5},
+        "OPTIONS": {"chars_per_token": 3},
     }
     two = {
-        "OPTIONS": {"cache_size": 5, "chars_per_token": 3},
+        "OPTIONS": {"chars_per_token": 3},
         "CLASS": "memproc.processors.tokens.CharEstimateCounter",
     }
     counter = get_token_counter(one)
-    assert counter.id == "chars:3" and counter.cache_size == 5
+    assert counter.id == "chars:3"
     assert get_token_counter(two) is counter
     other = {"CLASS": "memproc.processors.tokens.CharEstimateCounter", "OPTIONS": {"chars_per_token": 2}}
     assert get_token_counter(other) is not counter
@@ -501,10 +423,13 @@ def choose(monkeypatch, *choices: AutoChoice) -> list[frozenset[str]]:
 
 
 def test_auto_builds_its_choice_with_its_options_and_says_so(monkeypatch, caplog):
-    choose(monkeypatch, AutoChoice(f"{HERE}.Counting", {"cache_size": 7}, "a test choice"))
+    choose(
+        monkeypatch,
+        AutoChoice(f"{HERE}.Counting", {"label": "seven"}, "a test choice"),
+    )
     with caplog.at_level(logging.INFO, logger="memproc.processors.tokens"):
         counter = get_token_counter("auto")
-    assert isinstance(counter, Counting) and counter.cache_size == 7
+    assert isinstance(counter, Counting) and counter.label == "seven"
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
         (logging.INFO, 'memproc: TOKENIZER "auto" counts tokens with chars:1: a test choice.')
     ]
