@@ -369,7 +369,8 @@ def arrays_holding(vector: list[float]) -> int:
                 continue
             seen.add(id(array))
             if array.dtype == np.float32 and array.ndim == 2 and array.shape[1] == unit.size and len(array):
-                found += bool(np.any(np.all(np.abs(array - unit) < 1e-6, axis=1)))
+                with np.errstate(invalid="ignore", over="ignore"):  # other arrays may hold inf or NaN
+                    found += bool(np.any(np.all(np.abs(array - unit) < 1e-6, axis=1)))
     return found
 
 
