@@ -48,6 +48,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 TURNS = int(os.environ.get("MEMPROC_WORKERS_TEST_TURNS", "60"))
 THREADS = 6  # the thread set: each thread gets TURNS / THREADS of the turns, all started at once
 WORKERS = 2
+BURSTS = 3  # at most: see the test
 
 
 @pytest.fixture
@@ -109,29 +110,41 @@ def stored_messages(port: int, thread: str) -> list[dict[str, Any]]:
     return messages
 
 
+def served_by_both(workers: list[int], before: dict[int, float]) -> bool:
+    """Each process served turns: it used 50 ms of CPU or more since `before` (a turn costs ~15 ms;
+    an idle worker ~0)."""
+    return all(cpu_seconds(pid) - before[pid] >= 0.05 for pid in workers)
+
+
 def test_two_workers_store_every_concurrent_turn_once(tmp_path: Path, database: dict[str, str]) -> None:
     with two_workers(tmp_path, database) as (port, supervisor, log):
         workers = worker_processes(supervisor)
         assert len(workers) == WORKERS, "uvicorn did not start two worker processes"
         client = Client(port, ENDPOINTS["memproc"], timeout=120.0)
         threads = [f"workers-{client.run_id}-{k}" for k in range(THREADS)]
-        names = [f"t{n}" for n in range(TURNS)]
         cpu_before = {pid: cpu_seconds(pid) for pid in workers}
         log.new_errors()
-        turns = asyncio.run(client.gather(names, [threads[n % THREADS] for n in range(TURNS)]))
-
-        failed = [
-            (name, turn.status, turn.error) for name, turn in zip(names, turns, strict=True) if not turn.ok
-        ]
-        assert not failed, failed[:5]
-        assert log.new_errors() == {}
-        # Both processes served turns: each used 50 ms of CPU or more (a turn costs ~15 ms; an idle
-        # worker ~0). The kernel hands the connections out; 60 at once reach both.
-        assert all(cpu_seconds(pid) - cpu_before[pid] >= 0.05 for pid in workers), "a worker served no turn"
+        # The kernel hands the connections to whichever process accepts first, and a process that
+        # wakes accepts every pending one: a burst can go to one process alone (the other still
+        # importing Django, say). So bursts go out until both have served, a few at most.
+        thread_of: dict[str, str] = {}  # each turn's thread
+        for burst in range(BURSTS):
+            more = [f"b{burst}t{n}" for n in range(TURNS)]
+            on = [threads[n % THREADS] for n in range(TURNS)]
+            turns = asyncio.run(client.gather(more, on))
+            thread_of.update(zip(more, on, strict=True))
+            failed = [
+                (name, turn.status, turn.error) for name, turn in zip(more, turns, strict=True) if not turn.ok
+            ]
+            assert not failed, failed[:5]
+            assert log.new_errors() == {}
+            if served_by_both(workers, cpu_before):
+                break
+        assert served_by_both(workers, cpu_before), f"a worker served none of {len(thread_of)} turns"
 
         stored = {thread: stored_messages(port, thread) for thread in threads}
-    for n, name in enumerate(names):
+    for name, thread in thread_of.items():
         prompt = PROMPT.format(n=name)
-        mine = [m for m in stored[threads[n % THREADS]] if prompt in json.dumps(m)]
+        mine = [m for m in stored[thread] if prompt in json.dumps(m)]
         assert sorted(m["role"] for m in mine) == ["assistant", "user"], (name, mine)
-    assert sum(map(len, stored.values())) == 2 * TURNS  # no other message anywhere in the set
+    assert sum(map(len, stored.values())) == 2 * len(thread_of)  # no other message anywhere in the set
