@@ -121,8 +121,8 @@ def eventually(read, timeout: float = 10.0):
 
 
 def send(page, text: str) -> None:
-    """Sends once the component is idle: a reply shows as finished at its finish chunk, a moment before
-    the stream closes and the component takes the next message (Enter while busy is ignored)."""
+    """Sends once the component is idle, so that each message is a turn of its own: a reply shows as
+    finished at its finish chunk, a moment before the stream closes (Enter while busy queues the box)."""
     page.locator("memproc-chat button.send:not([disabled])").wait_for()
     page.fill("memproc-chat textarea", text)
     page.press("memproc-chat textarea", "Enter")
@@ -194,3 +194,45 @@ def test_the_component_streams_renders_blocks_and_remembers(page, live_server, m
     chat.locator("button.new").click()
     assert chat.locator(".message").count() == 0
     assert page.evaluate("localStorage.getItem('memproc-chat:widget-test')") != thread_id
+
+
+def test_a_message_sent_while_a_reply_streams_goes_once_it_ends(page, live_server, model):
+    login(page, live_server.url, "/widget/?agent=widget-test")
+    chat = page.locator("memproc-chat")
+    send(page, "first")
+    chat.locator(".message.assistant.pending >> text=Hello").wait_for()
+
+    # Enter while the reply is still being written: the text waits in the box, edits included.
+    page.fill("memproc-chat textarea", "second")
+    page.press("memproc-chat textarea", "Enter")
+    page.fill("memproc-chat textarea", "second, edited")
+    assert chat.locator(".message.user").all_inner_texts() == ["first"]
+    assert chat.locator("textarea").input_value() == "second, edited"
+
+    model.gate.set()
+    page.wait_for_function(
+        "document.querySelector('memproc-chat').shadowRoot"
+        ".querySelectorAll('.message.assistant:not(.pending)').length === 2"
+    )
+    assert chat.locator(".message.user").all_inner_texts() == ["first", "second, edited"]
+    assert chat.locator("textarea").input_value() == ""
+    thread_id = page.evaluate("localStorage.getItem('memproc-chat:widget-test')")
+    assert eventually(lambda: len(stored_texts(thread_id)) == 4)
+    texts = stored_texts(thread_id)
+    assert texts[:2] == ["first", "Hello world"] and texts[2] == "second, edited", texts
+
+
+def test_a_queued_message_stays_in_the_box_when_the_conversation_changes(page, live_server, model):
+    login(page, live_server.url, "/widget/?agent=widget-test")
+    chat = page.locator("memproc-chat")
+    send(page, "first")
+    chat.locator(".message.assistant.pending >> text=Hello").wait_for()
+    page.fill("memproc-chat textarea", "second")
+    page.press("memproc-chat textarea", "Enter")
+
+    chat.locator("button.new").click()  # aborts the streaming turn
+    # The turn's end has run once Send is enabled again; a queued submit would have emptied the box.
+    chat.locator("button.send:not([disabled])").wait_for()
+    assert chat.locator("textarea").input_value() == "second"
+    assert chat.locator(".message").count() == 0
+    assert not models.Message.objects.filter(text="second").exists()

@@ -24,6 +24,8 @@
  * Events (bubbling, composed): `memproc-chat:finish` (detail: the finish chunk's metadata, or after a
  * decision {thread_id, message_ids}), `memproc-chat:suspended` (detail: {calls}: the calls that wait),
  * `memproc-chat:tripwire` (detail: the tripwire), `memproc-chat:error` (detail: {message}).
+ * A message sent while a reply is still streaming stays in the box and goes once that turn has ended
+ * (not after an error, a turn that waits for a decision, or a change of conversation: then it stays).
  * Styling: CSS custom properties (--memproc-accent, --memproc-bg, --memproc-border, --memproc-font) and
  * the parts `messages`, `message`, `user`, `assistant`, `banner`, `composer`, `input`, `send`, `new`,
  * `threads`, `approval`.
@@ -309,6 +311,7 @@
     constructor() {
       super();
       this.busy = false;
+      this.queued = false; // Enter was pressed while busy: submit the box when the turn ends
       this.controller = null;
       this.threadId = null;
       const root = this.attachShadow({ mode: "open" });
@@ -350,7 +353,11 @@
       this.form.addEventListener("submit", (event) => {
         event.preventDefault();
         const text = this.input.value.trim();
-        if (!text || this.busy) return;
+        if (!text) return;
+        if (this.busy) {
+          this.queued = true; // the box is read again when the turn ends, edits included
+          return;
+        }
         this.input.value = "";
         this.send(text);
       });
@@ -547,6 +554,7 @@
       userLi.textContent = text;
       let reply = null;
       let finished = false;
+      let ended = false; // the turn is over (answered or blocked): a queued message may follow
       let waiting = null; // the finish chunk's `pending`, when the server names the call that waits
       const seen = {};
       this.controller = new AbortController();
@@ -622,6 +630,8 @@
           this.suspended(userLi, reply, open, waiting);
         } else if (!finished) {
           throw new Error("The connection closed before the reply finished.");
+        } else {
+          ended = true;
         }
       } catch (error) {
         if (error.name === "AbortError") return;
@@ -637,6 +647,9 @@
         this.busy = false;
         this.sendButton.disabled = false;
         this.controller = null;
+        const next = this.queued && ended;
+        this.queued = false;
+        if (next) this.form.requestSubmit();
       }
     }
 
