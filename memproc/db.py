@@ -14,17 +14,21 @@ parses it again, per row. The column types are read once per database session (a
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 from django.apps import apps
 from django.db import ProgrammingError, connections, models, router, transaction
 
 from memproc.fields import VectorField
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # From this many rows a PostgreSQL insert goes through COPY (below it, one INSERT is cheaper).
 COPY_MIN_ROWS = 64
@@ -58,6 +62,20 @@ def one_sqlite_writer(using: str = "default") -> Iterator[None]:
         return
     with _sqlite_writer:
         yield
+
+
+def memproc_atomic(function: Callable[P, R]) -> Callable[P, R]:
+    """`@transaction.atomic` on memproc's database, named when the function runs (the site's router
+    is read then). A bare `@transaction.atomic` is the default database's transaction: under a
+    router that keeps memproc's tables elsewhere, each write would commit on its own and `on_commit`
+    work (a file's removal) run at once, before the writes after it."""
+
+    @functools.wraps(function)
+    def in_transaction(*args: P.args, **kwargs: P.kwargs) -> R:
+        with transaction.atomic(using=memproc_db()):
+            return function(*args, **kwargs)
+
+    return in_transaction
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from memproc import models
-from memproc.db import memproc_db
+from memproc.db import memproc_atomic, memproc_db
 from memproc.exceptions import (
     AttachmentError,
     MessageConflict,
@@ -219,7 +219,7 @@ def _same_message(message: Message, role: str, text: str, content: Any) -> bool:
     )
 
 
-@transaction.atomic
+@memproc_atomic
 def messages_delete(*, message_keys: Sequence[str], thread_key: str | None = None) -> int:
     """Deletes messages by their keys (and their embeddings); attachment files no other message
     uses go too."""
@@ -228,11 +228,10 @@ def messages_delete(*, message_keys: Sequence[str], thread_key: str | None = Non
         qs = qs.filter(thread_id=thread_key)
     found = list(qs.values_list("id", "thread_id", "sequence", "resource_id"))
     ids = [row[0] for row in found]
-    with transaction.atomic(using=memproc_db()):
-        attachments_release(message_keys=ids)
-        summaries_forget([row[:3] for row in found])
-        _, by_model = models.Message.objects.filter(id__in=ids).delete()
-        forget_cached({row[3] for row in found}, using=memproc_db())
+    attachments_release(message_keys=ids)
+    summaries_forget([row[:3] for row in found])
+    _, by_model = models.Message.objects.filter(id__in=ids).delete()
+    forget_cached({row[3] for row in found}, using=memproc_db())
     return by_model.get(models.Message._meta.label, 0)  # not the embeddings that went with them
 
 
@@ -281,7 +280,7 @@ def messages_save_with_files(
     return saved
 
 
-@transaction.atomic
+@memproc_atomic
 def messages_update(
     *, messages: Sequence[Message], resource_id: str | None = None, thread_key: str | None = None
 ) -> tuple[list[Message], list[str]]:

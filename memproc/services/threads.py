@@ -9,7 +9,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from memproc import models
-from memproc.db import memproc_db
+from memproc.db import memproc_atomic, memproc_db
 from memproc.exceptions import (
     ValidationError,
 )
@@ -30,7 +30,7 @@ def resource_ensure(*, resource_id: str) -> models.Resource:
     return resource
 
 
-@transaction.atomic
+@memproc_atomic
 def thread_create(
     *,
     resource_id: str,
@@ -131,7 +131,7 @@ def thread_unarchive(*, thread: models.Thread) -> models.Thread:
     return thread
 
 
-@transaction.atomic
+@memproc_atomic
 def thread_delete(*, thread: models.Thread) -> None:
     """Deletes a thread, its messages and embeddings, attachment files no other message uses, the
     answers kept for its turns' Idempotency-Keys (they hold its messages) and its suspended turns
@@ -147,7 +147,7 @@ def thread_delete(*, thread: models.Thread) -> None:
     )
 
 
-@transaction.atomic
+@memproc_atomic
 def thread_clone(
     *,
     thread: models.Thread,

@@ -34,8 +34,37 @@ def transaction_calls_without_using() -> list[str]:
     return found
 
 
+def bare_atomic_decorators() -> list[str]:
+    """`@transaction.atomic` without a call: its transaction is the default database's, always."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "migrations" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for decorator in getattr(node, "decorator_list", ()):
+                if (
+                    isinstance(decorator, ast.Attribute)
+                    and isinstance(decorator.value, ast.Name)
+                    and (decorator.value.id, decorator.attr) == ("transaction", "atomic")
+                ):
+                    found.append(f"{path.relative_to(PACKAGE.parent)}:{decorator.lineno} @transaction.atomic")
+    return found
+
+
 def test_every_transaction_and_on_commit_names_its_database() -> None:
     assert transaction_calls_without_using() == []
+
+
+def test_no_service_is_decorated_with_the_default_databases_transaction() -> None:
+    assert bare_atomic_decorators() == []
+
+
+def test_the_decorator_scan_finds_a_bare_decorator(tmp_path, monkeypatch) -> None:
+    (tmp_path / "bad.py").write_text(
+        "from django.db import transaction\n\n@transaction.atomic\ndef f():\n    pass\n"
+    )
+    monkeypatch.setattr(f"{__name__}.PACKAGE", tmp_path)
+    assert bare_atomic_decorators() == [f"{tmp_path.name}/bad.py:3 @transaction.atomic"]
 
 
 def test_the_scan_finds_a_call_without_using(tmp_path, monkeypatch) -> None:
@@ -58,3 +87,41 @@ def test_under_a_router_memprocs_tables_live_only_in_its_database(request) -> No
     assert not [t for t in connections["default"].introspection.table_names() if t.startswith("memproc_")]
     assert "memproc_message" in connections["memory"].introspection.table_names()
     assert "auth_user" not in connections["memory"].introspection.table_names()
+
+
+@pytest.fixture
+def attachment_storage(settings, tmp_path) -> Path:
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "memproc_attachments": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": tmp_path / "attachments", "base_url": "/media/attachments/"},
+        },
+    }
+    return tmp_path / "attachments"
+
+
+@pytest.mark.django_db(transaction=True, databases="__all__")
+def test_a_thread_delete_that_fails_midway_keeps_its_messages_and_files(
+    attachment_storage, monkeypatch
+) -> None:
+    """The delete releases the thread's files (rows now, files after commit) before the thread row
+    goes: under a router, a transaction on the wrong database let each step commit on its own, and
+    the file's removal run at once, so a failure after it lost the file of a message still stored."""
+    from memproc import Memory, models
+    from memproc.services.threads import thread_delete
+    from tests.attachments.conftest import file_message, png
+
+    Memory().save_messages([file_message(png())], thread_id="t", resource_id="r", embed=False)
+    files = [p for p in attachment_storage.rglob("*") if p.is_file()]
+    assert len(files) == 1 and models.Attachment.objects.count() == 1
+
+    def fails(self, *args, **kwargs):
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(models.Thread, "delete", fails)
+    with pytest.raises(RuntimeError):
+        thread_delete(thread=models.Thread.objects.get())
+    assert models.Message.objects.count() == 1
+    assert models.Attachment.objects.count() == 1
+    assert files[0].exists()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django.db import transaction
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
 from memproc import models
+from memproc.db import memproc_atomic
 from memproc.services.attachments.files import attachment_delete
 
 
@@ -40,7 +40,7 @@ def attachments_release(*, message_keys: Sequence[str]) -> int:
     return released
 
 
-@transaction.atomic
+@memproc_atomic
 def attachments_delete(*, resource_id: str) -> int:
     """Deletes every attachment of a resource (rows now, files after commit): for deleting the
     resource, after which no message can reference them."""
