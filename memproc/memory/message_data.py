@@ -60,34 +60,41 @@ class MessageDataMixin:
         instead (errors logged, not retried), rather than on a worker that would use the settings'.
         """
         from memproc.services.messages import messages_save_with_files
-        from memproc.services.recall import sources_embed, sources_for
+        from memproc.services.recall import sources_for
 
         values = to_messages(messages)
-        # Inline files are offloaded to the attachment storage, as in a turn: rows never hold bytes.
-        saved = messages_save_with_files(thread_id=thread_id, resource_id=resource_id, messages=values)
-        if (self.embeds_messages if embed is None else embed) and saved:
-            sources = sources_for(saved, thread_id=thread_id, resource_id=resource_id)
-
-            def embed_here() -> None:
-                sources_embed(sources=sources, embedder=self.embedder, vector_store=self.vector_store)
-
-            if self._importing:
-                # In this process, so the rows land while the index is held back; errors reach the caller.
-                transaction.on_commit(embed_here, using=memproc_db())
-                return saved
-            backends = {"embedder": self.embedder, "vector_store": self.vector_store}
-            if settings.BACKGROUND == "celery" and not all(map(_travels, backends.values())):
-                transaction.on_commit(partial(_embed_logged, embed_here), using=memproc_db())
-                return saved
-            background.enqueue(
-                "memproc.embed_messages",
-                kwargs={
-                    "message_ids": [s.message_id for s in sources],
-                    **{name: spec for name, spec in backends.items() if spec is not None},
-                },
-                inline=embed_here,
-            )
+        # The rows and their embedding's job (an outbox row under Celery) are one commit: a failure
+        # leaves nothing saved, rather than messages that nothing will embed.
+        with transaction.atomic(using=memproc_db()):
+            # Inline files are offloaded to the attachment storage, as in a turn: rows never hold bytes.
+            saved = messages_save_with_files(thread_id=thread_id, resource_id=resource_id, messages=values)
+            if (self.embeds_messages if embed is None else embed) and saved:
+                self._embed_saved(sources_for(saved, thread_id=thread_id, resource_id=resource_id))
         return saved
+
+    def _embed_saved(self, sources: list[Any]) -> None:
+        """Embeds just-saved messages after commit (see save_messages for where)."""
+        from memproc.services.recall import sources_embed
+
+        def embed_here() -> None:
+            sources_embed(sources=sources, embedder=self.embedder, vector_store=self.vector_store)
+
+        if self._importing:
+            # In this process, so the rows land while the index is held back; errors reach the caller.
+            transaction.on_commit(embed_here, using=memproc_db())
+            return
+        backends = {"embedder": self.embedder, "vector_store": self.vector_store}
+        if settings.BACKGROUND == "celery" and not all(map(_travels, backends.values())):
+            transaction.on_commit(partial(_embed_logged, embed_here), using=memproc_db())
+            return
+        background.enqueue(
+            "memproc.embed_messages",
+            kwargs={
+                "message_ids": [s.message_id for s in sources],
+                **{name: spec for name, spec in backends.items() if spec is not None},
+            },
+            inline=embed_here,
+        )
 
     @contextmanager
     def bulk_import(self) -> Iterator[None]:

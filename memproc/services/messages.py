@@ -270,7 +270,7 @@ def messages_save_with_files(
         raise AttachmentError(exc.reason, code=exc.metadata.get("code"), metadata=exc.metadata) from exc
     staged = ctx.state.get("staged", [])
     try:
-        with transaction.atomic(using=memproc_db()):
+        with transaction.atomic(using=memproc_db(), savepoint=False):  # a part of the caller's
             values = attachments_commit(staged=staged, messages=offloaded or list(messages))
             saved = messages_save(thread_id=thread_id, resource_id=resource_id, messages=values)
             attachments_link(resource_id=resource_id, messages=saved)

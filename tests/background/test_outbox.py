@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from celery import Celery, current_app
 from django.core.management import call_command
+from django.db import DatabaseError
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -316,3 +317,33 @@ def test_a_late_send_never_touches_a_newer_job_that_took_its_id(monkeypatch, set
     newer.refresh_from_db()
     assert (newer.attempts, newer.last_error) == (0, "")
     assert background.outbox_dispatch()["failed"] == 1  # the newer job is still due, and tried
+
+
+# --- Memory.save_messages outside a turn ----------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_saved_messages_and_their_embedding_job_are_one_commit(memproc_settings, monkeypatch):
+    """Messages saved outside a turn and the outbox row of their embedding commit together: when the
+    job cannot be written, nothing is saved (a retry does not store the messages twice, and no stored
+    message is left that nothing will embed)."""
+
+    def cannot_write(**kwargs: Any) -> Any:
+        raise DatabaseError("disk I/O error")
+
+    monkeypatch.setattr(OutboxJob.objects, "create", cannot_write)
+    with memproc_settings(BACKGROUND="celery"), pytest.raises(DatabaseError):
+        Memory(semantic_recall=True).save_messages(["one", "two"], thread_id="saved", resource_id=R)
+    assert not StoredMessage.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_saved_messages_wait_in_the_outbox_for_their_embedding_while_the_broker_is_down(
+    broker_down, memproc_settings
+):
+    with memproc_settings(BACKGROUND="celery"):
+        saved = Memory(semantic_recall=True).save_messages(["one", "two"], thread_id="saved", resource_id=R)
+    assert StoredMessage.objects.filter(thread__public_id="saved").count() == 2
+    job = OutboxJob.objects.get()
+    assert job.task == "memproc.embed_messages"
+    assert sorted(job.kwargs["message_ids"]) == sorted(message_key(R, m.id) for m in saved)
