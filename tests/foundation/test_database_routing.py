@@ -9,6 +9,7 @@ with memproc's tables in a second database; this test keeps the rule for code th
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,37 +19,42 @@ import memproc
 PACKAGE = Path(memproc.__file__).parent
 
 
-def transaction_calls_without_using() -> list[str]:
-    found = []
+def package_nodes() -> Iterator[tuple[str, ast.AST]]:
+    """(path from the package's parent, node) for every syntax node of memproc outside migrations."""
     for path in sorted(PACKAGE.rglob("*.py")):
-        if "migrations" in path.parts:
-            continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
-                continue
-            owner = node.func.value
-            if not (isinstance(owner, ast.Name) and owner.id == "transaction"):
-                continue
-            if node.func.attr in {"atomic", "on_commit"} and not any(k.arg == "using" for k in node.keywords):
-                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} transaction.{node.func.attr}")
-    return found
+        if "migrations" not in path.parts:
+            name = str(path.relative_to(PACKAGE.parent))
+            yield from ((name, node) for node in ast.walk(ast.parse(path.read_text(), str(path))))
+
+
+def is_transaction(node: ast.AST, *attributes: str) -> bool:
+    """`node` is `transaction.<one of attributes>`."""
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "transaction"
+        and node.attr in attributes
+    )
+
+
+def transaction_calls_without_using() -> list[str]:
+    return [
+        f"{path}:{node.lineno} transaction.{node.func.attr}"  # type: ignore[attr-defined]
+        for path, node in package_nodes()
+        if isinstance(node, ast.Call)
+        and is_transaction(node.func, "atomic", "on_commit")
+        and not any(k.arg == "using" for k in node.keywords)
+    ]
 
 
 def bare_atomic_decorators() -> list[str]:
     """`@transaction.atomic` without a call: its transaction is the default database's, always."""
-    found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if "migrations" in path.parts:
-            continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            for decorator in getattr(node, "decorator_list", ()):
-                if (
-                    isinstance(decorator, ast.Attribute)
-                    and isinstance(decorator.value, ast.Name)
-                    and (decorator.value.id, decorator.attr) == ("transaction", "atomic")
-                ):
-                    found.append(f"{path.relative_to(PACKAGE.parent)}:{decorator.lineno} @transaction.atomic")
-    return found
+    return [
+        f"{path}:{decorator.lineno} @transaction.atomic"
+        for path, node in package_nodes()
+        for decorator in getattr(node, "decorator_list", ())
+        if is_transaction(decorator, "atomic")
+    ]
 
 
 def test_every_transaction_and_on_commit_names_its_database() -> None:
