@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -75,9 +76,18 @@ MAX_ID_LENGTH = 255  # the resource_id and thread_id columns
 Resources = Callable[[], "list[str] | None"]
 
 
+# A key: 1 to MAX_KEY_LENGTH printable ASCII characters, no space at either end (HTTP servers strip
+# them from header values, so a key that had them would not be the key the client keeps). The OpenAPI
+# schema states the same pattern.
+KEY_PATTERN = rf"[\x21-\x7e](?:[\x20-\x7e]{{0,{MAX_KEY_LENGTH - 2}}}[\x21-\x7e])?"
+_KEY = re.compile(KEY_PATTERN)
+
+
 class IdempotencyKeyInvalid(APIException):
     status_code = status.HTTP_400_BAD_REQUEST
-    default_detail = f"{HEADER} must be 1 to {MAX_KEY_LENGTH} printable ASCII characters."
+    default_detail = (
+        f"{HEADER} must be 1 to {MAX_KEY_LENGTH} printable ASCII characters, without a space at either end."
+    )
     default_code = "idempotency_key_invalid"
 
 
@@ -99,6 +109,7 @@ IDEMPOTENCY_KEY_PARAMETER = OpenApiParameter(
     str,
     OpenApiParameter.HEADER,
     required=False,
+    pattern=f"^{KEY_PATTERN}$",
     description=(
         "Makes the request safe to retry: a repeat with the same key and body answers the first "
         "turn's result (with `Idempotent-Replayed: true`) and runs no second turn; one that arrives "
@@ -247,11 +258,10 @@ def replay_frames(result: dict[str, Any]) -> Iterator[bytes]:
 
 def idempotency_key(request: Request) -> str | None:
     """The request's key, or None without the header; a malformed one is a 400."""
-    value = request.META.get("HTTP_IDEMPOTENCY_KEY")
-    if value is None:
+    key = request.META.get("HTTP_IDEMPOTENCY_KEY")
+    if key is None:
         return None
-    key = value.strip()
-    if not (0 < len(key) <= MAX_KEY_LENGTH and key.isascii() and key.isprintable()):
+    if not _KEY.fullmatch(key):
         raise IdempotencyKeyInvalid()
     return key
 

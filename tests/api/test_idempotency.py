@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
@@ -272,14 +273,42 @@ def test_a_blocked_turn_is_an_answer_and_is_replayed(owner_client, agent, model,
     assert models.TripwireLog.objects.count() == 1
 
 
+KEYS_REFUSED = ["x" * 256, "caf\u00e9", "tab\there", "", " ", " padded", "padded ", "line\n"]
+KEYS_TAKEN = ["k", "x" * 255, "order 17/retry #2", "~!{}"]
+
+
 @pytest.mark.django_db
-@pytest.mark.parametrize("key", ["x" * 256, "caf\u00e9", "tab\there"])
+@pytest.mark.parametrize("key", KEYS_REFUSED)
 def test_a_malformed_key_is_a_400(owner_client, agent, model, resource, key):
     response = owner_client.post(
         GENERATE, {"messages": "hello"}, format="json", HTTP_IDEMPOTENCY_KEY=key.encode().decode("latin-1")
     )
     assert response.status_code == 400 and response.json()["code"] == "idempotency_key_invalid"
     assert model.calls == 0
+
+
+@pytest.mark.django_db
+def test_the_schema_states_the_rule_for_keys(api_client):
+    """What the OpenAPI document says of the header is what the server takes: clients generated from
+    it (and the schema fuzzing) send only keys that are accepted."""
+    document = api_client.get(API + "schema/", {"format": "json"}).json()
+    header = next(
+        p
+        for p in document["paths"]["/api/memproc/agents/{id}/generate/"]["post"]["parameters"]
+        if p["name"] == "Idempotency-Key"
+    )
+    # ECMA's `$` is the end of the text; Python's also matches before a final newline.
+    pattern = re.compile(header["schema"]["pattern"].removeprefix("^").removesuffix("$"))
+    assert [k for k in KEYS_TAKEN if pattern.fullmatch(k)] == KEYS_TAKEN
+    assert [k for k in KEYS_REFUSED if pattern.fullmatch(k)] == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("key", KEYS_TAKEN)
+def test_a_well_formed_key_is_taken(owner_client, agent, model, resource, key):
+    model.add("Hi")
+    response = owner_client.post(GENERATE, {"messages": "hello"}, format="json", HTTP_IDEMPOTENCY_KEY=key)
+    assert response.status_code == 200 and model.calls == 1
 
 
 @pytest.mark.django_db
