@@ -121,3 +121,39 @@ def test_a_blocked_turn_keeps_its_log_under_atomic_requests(
     response = owner_client.post(API + "agents/api-test/generate/", {"messages": "forbidden"}, format="json")
     assert response.status_code == 200 and response.json()["tripwire"]
     assert models.TripwireLog.objects.filter(processor_id="block-word").exists()
+
+
+class SeesTheTransaction:
+    """An input processor that notes whether memproc's database is in a transaction as the turn runs."""
+
+    id = "sees-the-transaction"
+
+    def __init__(self, connection) -> None:
+        self.connection = connection
+        self.seen: list[bool] = []
+
+    def process_input(self, ctx) -> None:
+        self.seen.append(self.connection.in_atomic_block)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("path", "payload"),
+    [
+        ("agents/api-test/generate/", {"messages": "hello"}),
+        ("v1/chat/completions", {"model": "api-test", "messages": [{"role": "user", "content": "hello"}]}),
+    ],
+)
+def test_a_turn_runs_outside_a_request_transaction_on_memprocs_database(
+    path, payload, owner_client, make_agent, model, monkeypatch, memproc_connection
+):
+    """ATOMIC_REQUESTS on the database that holds memproc's tables (the default one, or the router's
+    other): a turn owns its commit, so its after-commit work and its locks do not wait for the whole
+    request, model call included."""
+    sees = SeesTheTransaction(memproc_connection)
+    make_agent(input_processors=[sees])
+    model.add("hi")
+    monkeypatch.setitem(memproc_connection.settings_dict, "ATOMIC_REQUESTS", True)
+    response = owner_client.post(API + path, payload, format="json")
+    assert response.status_code == 200, response.content
+    assert sees.seen == [False]

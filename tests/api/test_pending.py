@@ -246,3 +246,28 @@ def test_the_ai_sdk_chat_stream_of_a_suspended_turn_is_not_an_error(refund_agent
     raw = b"".join(response.streaming_content).decode()
     assert '"type":"error"' not in raw.replace(" ", "")
     assert PendingToolCall.objects.filter(state="pending").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_approving_under_atomic_requests_resumes_the_turn_in_its_own_commit(
+    refund_agent, owner_client, model, decider, monkeypatch, memproc_connection
+):
+    """A site with ATOMIC_REQUESTS: the decision and the resumed turn commit as they do without it,
+    not with the request (which spans the tool and the model call)."""
+    monkeypatch.setitem(memproc_connection.settings_dict, "ATOMIC_REQUESTS", True)
+    pending = suspend(owner_client, model)["pending"]
+    in_transaction: list[bool] = []
+    monkeypatch.setattr(model, "generate", _noting(model.generate, memproc_connection, in_transaction))
+    approved = client_for(decider).post(API + f"pending/{pending['id']}/approve/", {}, format="json")
+    assert approved.status_code == 200, approved.content
+    assert approved.json()["text"] == "Refunded." and RUNS == [{"order": "A-1", "amount": 10}]
+    assert in_transaction == [False]
+    assert PendingToolCall.objects.get().state == "done"
+
+
+def _noting(generate, connection, seen: list[bool]):
+    def noted(request):
+        seen.append(connection.in_atomic_block)
+        return generate(request)
+
+    return noted

@@ -36,8 +36,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from django.db import transaction
-from django.utils.decorators import method_decorator
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status, views
 from rest_framework.exceptions import NotFound
@@ -61,7 +59,7 @@ from memproc.api.protocols.common import (
 )
 from memproc.api.serializers.fields import IdField
 from memproc.api.sse import stream_response
-from memproc.api.views.base import MemprocViewMixin
+from memproc.api.views.base import MemprocViewMixin, outside_request_transactions
 from memproc.messages import new_id
 from memproc.selectors.messages import messages_existing
 from memproc.services.attachments import attachment_check_size
@@ -199,7 +197,7 @@ class ChatViewMixin(ProtocolAuthMixin, MemprocViewMixin):
 
 
 @extend_schema(exclude=True)
-@method_decorator(transaction.non_atomic_requests, name="dispatch")
+@outside_request_transactions
 class ChatView(ChatViewMixin, views.APIView):
     """`POST agents/<id>/chat/`: one turn, streamed in the AI SDK's UI-message stream protocol; or, when
     the request answers a call its turn waits on, that turn resumed and streamed."""

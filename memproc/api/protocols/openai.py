@@ -40,8 +40,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from django.db import transaction
-from django.utils.decorators import method_decorator
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, views
 from rest_framework.exceptions import NotFound
@@ -74,7 +72,7 @@ from memproc.api.protocols.openai_request import (
 )
 from memproc.api.serializers.fields import IdField
 from memproc.api.sse import stream_response
-from memproc.api.views.base import MemprocViewMixin
+from memproc.api.views.base import MemprocViewMixin, outside_request_transactions
 from memproc.events import StreamEvent
 from memproc.messages import new_id
 from memproc.models import PendingToolCall
@@ -152,7 +150,7 @@ class ModelDetailView(OpenAIViewMixin, views.APIView):
 
 
 @extend_schema(exclude=True)
-@method_decorator(transaction.non_atomic_requests, name="dispatch")
+@outside_request_transactions
 class ChatCompletionsView(OpenAIViewMixin, views.APIView):
     """`POST v1/chat/completions`: one turn of the agent named by `model`, answered or streamed."""
 

@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
-from django.utils.decorators import method_decorator
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
@@ -34,7 +32,7 @@ from memproc.api.serializers.turns import (
     generate_result_data,
 )
 from memproc.api.sse import CONTENT_TYPE, SSEEncoder, stream_response
-from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
+from memproc.api.views.base import MemprocViewMixin, errors, id_parameter, outside_request_transactions
 from memproc.api.views.checks import attachments_check
 from memproc.conf import settings as memproc_settings
 from memproc.exceptions import AttachmentError
@@ -106,7 +104,7 @@ class TurnRequest:
 
 
 @extend_schema(tags=["agents"])
-@method_decorator(transaction.non_atomic_requests, name="dispatch")
+@outside_request_transactions
 class AgentViewSet(MemprocViewMixin, viewsets.ViewSet):
     """Registered agents. Turns run outside any request-wide transaction (ATOMIC_REQUESTS): a turn
     owns its save, and a blocked turn's tripwire log must survive. Turns take JSON, or multipart

@@ -25,12 +25,13 @@ from memproc.api.serializers.approvals import (
     ToolResultSerializer,
 )
 from memproc.api.serializers.turns import GenerateResultSerializer, generate_result_data
-from memproc.api.views.base import MemprocViewMixin, errors, id_parameter
+from memproc.api.views.base import MemprocViewMixin, errors, id_parameter, outside_request_transactions
 from memproc.services import approvals
 
 PENDING_ID = id_parameter("The pending tool call's id (a UUID).")
 
 
+@outside_request_transactions  # approving and submitting a result resume the turn
 @extend_schema(tags=["approvals"])
 @extend_schema_view(
     list=extend_schema(

@@ -4,8 +4,11 @@ resource checks that turn another owner's object into a 404."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
+from django.conf import settings
+from django.db import transaction
+from django.utils.decorators import method_decorator
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound
@@ -36,7 +39,21 @@ ERROR_DESCRIPTIONS = {
     502: "The model provider failed.",
     503: "A back end (file storage, embedder) is unavailable; try again later.",
 }
+V = TypeVar("V", bound=type)
+
 FIELD_ERRORS = {"type": "object", "additionalProperties": True, "description": ERROR_DESCRIPTIONS[400]}
+
+
+def outside_request_transactions(view: type[V]) -> type[V]:
+    """Exempts a view that runs turns from ATOMIC_REQUESTS on every database, memproc's included
+    wherever the router puts it (a bare `non_atomic_requests` exempts the default one only).
+
+    A turn owns its commits: inside a request-wide transaction its locks (SQLite's one writer, the
+    thread's row) would be held through the tool and model calls, its after-commit work would wait
+    for the response, and a blocked turn's tripwire log would go with a request that fails."""
+    for alias in settings.DATABASES:
+        view = method_decorator(transaction.non_atomic_requests(using=alias), name="dispatch")(view)
+    return view
 
 
 def errors(*codes: int) -> dict[int, OpenApiResponse]:
