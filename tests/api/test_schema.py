@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from openapi_spec_validator import validate
 
@@ -151,3 +153,21 @@ def test_the_id_pattern_names_every_unprintable_character():
         assert listed == unprintable
     else:  # another Python's database: they may differ only on code points it has not assigned
         assert all(unicodedata.category(chr(code)) == "Cn" for code in listed ^ unprintable)
+
+
+def test_the_multipart_turn_form_describes_files_as_uploads_and_text_as_not_blank(document):
+    form = document["components"]["schemas"]["GenerateUpload"]["properties"]
+    assert form["files"]["items"] == {"type": "string", "format": "binary"}
+    assert (form["messages"]["minLength"], form["messages"]["pattern"]) == (1, r"\S")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("text", ["", " ", "\n\t"])
+@pytest.mark.parametrize("form", ["json", "multipart"])
+def test_text_the_schema_calls_blank_is_refused(document, owner_client, agent, model, text, form):
+    """The schema's rule for a message's text (a character other than whitespace) is the server's."""
+    variants = document["components"]["schemas"]["GenerateRequest"]["properties"]["messages"]["oneOf"]
+    assert not re.search(variants[0]["pattern"], text)
+    response = owner_client.post(API + "agents/api-test/generate/", {"messages": text}, format=form)
+    assert response.status_code == 400 and "messages" in response.json()
+    assert model.calls == 0

@@ -34,6 +34,12 @@ What positive/negative data found, and what was done:
   schema says `minimum: 1`.
 - `?status=`, `?phase=`, `?created_after=`, `?created_before=` sent empty were ignored: now a 400
   (the schema is an enum or a date-time), text filters may still be empty.
+- A longer random hunt (MEMPROC_FUZZ_EXAMPLES=150 MEMPROC_FUZZ_RANDOM=1): an Idempotency-Key of a
+  character the server refuses (the schema now has the server's pattern); a key sent again with
+  another body, a 422 that answers state; NUL characters and lone surrogates in any string, a 400
+  by design that a JSON schema cannot state of free-form values (UNSTORABLE_TEXT); a multipart turn
+  with empty `messages` (the schema now says a message's text holds a character other than
+  whitespace, and that the form's `files` are uploads, not URIs).
 """
 
 from __future__ import annotations
@@ -161,11 +167,41 @@ def answers_state(response: Any) -> bool:
     )
 
 
+# Text no database column can hold (PostgreSQL stores no NUL character, UTF-8 no lone surrogate): a
+# 400 on any string, by design. A JSON schema cannot say so of free-form values (metadata), so the
+# fuzzing keeps sending such text, for the other checks (no 500), and takes this refusal.
+UNSTORABLE_TEXT = {"Null characters are not allowed.", "NUL characters and lone surrogates are not allowed."}
+
+
+def error_messages(errors: Any) -> list[str]:
+    """Every message of a DRF error body, however nested (`{"message_ids": {"0": [...]}}`)."""
+    if isinstance(errors, dict):
+        return [m for value in errors.values() for m in error_messages(value)]
+    if isinstance(errors, list):
+        return [m for value in errors for m in error_messages(value)]
+    return [str(errors)]
+
+
+def refuses_unstorable_text(response: Any) -> bool:
+    if response.status_code != 400:
+        return False
+    messages = error_messages(json.loads(response.content))
+    return bool(messages) and set(messages) <= UNSTORABLE_TEXT
+
+
+def key_used_before(response: Any) -> bool:
+    """The Idempotency-Key was sent earlier with another body: generated keys repeat across cases."""
+    return (
+        response.status_code == 422 and json.loads(response.content).get("code") == "idempotency_key_reused"
+    )
+
+
 def positive_data_accepted(ctx: Any, response: Any, case: Any) -> bool | None:
     """Schemathesis's `positive_data_acceptance` (a request valid by the schema is not refused; 404,
     409, 413 and 429 are the server's state, see POSITIVE_STATUSES), where a 400 of STATE_ANSWERS
-    counts as such a state answer too."""
-    if answers_state(response):
+    and a 422 for a key used before count as such state answers too, and a refusal of unstorable
+    text as the rule the schema cannot state."""
+    if answers_state(response) or key_used_before(response) or refuses_unstorable_text(response):
         return None
     return positive_data_acceptance(ctx, response, case)
 

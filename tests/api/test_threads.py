@@ -113,6 +113,8 @@ def test_create_for_another_resource_is_a_404(owner_client, other_resource):
         ({"id": "a/b"}, "id"),
         ({"id": "x" * 256}, "id"),
         ({"title": "t" * 256}, "title"),
+        ({"title": 0.0}, "title"),  # a number is not a string (DRF would store "0.0")
+        ({"title": 7}, "title"),
         ({"metadata": ["not", "an", "object"]}, "metadata"),
         ({"metadata": {"k": "nul\x00"}}, "metadata"),
     ],
@@ -309,3 +311,20 @@ def test_a_user_sees_only_their_own_thread_of_a_shared_id(owner_client, thread, 
     assert listed == [thread.public_id]
     elsewhere = owner_client.get(thread_url(thread.public_id), {"resource_id": other_thread.resource_id})
     assert elsewhere.status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("path", "method", "body"),
+    [
+        ("", "patch", {"title": 12}),
+        ("clone/", "post", {"title": 1.5}),
+        ("branch/", "post", {"message_id": 3}),
+    ],
+)
+def test_text_fields_take_strings_only(owner_client, thread, path, method, body):
+    """The schema says `string`: a number is a 400 on its field, and the thread is unchanged."""
+    response = getattr(owner_client, method)(thread_url(thread.public_id) + path, body, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json() == {field: ["Not a valid string."] for field in body}
+    assert models.Thread.objects.get(pk=thread.pk).title == "Mine"
+    assert models.Thread.objects.count() == 1

@@ -8,7 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from memproc import models
-from memproc.api.serializers.fields import JSONObjectField, validate_json_text
+from memproc.api.serializers.fields import JSONObjectField, StringField, validate_json_text
 
 
 class PendingCallSerializer(serializers.Serializer):
@@ -76,7 +76,7 @@ class ApproveSerializer(serializers.Serializer):
 
 
 class RejectSerializer(serializers.Serializer):
-    reason = serializers.CharField(
+    reason = StringField(
         required=False, allow_blank=True, max_length=2000, default="", help_text="Told to the model."
     )
 

@@ -105,8 +105,18 @@ def validate_json_text(value: Any) -> Any:
     return value
 
 
+class StringField(serializers.CharField):
+    """A CharField that takes a JSON string only, as the schema says (`type: string`): DRF's would
+    also take a number and store its text (`{"title": 0.0}` became the title "0.0")."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 @extend_schema_field(ID_SCHEMA)
-class IdField(serializers.CharField):
+class IdField(StringField):
     """A client-chosen id (a thread's, a resource's), checked against ID_RULES and taken as given (no
     trimming). The rules join the field's help text, so the OpenAPI schema states them."""
 
@@ -119,12 +129,6 @@ class IdField(serializers.CharField):
             kwargs["help_text"] = f"{help_text} {ID_RULES}".strip()
         super().__init__(**kwargs)
         self.validators.append(IdValidator())
-
-    def to_internal_value(self, data: Any) -> str:
-        """A JSON string, as the schema says; DRF's CharField would also take a number."""
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
 
 
 @extend_schema_field(JSON_OBJECT_SCHEMA)

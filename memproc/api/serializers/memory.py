@@ -8,7 +8,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from memproc.api.serializers.fields import validate_json_text
+from memproc.api.serializers.fields import StringField, validate_json_text
 from memproc.api.serializers.working_memory import WorkingMemoryValueField
 
 ANY_JSON = {
@@ -70,7 +70,7 @@ class MemoryFieldUpdateSerializer(serializers.Serializer):
 class MemoryForgetSerializer(serializers.Serializer):
     message_ids = serializers.ListField(
         # An empty id is answered as an unknown one (404).
-        child=serializers.CharField(max_length=255, allow_blank=True),
+        child=StringField(max_length=255, allow_blank=True),
         min_length=1,
         max_length=1000,
         help_text="Message ids of the resource.",

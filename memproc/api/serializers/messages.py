@@ -21,6 +21,10 @@ from memproc.selectors.messages import thread_messages
 ROLE_INPUT = ["user", "assistant", "tool"]
 PART_TYPES = ["text", "file", "tool-call", "tool-result", "attachment"]
 
+# Text that makes a message: an empty one, or one of whitespace only, is refused ("This message is
+# empty"). The pattern says "holds a character other than whitespace".
+MESSAGE_TEXT_SCHEMA = {"type": "string", "minLength": 1, "pattern": "\\S"}
+
 PART_SCHEMA = {
     "type": "object",
     "description": "A message part: text, file, tool-call, tool-result or attachment.",
@@ -34,7 +38,7 @@ MESSAGE_INPUT_OBJECT = {
         "id": {"type": "string", "description": "Optional client id; a stored id is not saved twice."},
         "role": {"type": "string", "enum": ROLE_INPUT, "default": "user"},
         "content": {
-            "oneOf": [{"type": "string"}, {"type": "array", "items": PART_SCHEMA}],
+            "oneOf": [MESSAGE_TEXT_SCHEMA, {"type": "array", "minItems": 1, "items": PART_SCHEMA}],
             "description": "Text, or a list of parts (memproc parts or OpenAI content parts).",
         },
     },
@@ -43,9 +47,9 @@ MESSAGE_INPUT_OBJECT = {
 MESSAGES_INPUT_SCHEMA = {
     "description": "One user message as a string, one `{role, content}` object, or a list of either.",
     "oneOf": [
-        {"type": "string"},
+        MESSAGE_TEXT_SCHEMA,
         MESSAGE_INPUT_OBJECT,
-        {"type": "array", "minItems": 1, "items": {"oneOf": [{"type": "string"}, MESSAGE_INPUT_OBJECT]}},
+        {"type": "array", "minItems": 1, "items": {"oneOf": [MESSAGE_TEXT_SCHEMA, MESSAGE_INPUT_OBJECT]}},
     ],
 }
 

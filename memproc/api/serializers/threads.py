@@ -5,7 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from memproc import models
-from memproc.api.serializers.fields import IdField, JSONObjectField
+from memproc.api.serializers.fields import IdField, JSONObjectField, StringField
 
 
 class ThreadSerializer(serializers.ModelSerializer):
@@ -31,26 +31,26 @@ class ThreadSerializer(serializers.ModelSerializer):
 
 class ThreadCreateSerializer(serializers.Serializer):
     id = IdField(required=False, help_text="Optional; generated when omitted.")
-    title = serializers.CharField(required=False, allow_blank=True, max_length=255, default="")
+    title = StringField(required=False, allow_blank=True, max_length=255, default="")
     resource_id = IdField(required=False, help_text="The owner; defaults to the caller's resource.")
     metadata = JSONObjectField(required=False, default=dict)
 
 
 class ThreadUpdateSerializer(serializers.Serializer):
-    title = serializers.CharField(required=False, allow_blank=True, max_length=255)
+    title = StringField(required=False, allow_blank=True, max_length=255)
     metadata = JSONObjectField(required=False)
 
 
 class ThreadCloneSerializer(serializers.Serializer):
     id = IdField(required=False, help_text="The new thread's id; generated when omitted.")
-    title = serializers.CharField(required=False, allow_blank=True, max_length=255)
+    title = StringField(required=False, allow_blank=True, max_length=255)
 
 
 class ThreadBranchSerializer(serializers.Serializer):
-    message_id = serializers.CharField(
+    message_id = StringField(
         max_length=255,
         trim_whitespace=False,
         help_text="The branch holds the thread's messages up to and including this one.",
     )
     id = IdField(required=False, help_text="The new thread's id; generated when omitted.")
-    title = serializers.CharField(required=False, allow_blank=True, max_length=255)
+    title = StringField(required=False, allow_blank=True, max_length=255)

@@ -11,6 +11,7 @@ from memproc import models
 from memproc.api.serializers.approvals import PendingCallSerializer
 from memproc.api.serializers.fields import IdField, JSONObjectField
 from memproc.api.serializers.messages import (
+    MESSAGE_TEXT_SCHEMA,
     MessageSerializer,
     MessagesField,
     message_errors,
@@ -43,13 +44,26 @@ class GenerateRequestSerializer(serializers.Serializer):
         return attrs
 
 
+@extend_schema_field({"type": "string", "format": "binary"})
+class UploadField(serializers.FileField):
+    """A file part of a multipart form (drf-spectacular describes a FileField as a URI, which is how it
+    is rendered, not how it is sent)."""
+
+
+@extend_schema_field(
+    {**MESSAGE_TEXT_SCHEMA, "description": "The messages as JSON, or the text of one user message."}
+)
+class MessagesTextField(serializers.CharField):
+    """`messages` as a form field: JSON, or one user message's text (see MESSAGE_TEXT_SCHEMA)."""
+
+
 class GenerateUploadSerializer(serializers.Serializer):
     """The multipart form of a generate/stream request: the fields, plus files for the last user message."""
 
-    messages = serializers.CharField(help_text="The messages as JSON, or the text of one user message.")
+    messages = MessagesTextField()
     thread_id = IdField(required=False, help_text="Continue (or start) this thread.")
     resource_id = IdField(required=False, help_text="The owner; defaults to the caller's resource.")
-    files = serializers.ListField(child=serializers.FileField(), required=False, help_text="Files to attach.")
+    files = serializers.ListField(child=UploadField(), required=False, help_text="Files to attach.")
 
 
 class GenerateResultSerializer(serializers.Serializer):
