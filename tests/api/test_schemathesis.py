@@ -56,7 +56,7 @@ import schemathesis
 from django.contrib.auth.models import Permission
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, assume, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 from schemathesis.config import PositiveDataAcceptanceConfig
@@ -320,7 +320,20 @@ def fuzz_headers(db: None, _keep_test_transaction: None, make_agent: Any, model:
     max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=DERANDOMIZE
 )
 def test_api_matches_its_schema(case: Any, fuzz_headers: dict[str, str]) -> None:
+    assume(not sends_an_empty_form_field(case))
     case.call_and_validate(headers=fuzz_headers, checks=CHECKS)
+
+
+def sends_an_empty_form_field(case: Any) -> bool:
+    """A multipart field whose value is "" reaches the server as if it were absent through the WSGI
+    transport: a required `messages` sent as "" was answered "This field is required.", an empty
+    `resource_id` taken as the default. Such a case would be judged on a request it did not make; the
+    server refuses "" when it arrives (tests/api/test_uploads.py)."""
+    return (
+        (case.media_type or "").startswith("multipart/")
+        and isinstance(case.body, dict)
+        and any(value == "" for value in case.body.values())
+    )
 
 
 @oversized.parametrize()

@@ -92,3 +92,21 @@ def test_refused_type_is_a_blocked_turn(client, owner, uploader_agent):
     assert response.status_code == 200
     assert response.json()["tripwire"]["metadata"]["code"] == "type_not_allowed"
     assert not Message.objects.exists() and not Attachment.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "fields, field",
+    [
+        ({"messages": "", "thread_id": "t"}, "messages"),
+        ({"messages": "   "}, "messages"),
+        ({"messages": "hi", "resource_id": ""}, "resource_id"),
+        ({"messages": "hi", "thread_id": ""}, "thread_id"),
+    ],
+)
+def test_an_empty_form_field_is_a_400_on_that_field(client, owner, uploader_agent, fields, field):
+    """An empty field is refused, not taken as absent (the default resource, a new thread)."""
+    client.force_login(owner)
+    response = client.post("/api/memproc/agents/files/generate/", fields)  # multipart, as a browser form
+    assert response.status_code == 400, response.content
+    assert field in response.json()
+    assert not Message.objects.exists() and uploader_agent.calls == 0
