@@ -39,12 +39,13 @@ ERROR_DESCRIPTIONS = {
     502: "The model provider failed.",
     503: "A back end (file storage, embedder) is unavailable; try again later.",
 }
-V = TypeVar("V", bound=type)
-
 FIELD_ERRORS = {"type": "object", "additionalProperties": True, "description": ERROR_DESCRIPTIONS[400]}
 
 
-def outside_request_transactions(view: type[V]) -> type[V]:
+V = TypeVar("V", bound=type)
+
+
+def outside_request_transactions(view: V) -> V:
     """Exempts a view that runs turns from ATOMIC_REQUESTS on every database, memproc's included
     wherever the router puts it (a bare `non_atomic_requests` exempts the default one only).
 
