@@ -83,18 +83,7 @@ class MessageDataMixin:
             # In this process, so the rows land while the index is held back; errors reach the caller.
             transaction.on_commit(embed_here, using=memproc_db())
             return
-        backends = {"embedder": self.embedder, "vector_store": self.vector_store}
-        if settings.BACKGROUND == "celery" and not all(map(_travels, backends.values())):
-            transaction.on_commit(partial(_embed_logged, embed_here), using=memproc_db())
-            return
-        background.enqueue(
-            "memproc.embed_messages",
-            kwargs={
-                "message_ids": [s.message_id for s in sources],
-                **{name: spec for name, spec in backends.items() if spec is not None},
-            },
-            inline=embed_here,
-        )
+        self._embed_after_commit([s.message_id for s in sources], embed_here)
 
     @contextmanager
     def bulk_import(self) -> Iterator[None]:
@@ -304,6 +293,11 @@ class MessageDataMixin:
         def embed_here() -> None:
             messages_embed(message_keys=message_keys, embedder=self.embedder, vector_store=self.vector_store)
 
+        self._embed_after_commit(message_keys, embed_here)
+
+    def _embed_after_commit(self, message_ids: list[str], embed_here: Callable[[], None]) -> None:
+        """A `memproc.embed_messages` job for `message_ids` after commit; under Celery with backends
+        given as objects (a job carries JSON only), `embed_here` in this process instead."""
         backends = {"embedder": self.embedder, "vector_store": self.vector_store}
         if settings.BACKGROUND == "celery" and not all(map(_travels, backends.values())):
             transaction.on_commit(partial(_embed_logged, embed_here), using=memproc_db())
@@ -311,7 +305,7 @@ class MessageDataMixin:
         background.enqueue(
             "memproc.embed_messages",
             kwargs={
-                "message_ids": message_keys,
+                "message_ids": message_ids,
                 **{name: spec for name, spec in backends.items() if spec is not None},
             },
             inline=embed_here,

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import memproc
+from tests.attachments.conftest import fs_storage  # noqa: F401  autouse: a file storage per test
 
 PACKAGE = Path(memproc.__file__).parent
 
@@ -95,31 +96,17 @@ def test_under_a_router_memprocs_tables_live_only_in_its_database(request) -> No
     assert "auth_user" not in connections["memory"].introspection.table_names()
 
 
-@pytest.fixture
-def attachment_storage(settings, tmp_path) -> Path:
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "memproc_attachments": {
-            "BACKEND": "django.core.files.storage.FileSystemStorage",
-            "OPTIONS": {"location": tmp_path / "attachments", "base_url": "/media/attachments/"},
-        },
-    }
-    return tmp_path / "attachments"
-
-
 @pytest.mark.django_db(transaction=True, databases="__all__")
-def test_a_thread_delete_that_fails_midway_keeps_its_messages_and_files(
-    attachment_storage, monkeypatch
-) -> None:
+def test_a_thread_delete_that_fails_midway_keeps_its_messages_and_files(monkeypatch) -> None:
     """The delete releases the thread's files (rows now, files after commit) before the thread row
     goes: under a router, a transaction on the wrong database let each step commit on its own, and
     the file's removal run at once, so a failure after it lost the file of a message still stored."""
     from memproc import Memory, models
     from memproc.services.threads import thread_delete
-    from tests.attachments.conftest import file_message, png
+    from tests.attachments.conftest import file_message, png, stored_files
 
     Memory().save_messages([file_message(png())], thread_id="t", resource_id="r", embed=False)
-    files = [p for p in attachment_storage.rglob("*") if p.is_file()]
+    files = stored_files()
     assert len(files) == 1 and models.Attachment.objects.count() == 1
 
     def fails(self, *args, **kwargs):
@@ -130,4 +117,4 @@ def test_a_thread_delete_that_fails_midway_keeps_its_messages_and_files(
         thread_delete(thread=models.Thread.objects.get())
     assert models.Message.objects.count() == 1
     assert models.Attachment.objects.count() == 1
-    assert files[0].exists()
+    assert stored_files() == files

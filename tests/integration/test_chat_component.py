@@ -196,15 +196,21 @@ def test_the_component_streams_renders_blocks_and_remembers(page, live_server, m
     assert page.evaluate("localStorage.getItem('memproc-chat:widget-test')") != thread_id
 
 
-def test_a_message_sent_while_a_reply_streams_goes_once_it_ends(page, live_server, model):
-    login(page, live_server.url, "/widget/?agent=widget-test")
+def enter_while_the_first_reply_streams(page, base: str):
+    """Sends "first" (its reply held half-written by the gated model), then "second" with Enter; returns
+    the component."""
+    login(page, base, "/widget/?agent=widget-test")
     chat = page.locator("memproc-chat")
     send(page, "first")
     chat.locator(".message.assistant.pending >> text=Hello").wait_for()
-
-    # Enter while the reply is still being written: the text waits in the box, edits included.
     page.fill("memproc-chat textarea", "second")
     page.press("memproc-chat textarea", "Enter")
+    return chat
+
+
+def test_a_message_sent_while_a_reply_streams_goes_once_it_ends(page, live_server, model):
+    # Enter while the reply is still being written: the text waits in the box, edits included.
+    chat = enter_while_the_first_reply_streams(page, live_server.url)
     page.fill("memproc-chat textarea", "second, edited")
     assert chat.locator(".message.user").all_inner_texts() == ["first"]
     assert chat.locator("textarea").input_value() == "second, edited"
@@ -223,13 +229,7 @@ def test_a_message_sent_while_a_reply_streams_goes_once_it_ends(page, live_serve
 
 
 def test_a_queued_message_stays_in_the_box_when_the_conversation_changes(page, live_server, model):
-    login(page, live_server.url, "/widget/?agent=widget-test")
-    chat = page.locator("memproc-chat")
-    send(page, "first")
-    chat.locator(".message.assistant.pending >> text=Hello").wait_for()
-    page.fill("memproc-chat textarea", "second")
-    page.press("memproc-chat textarea", "Enter")
-
+    chat = enter_while_the_first_reply_streams(page, live_server.url)
     chat.locator("button.new").click()  # aborts the streaming turn
     # The turn's end has run once Send is enabled again; a queued submit would have emptied the box.
     chat.locator("button.send:not([disabled])").wait_for()
